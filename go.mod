@@ -1,0 +1,3 @@
+module github.com/babelqueue-go/babelqueue
+
+go 1.26
