@@ -1,0 +1,449 @@
+// Package memory is the in-process transport behind memory:// URLs: a broker that lives
+// in the program's memory, for tests and local runs.
+//
+// It behaves as a careful broker does: deliveries handed out are tracked until settled,
+// a rewound delivery comes back with a higher redelivery count, delayed messages wait
+// until due, and a test can make writes fail ([Transport.FailWrites]) to see that nothing
+// is lost. Each memory:// URL opened is a new, empty broker; share one by building it
+// with [New] and handing it to babelqueue.New.
+//
+// The memory broker keeps no attempts header of its own beyond [transport.Message.Attempts],
+// which it stores beside the body so a poison body's count survives a re-publish.
+package memory
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+func init() {
+	transport.Register("memory", func(_ context.Context, u *url.URL) (transport.Transport, error) {
+		if err := transport.CheckParams(u); err != nil {
+			return nil, err
+		}
+		if u.Host != "" || (u.Path != "" && u.Path != "/") {
+			return nil, &transport.BadURLError{Scheme: "memory", Param: "host", Reason: "memory:// takes no host or path"}
+		}
+		return New(), nil
+	})
+}
+
+// Option configures a memory transport.
+type Option func(*Transport)
+
+// WithCapabilities makes the memory broker report c, so the runtime applies another
+// binding's rules (a HandOff broker like SQS, a schema gate, Redis's poison rule) in
+// tests. With c.SchemaGate the delivery's schema-version header is read from the
+// "bq-schema-version" header.
+func WithCapabilities(c transport.Capabilities) Option {
+	return func(t *Transport) { t.caps = c }
+}
+
+// Transport is the in-process broker. It is safe for concurrent use.
+type Transport struct {
+	mu     sync.Mutex
+	queues map[string]*queue
+	caps   transport.Capabilities
+	fail   func(m *transport.Message) error
+	closed bool
+	nextID uint64
+	now    func() time.Time
+}
+
+// Stored is a message as the memory broker holds it.
+type Stored struct {
+	Body          []byte
+	Key           []byte
+	Headers       map[string]string
+	Attempts      int
+	Redeliveries  int
+	SchemaVersion any // what Delivery.SchemaVersion reports, when set
+	DueAt         time.Time
+	id            uint64
+}
+
+type queue struct {
+	ready     []*Stored
+	delayed   []*Stored
+	inflight  map[uint64]*Stored
+	handedOff []*Stored
+	wake      chan struct{} // closed and replaced whenever the queue changes
+}
+
+// New returns an empty in-process broker.
+func New(opts ...Option) *Transport {
+	t := &Transport{
+		queues: map[string]*queue{},
+		caps:   transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true},
+		now:    time.Now,
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// FailWrites installs fn, called before every publish and settle write; a non-nil
+// error fails that write as a broker would. Pass nil to stop failing.
+func (t *Transport) FailWrites(fn func(m *transport.Message) error) {
+	t.mu.Lock()
+	t.fail = fn
+	t.mu.Unlock()
+}
+
+// Capabilities reports what the memory broker does (see [WithCapabilities]).
+func (t *Transport) Capabilities() transport.Capabilities { return t.caps }
+
+func (t *Transport) q(name string) *queue {
+	q, ok := t.queues[name]
+	if !ok {
+		q = &queue{inflight: map[uint64]*Stored{}, wake: make(chan struct{})}
+		t.queues[name] = q
+	}
+	return q
+}
+
+func (q *queue) notify() {
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+// Publish stores one message.
+func (t *Transport) Publish(_ context.Context, m *transport.Message) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.writeLocked(m)
+}
+
+func (t *Transport) writeLocked(m *transport.Message) error {
+	if t.closed {
+		return transport.ErrClosed
+	}
+	if m.Queue == "" {
+		return errors.New("memory: message has no queue")
+	}
+	if t.fail != nil {
+		if err := t.fail(m); err != nil {
+			return err
+		}
+	}
+	s := &Stored{
+		Body:     append([]byte(nil), m.Body...),
+		Key:      cloneKey(m.Key),
+		Headers:  cloneHeaders(m.Headers),
+		Attempts: m.Attempts,
+	}
+	if t.caps.SchemaGate {
+		if v, ok := m.Headers["bq-schema-version"]; ok {
+			s.SchemaVersion = v
+		} else if m.Projection.SchemaVersion != 0 {
+			s.SchemaVersion = "1"
+			if m.Projection.SchemaVersion != 1 {
+				s.SchemaVersion = strconv.Itoa(m.Projection.SchemaVersion)
+			}
+		}
+	}
+	t.enqueueLocked(m.Queue, s, m.Delay)
+	return nil
+}
+
+func (t *Transport) enqueueLocked(name string, s *Stored, delay time.Duration) {
+	q := t.q(name)
+	t.nextID++
+	s.id = t.nextID
+	if delay > 0 {
+		s.DueAt = t.now().Add(delay)
+		q.delayed = append(q.delayed, s)
+	} else {
+		s.DueAt = time.Time{}
+		q.ready = append(q.ready, s)
+	}
+	q.notify()
+}
+
+// Inject stores s on queue as if a producer had written it, for tests that need a
+// delivery with facts a publish cannot set (a redelivery count, a typed schema header).
+func (t *Transport) Inject(queue string, s Stored) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := s
+	c.Body = append([]byte(nil), s.Body...)
+	c.Key = cloneKey(s.Key)
+	c.Headers = cloneHeaders(s.Headers)
+	t.enqueueLocked(queue, &c, 0)
+}
+
+// Messages returns copies of the messages waiting on queue (ready first, then delayed).
+func (t *Transport) Messages(queue string) []Stored {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q, ok := t.queues[queue]
+	if !ok {
+		return nil
+	}
+	out := make([]Stored, 0, len(q.ready)+len(q.delayed))
+	for _, s := range q.ready {
+		out = append(out, *s)
+	}
+	for _, s := range q.delayed {
+		out = append(out, *s)
+	}
+	return out
+}
+
+// HandedOff returns the deliveries of queue that were handed to the (simulated)
+// broker redrive with [transport.HandOff].
+func (t *Transport) HandedOff(queue string) []Stored {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q, ok := t.queues[queue]
+	if !ok {
+		return nil
+	}
+	out := make([]Stored, len(q.handedOff))
+	for i, s := range q.handedOff {
+		out[i] = *s
+	}
+	return out
+}
+
+// InFlight counts the deliveries of queue handed out and not settled.
+func (t *Transport) InFlight(queue string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q, ok := t.queues[queue]; ok {
+		return len(q.inflight)
+	}
+	return 0
+}
+
+// Consume opens a consumer on queue.
+func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, transport.ErrClosed
+	}
+	t.q(queue)
+	prefetch := max(opts.Prefetch, 1)
+	return &consumer{t: t, queue: queue, slots: make(chan struct{}, prefetch), done: make(chan struct{}), mine: map[uint64]*Stored{}}, nil
+}
+
+// Close closes the broker; waiting receivers return [transport.ErrClosed].
+func (t *Transport) Close(context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	for _, q := range t.queues {
+		q.notify()
+	}
+	return nil
+}
+
+type consumer struct {
+	t      *Transport
+	queue  string
+	slots  chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	mine   map[uint64]*Stored // guarded by t.mu
+	closed bool               // guarded by t.mu
+}
+
+type handle struct {
+	c  *consumer
+	id uint64
+}
+
+func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, transport.ErrClosed
+	}
+	d, err := c.take(ctx)
+	if err != nil {
+		<-c.slots
+	}
+	return d, err
+}
+
+func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
+	t := c.t
+	for {
+		t.mu.Lock()
+		if t.closed || c.closed {
+			t.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		q := t.q(c.queue)
+		now := t.now()
+		var next time.Time
+		kept := q.delayed[:0]
+		for _, s := range q.delayed {
+			if !s.DueAt.After(now) {
+				q.ready = append(q.ready, s)
+				continue
+			}
+			if next.IsZero() || s.DueAt.Before(next) {
+				next = s.DueAt
+			}
+			kept = append(kept, s)
+		}
+		clear(q.delayed[len(kept):])
+		q.delayed = kept
+		if len(q.ready) > 0 {
+			s := q.ready[0]
+			q.ready[0] = nil
+			q.ready = q.ready[1:]
+			q.inflight[s.id] = s
+			c.mine[s.id] = s
+			d := &transport.Delivery{
+				Queue:             c.queue,
+				Body:              append([]byte(nil), s.Body...),
+				Key:               cloneKey(s.Key),
+				Headers:           cloneHeaders(s.Headers),
+				Redeliveries:      s.Redeliveries,
+				AttemptsHeader:    s.Attempts,
+				HasAttemptsHeader: true,
+				Handle:            handle{c: c, id: s.id},
+			}
+			if t.caps.SchemaGate {
+				d.SchemaVersion = s.SchemaVersion
+			}
+			t.mu.Unlock()
+			return d, nil
+		}
+		wake := q.wake
+		t.mu.Unlock()
+		var timer *time.Timer
+		var due <-chan time.Time
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			due = timer.C
+		}
+		var err error
+		select {
+		case <-wake:
+		case <-due:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-c.done:
+			err = transport.ErrClosed
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.Settlement) error {
+	h, ok := d.Handle.(handle)
+	if !ok || h.c != c {
+		return errors.New("memory: delivery does not belong to this consumer")
+	}
+	t := c.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.q(c.queue)
+	stored, ok := q.inflight[h.id]
+	if !ok {
+		return transport.ErrAlreadySettled
+	}
+	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
+		return errors.New("memory: writes are only allowed with Ack")
+	}
+	switch s.Outcome {
+	case transport.Ack:
+		// All writes or none: check every write against the fault hook first.
+		if t.closed {
+			return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
+		}
+		if t.fail != nil {
+			for _, m := range s.Writes {
+				if err := t.fail(m); err != nil {
+					return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+				}
+			}
+		}
+		fail := t.fail
+		t.fail = nil
+		for _, m := range s.Writes {
+			if err := t.writeLocked(m); err != nil {
+				t.fail = fail
+				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+			}
+		}
+		t.fail = fail
+	case transport.Rewind:
+		stored.Redeliveries++
+		q.ready = append([]*Stored{stored}, q.ready...)
+		q.notify()
+	case transport.HandOff:
+		if !t.caps.HandOff {
+			return transport.ErrUnsupported
+		}
+		stored.Redeliveries++
+		q.handedOff = append(q.handedOff, stored)
+	default:
+		return transport.ErrUnsupported
+	}
+	delete(q.inflight, h.id)
+	delete(c.mine, h.id)
+	<-c.slots
+	return nil
+}
+
+// Close stops the consumer; deliveries it handed out and did not settle go back to
+// the front of the queue with a higher redelivery count.
+func (c *consumer) Close(context.Context) error {
+	c.once.Do(func() { close(c.done) })
+	t := c.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	q := t.q(c.queue)
+	for id, s := range c.mine {
+		delete(q.inflight, id)
+		s.Redeliveries++
+		q.ready = append([]*Stored{s}, q.ready...)
+	}
+	clear(c.mine)
+	q.notify()
+	return nil
+}
+
+func cloneKey(k []byte) []byte {
+	if k == nil {
+		return nil
+	}
+	return append([]byte{}, k...)
+}
+
+func cloneHeaders(h map[string]string) map[string]string {
+	if h == nil {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}
