@@ -1,0 +1,439 @@
+#!/usr/bin/env bash
+# scripts/brokers.sh — start, stop and describe the real brokers the tests run against.
+#
+#   scripts/brokers.sh up     [name…]   start (idempotent; waits until each answers)
+#   scripts/brokers.sh down   [name…]   stop what this script started (pid files)
+#   scripts/brokers.sh status [name…]   one line per broker: up/down
+#   scripts/brokers.sh env    [name…]   `export` lines of the URLs the tests read
+#
+# Names: redis rabbitmq kafka artemis sqs pulsar postgres. No names = the default set.
+# Everything binds to 127.0.0.1. See docs/brokers.md.
+#
+# Environment:
+#   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
+#   BQ_STATE_DIR      data, pid files, logs <name>.log   (default /tmp/babelqueue-brokers)
+#   BQ_BROKER_TIMEOUT seconds to wait for each broker     (default 120)
+#   BQ_JAVA           java binary for the JVM brokers     (default: java on PATH)
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ASSETS="$HERE/brokers"
+CACHE=${BQ_CACHE_DIR:-${HOME:-/root}/.cache/babelqueue}
+STATE=${BQ_STATE_DIR:-/tmp/babelqueue-brokers}
+TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
+
+ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres"
+# Pulsar is opt-in: see docs/brokers.md.
+DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis"
+
+# Versions (all from Maven Central; see docs/brokers.md).
+KAFKA_VERSION=${BQ_KAFKA_VERSION:-4.1.1}
+ARTEMIS_VERSION=${BQ_ARTEMIS_VERSION:-2.40.0}
+ELASTICMQ_VERSION=${BQ_ELASTICMQ_VERSION:-1.6.14}
+PULSAR_VERSION=${BQ_PULSAR_VERSION:-4.0.8}
+
+# Ports.
+REDIS_PORT=6379
+AMQP_PORT=5672
+RABBIT_DIST_PORT=25672
+KAFKA_PORT=9092
+KAFKA_CONTROLLER_PORT=9093
+ARTEMIS_AMQP_PORT=5673
+ARTEMIS_CORE_PORT=61616
+SQS_PORT=9324
+PULSAR_PORT=6650
+PULSAR_HTTP_PORT=8080
+PG_PORT=5432
+
+export DEBIAN_FRONTEND=noninteractive
+
+say() { printf '%s\n' "$*" >&2; }
+die() { say "brokers.sh: $*"; exit 1; }
+
+is_root() { [ "$(id -u)" = 0 ]; }
+# as_user USER cmd… — run as USER when we are root, as ourselves otherwise.
+as_user() {
+  local u=$1; shift
+  if is_root && [ "$u" != root ]; then runuser -u "$u" -- "$@"; else "$@"; fi
+}
+
+java_bin() {
+  if [ -n "${BQ_JAVA:-}" ]; then echo "$BQ_JAVA"; return; fi
+  command -v java || echo /usr/bin/java
+}
+
+# ---------------------------------------------------------------------------
+# generic helpers
+
+pidfile() { echo "$STATE/$1.pid"; }
+logfile() { echo "$STATE/$1.log"; }
+
+pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs
+  local f; f=$(pidfile "$1")
+  [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+tcp_open() { # tcp_open PORT
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# tcp_exchange PORT HEX_REQUEST NBYTES -> hex of the first NBYTES answered
+tcp_exchange() {
+  local port=$1 req=$2 n=$3
+  timeout 4 bash -c '
+    exec 3<>/dev/tcp/127.0.0.1/'"$port"' || exit 1
+    printf "$(printf %s "'"$req"'" | sed "s/\(..\)/\\\\x\1/g")" >&3
+    head -c '"$n"' <&3 | od -An -v -tx1 | tr -d " \n"
+  ' 2>/dev/null
+}
+
+tail_log() {
+  local name=$1 f; f=$(logfile "$name")
+  say "---- last lines of $f ----"
+  if [ -f "$f" ]; then tail -n 40 "$f" >&2; else say "(no log)"; fi
+  say "----"
+}
+
+# wait_for NAME — poll NAME_probe until it answers, TIMEOUT seconds at most.
+wait_for() {
+  local name=$1 start=$SECONDS
+  while :; do
+    if "${name}_probe"; then return 0; fi
+    if [ "$(type -t "${name}_died")" = function ] && "${name}_died"; then
+      say "$name: the process exited during start-up"
+      tail_log "$name"; return 1
+    fi
+    if (( SECONDS - start >= TIMEOUT )); then
+      say "$name: no answer after ${TIMEOUT}s"
+      tail_log "$name"; return 1
+    fi
+    sleep 1
+  done
+}
+
+# stop_pid NAME — TERM the pid in NAME's pid file, KILL after 30 s.
+stop_pid() {
+  local name=$1 f pid i
+  f=$(pidfile "$name")
+  [ -s "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null
+    for i in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "$name: still running after 30s, sending KILL"
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  fi
+  rm -f "$f"
+}
+
+# start_bg NAME DIR cmd… — start a daemon in its own session, log to NAME.log, record its pid.
+start_bg() {
+  local name=$1 dir=$2; shift 2
+  ( cd "$dir" && exec setsid nohup "$@" </dev/null >>"$(logfile "$name")" 2>&1 ) &
+  echo $! >"$(pidfile "$name")"
+}
+
+# ---------------------------------------------------------------------------
+# installation: Debian packages (one apt-get for everything missing) and Maven
+
+APT_UPDATED=0
+apt_install() { # apt_install pkg… (only those missing)
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if ! is_root; then command -v sudo >/dev/null || die "need root (or sudo) to install: ${missing[*]}"; sudo="sudo -E"; fi
+  say "installing Debian packages: ${missing[*]}"
+  if [ $APT_UPDATED = 0 ]; then $sudo apt-get update -q >&2 || die "apt-get update failed"; APT_UPDATED=1; fi
+  # Debian's postinst scripts try to start services; there is no init system to do it, and we
+  # start them ourselves, so forbid it for the length of the install.
+  local prc=/usr/sbin/policy-rc.d created=0
+  if is_root && [ ! -e $prc ]; then printf '#!/bin/sh\nexit 101\n' >$prc; chmod +x $prc; created=1; fi
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  local rc=$?
+  [ $created = 1 ] && rm -f $prc
+  [ $rc = 0 ] || die "apt-get install ${missing[*]} failed"
+}
+
+debian_packages_for() { # the Debian packages the named brokers need
+  local n pk=()
+  command -v curl >/dev/null || pk+=(curl)
+  command -v flock >/dev/null || pk+=(util-linux)
+  for n in "$@"; do
+    case $n in
+      redis) pk+=(redis-server redis-tools) ;;
+      rabbitmq) pk+=(rabbitmq-server) ;;
+      postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
+      kafka|artemis|sqs|pulsar)
+        [ -n "${BQ_JAVA:-}" ] || command -v java >/dev/null || pk+=(openjdk-17-jre-headless)
+        command -v mvn >/dev/null || pk+=(maven) ;;
+    esac
+  done
+  printf '%s\n' "${pk[@]}" | sort -u
+}
+
+# mvn_fetch POM OUTDIR — resolve a pom's dependencies into OUTDIR (serialised: one mvn at a time).
+mvn_fetch() {
+  local pom=$1 out=$2
+  mkdir -p "$CACHE"
+  (
+    flock 9
+    mvn -B -q -f "$pom" -DoutputDirectory="$out" dependency:copy-dependencies
+  ) 9>"$CACHE/.mvn.lock"
+}
+
+# mvn_copy GAV OUTDIR — copy one artifact (g:a:v[:type[:classifier]]) into OUTDIR.
+mvn_copy() {
+  local gav=$1 out=$2
+  mkdir -p "$CACHE" "$out"
+  (
+    flock 9
+    mvn -B -q -f "$ASSETS/empty-pom.xml" dependency:copy -Dartifact="$gav" -DoutputDirectory="$out" -Dmdep.useBaseVersion=true
+  ) 9>"$CACHE/.mvn.lock"
+}
+
+# ---------------------------------------------------------------------------
+# redis
+
+redis_probe() { [ "$(timeout 3 redis-cli -h 127.0.0.1 -p $REDIS_PORT ping 2>/dev/null)" = PONG ]; }
+redis_died() { ! pid_alive redis; }
+redis_start() {
+  mkdir -p "$STATE/redis"
+  : >>"$(logfile redis)"
+  redis-server --port $REDIS_PORT --bind 127.0.0.1 --protected-mode yes \
+    --daemonize yes --pidfile "$(pidfile redis)" --logfile "$(logfile redis)" \
+    --dir "$STATE/redis" --save "" --appendonly no --maxmemory 256mb \
+    || return 1
+  local i; for i in $(seq 1 20); do [ -s "$(pidfile redis)" ] && break; sleep 0.1; done
+}
+redis_stop() {
+  pid_alive redis && timeout 10 redis-cli -h 127.0.0.1 -p $REDIS_PORT shutdown nosave >/dev/null 2>&1
+  stop_pid redis
+}
+redis_url() { echo "BQ_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"; }
+redis_ports() { echo "$REDIS_PORT"; }
+
+# ---------------------------------------------------------------------------
+# rabbitmq (Debian's rabbitmq-server, run as the rabbitmq user, not through systemd)
+
+rabbit_env() { # the environment the rabbitmq server and CLI tools share
+  local home=/var/lib/rabbitmq
+  is_root || home=$STATE/rabbitmq
+  RABBIT_ENV=(
+    "PATH=$PATH" "HOME=$home"
+    RABBITMQ_NODENAME=rabbit@localhost
+    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+    "RABBITMQ_NODE_PORT=$AMQP_PORT"
+    "RABBITMQ_DIST_PORT=$RABBIT_DIST_PORT"
+    ERL_EPMD_ADDRESS=127.0.0.1
+    "RABBITMQ_MNESIA_BASE=$STATE/rabbitmq/mnesia"
+    "RABBITMQ_LOG_BASE=$STATE/rabbitmq/log"
+    RABBITMQ_LOGS=-
+    "RABBITMQ_PID_FILE=$STATE/rabbitmq/rabbitmq.pid"
+    "RABBITMQ_ENABLED_PLUGINS_FILE=$STATE/rabbitmq/enabled_plugins"
+    "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+  )
+}
+
+# AMQP 0-9-1: send the protocol header, expect a Connection.Start method frame (type 1, channel 0).
+rabbitmq_probe() { [ "$(tcp_exchange $AMQP_PORT 414d515000000901 3)" = 010000 ]; }
+rabbitmq_died() { ! pid_alive rabbitmq; }
+rabbitmq_start() {
+  mkdir -p "$STATE/rabbitmq/mnesia" "$STATE/rabbitmq/log"
+  [ -f "$STATE/rabbitmq/enabled_plugins" ] || echo '[].' >"$STATE/rabbitmq/enabled_plugins"
+  is_root && chown -R rabbitmq:rabbitmq "$STATE/rabbitmq"
+  rabbit_env
+  local cmd=(env -i "${RABBIT_ENV[@]}" /usr/lib/rabbitmq/bin/rabbitmq-server)
+  is_root && cmd=(runuser -u rabbitmq -- "${cmd[@]}")
+  start_bg rabbitmq "$STATE/rabbitmq" "${cmd[@]}"
+}
+rabbitmq_stop() {
+  if pid_alive rabbitmq; then
+    rabbit_env
+    (cd /tmp && as_user rabbitmq env -i "${RABBIT_ENV[@]}" timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -q shutdown >/dev/null 2>&1) || true
+  fi
+  stop_pid rabbitmq
+}
+rabbitmq_url() { echo "BQ_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/"; }
+rabbitmq_ports() { echo "$AMQP_PORT"; }
+
+# ---------------------------------------------------------------------------
+# postgres (Debian's PostgreSQL binaries, a private cluster under $STATE)
+
+pg_bin() {
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  if [ -n "$d" ]; then echo "$d"; else dirname "$(command -v pg_ctl)"; fi
+}
+PGDATA_DIR() { echo "$STATE/postgres/data"; }
+PGSOCK_DIR() { echo "$STATE/postgres/run"; }
+pg_owner() { if is_root; then echo postgres; else id -un; fi; }
+
+postgres_probe() {
+  pg_isready -q -h 127.0.0.1 -p $PG_PORT -t 2 2>/dev/null || return 1
+  PGPASSWORD=babelqueue PGCONNECT_TIMEOUT=3 psql -qtAX -h 127.0.0.1 -p $PG_PORT -U babelqueue -d babelqueue \
+    -c 'select 1' >/dev/null 2>&1
+}
+postgres_died() { ! pid_alive postgres; }
+postgres_start() {
+  local bin owner data sock
+  bin=$(pg_bin); owner=$(pg_owner); data=$(PGDATA_DIR); sock=$(PGSOCK_DIR)
+  mkdir -p "$STATE/postgres" "$sock"
+  : >>"$(logfile postgres)"
+  if is_root; then chown "$owner" "$STATE/postgres" "$sock" "$(logfile postgres)"; fi
+  if [ ! -s "$data/PG_VERSION" ]; then
+    as_user "$owner" "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+      -E UTF8 --locale=C.UTF-8 >>"$(logfile postgres)" 2>&1 \
+      || as_user "$owner" "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+      -E UTF8 --no-locale >>"$(logfile postgres)" 2>&1 || return 1
+    cat >>"$data/postgresql.conf" <<EOF
+# babelqueue test broker (scripts/brokers.sh)
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$sock'
+shared_buffers = 32MB
+max_connections = 100
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+EOF
+  fi
+  as_user "$owner" "$bin/pg_ctl" -D "$data" -l "$(logfile postgres)" -w -t "$TIMEOUT" start >/dev/null || return 1
+  head -1 "$data/postmaster.pid" >"$(pidfile postgres)"
+  # role and database (idempotent)
+  as_user "$owner" psql -qX -h "$sock" -p $PG_PORT -U postgres -d postgres -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || return 1
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'babelqueue') THEN
+    CREATE ROLE babelqueue LOGIN PASSWORD 'babelqueue' CREATEDB;
+  END IF;
+END $$;
+SELECT 'CREATE DATABASE babelqueue OWNER babelqueue'
+ WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'babelqueue') \gexec
+SQL
+}
+postgres_stop() {
+  local data; data=$(PGDATA_DIR)
+  if pid_alive postgres; then
+    as_user "$(pg_owner)" "$(pg_bin)/pg_ctl" -D "$data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  fi
+  stop_pid postgres
+}
+postgres_url() { echo "BQ_POSTGRES_URL=postgres://babelqueue:babelqueue@127.0.0.1:$PG_PORT/babelqueue?sslmode=disable"; }
+postgres_ports() { echo "$PG_PORT"; }
+
+# ---------------------------------------------------------------------------
+# JVM brokers
+for f in "$ASSETS"/*.sh; do [ -f "$f" ] && . "$f"; done
+
+# ---------------------------------------------------------------------------
+# commands
+
+known() { case " $ALL_NAMES " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# up_one NAME — prepare (download) if needed, start, wait.
+up_one() {
+  local name=$1 t0=$SECONDS
+  if "${name}_probe"; then say "$name: already up"; return 0; fi
+  if pid_alive "$name"; then
+    say "$name: process running (pid $(cat "$(pidfile "$name")")), waiting for it to answer"
+    wait_for "$name" || return 1
+    say "$name: up ($((SECONDS - t0))s)"; return 0
+  fi
+  if [ "$(type -t "${name}_prepare")" = function ]; then
+    "${name}_prepare" || { say "$name: preparing failed"; tail_log "$name"; return 1; }
+  fi
+  # a listener we do not own on the port?
+  local p
+  for p in $("${name}_ports"); do
+    if tcp_open "$p"; then
+      say "$name: port 127.0.0.1:$p is taken by another process and it does not answer as $name"
+      return 1
+    fi
+  done
+  say "$name: starting"
+  "${name}_start" || { say "$name: start failed"; tail_log "$name"; return 1; }
+  wait_for "$name" || return 1
+  say "$name: up on 127.0.0.1:$("${name}_ports" | head -1) ($((SECONDS - t0))s)"
+}
+
+cmd_up() {
+  local names=("$@") n
+  mkdir -p "$STATE" "$CACHE"
+  chmod 755 "$STATE" 2>/dev/null
+  mapfile -t pk < <(debian_packages_for "${names[@]}")
+  [ ${#pk[@]} -gt 0 ] && [ -n "${pk[0]}" ] && apt_install "${pk[@]}"
+  local pids=() rc=0 i
+  for n in "${names[@]}"; do
+    ( set -o pipefail; up_one "$n" 2>&1 | sed -u "s/^/[$n] /" ) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { rc=1; say "[${names[$i]}] FAILED"; }
+  done
+  return $rc
+}
+
+cmd_down() {
+  local n
+  for n in "$@"; do
+    if pid_alive "$n"; then say "$n: stopping"; "${n}_stop"; say "$n: stopped"
+    else rm -f "$(pidfile "$n")"; say "$n: not running (from this script)"; fi
+  done
+}
+
+cmd_status() {
+  local n rc=0 pid
+  for n in "$@"; do
+    pid=""; pid_alive "$n" && pid="pid $(cat "$(pidfile "$n")")"
+    if "${n}_probe"; then
+      printf '%-9s up    127.0.0.1:%-6s %s\n' "$n" "$("${n}_ports" | head -1)" "${pid:-(not started by this script)}"
+    else
+      printf '%-9s down  127.0.0.1:%-6s %s\n' "$n" "$("${n}_ports" | head -1)" "$pid"; rc=3
+    fi
+  done
+  return $rc
+}
+
+cmd_env() {
+  local n line any_sqs=0
+  for n in "$@"; do
+    if [ "$n" = pulsar ] && ! pulsar_probe; then continue; fi
+    line=$("${n}_url"); echo "export $line"
+    [ "$n" = sqs ] && any_sqs=1
+  done
+  if [ $any_sqs = 1 ]; then
+    echo "export AWS_ACCESS_KEY_ID=x"
+    echo "export AWS_SECRET_ACCESS_KEY=x"
+    echo "export AWS_REGION=us-east-1"
+    echo "export AWS_DEFAULT_REGION=us-east-1"
+  fi
+}
+
+main() {
+  local cmd=${1:-}; shift || true
+  local names=() explicit=0 n
+  if [ $# -gt 0 ]; then
+    explicit=1
+    for n in "$@"; do known "$n" || die "unknown broker '$n' (known: $ALL_NAMES)"; names+=("$n"); done
+  else
+    read -r -a names <<<"$DEFAULT_NAMES"
+    if [ "$cmd" = status ] || [ "$cmd" = down ] || [ "$cmd" = env ]; then
+      # show/stop/print pulsar too when it happens to run
+      { pid_alive pulsar || pulsar_probe; } 2>/dev/null && names+=(pulsar)
+    fi
+  fi
+  BQ_EXPLICIT=$explicit
+  case $cmd in
+    up) cmd_up "${names[@]}" ;;
+    down) cmd_down "${names[@]}" ;;
+    status) cmd_status "${names[@]}" ;;
+    env) cmd_env "${names[@]}" ;;
+    *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
+  esac
+}
+
+main "$@"
