@@ -236,7 +236,9 @@ func testBodyBytesExact(t *testing.T, cfg Config) {
 	}
 }
 
-func sortBytes(b [][]byte) { sort.Slice(b, func(i, j int) bool { return bytes.Compare(b[i], b[j]) < 0 }) }
+func sortBytes(b [][]byte) {
+	sort.Slice(b, func(i, j int) bool { return bytes.Compare(b[i], b[j]) < 0 })
+}
 
 func testHeadersAndKey(t *testing.T, cfg Config) {
 	tr := open(t, cfg)
