@@ -1,0 +1,94 @@
+// Package pyinterop finds and runs the Python SDK (babelqueue==1.24.0) that the
+// interop and differential tests use as their peer. scripts/pyenv.sh creates its
+// virtual environment; tests never install anything themselves.
+package pyinterop
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// RepoRoot returns the directory holding go.mod, found by walking up from the working
+// directory of the test.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("pyinterop: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Python returns the interpreter of the virtual environment: $BQ_PYTHON, else
+// <repo>/.cache/pyenv/bin/python. When it is missing the test fails under CI=true and
+// is skipped elsewhere, with the command that creates it.
+func Python(t testing.TB) string {
+	t.Helper()
+	py := os.Getenv("BQ_PYTHON")
+	if py == "" {
+		py = filepath.Join(RepoRoot(t), ".cache", "pyenv", "bin", "python")
+	}
+	if _, err := os.Stat(py); err != nil {
+		msg := "python SDK peer not installed at " + py + ": run scripts/pyenv.sh (or set BQ_PYTHON)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " (CI=true: interop tests never skip)")
+		}
+		t.Skip(msg)
+	}
+	return py
+}
+
+// Script returns the path of a helper script in scripts/py.
+func Script(t testing.TB, name string) string {
+	t.Helper()
+	return filepath.Join(RepoRoot(t), "scripts", "py", name)
+}
+
+// Run runs the Python script with args and stdin, failing the test on a non-zero exit
+// (its stderr is shown), and returns stdout.
+func Run(t testing.TB, timeout time.Duration, stdin []byte, script string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Python(t), append([]string{script}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("python %s %v: %v\nstderr:\n%s", filepath.Base(script), args, err, errb.String())
+	}
+	return out.Bytes()
+}
+
+// Start starts the Python script in the background and returns the command; the test's
+// cleanup kills it if it is still running.
+func Start(t testing.TB, script string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(Python(t), append([]string{script}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, &out
+}
