@@ -178,11 +178,11 @@ debian_packages_for() { # the Debian packages the named brokers need
 
 # mvn_fetch POM OUTDIR — resolve a pom's dependencies into OUTDIR (serialised: one mvn at a time).
 mvn_fetch() {
-  local pom=$1 out=$2
+  local pom=$1 out=$2; shift 2
   mkdir -p "$CACHE"
   (
     flock 9
-    mvn -B -q -f "$pom" -DoutputDirectory="$out" dependency:copy-dependencies
+    mvn -B -q -f "$pom" -DoutputDirectory="$out" "$@" dependency:copy-dependencies
   ) 9>"$CACHE/.mvn.lock"
 }
 
@@ -332,6 +332,8 @@ for f in "$ASSETS"/*.sh; do [ -f "$f" ] && . "$f"; done
 # ---------------------------------------------------------------------------
 # commands
 
+first_port() { local p; p=$("${1}_ports"); echo "${p%% *}"; }
+
 known() { case " $ALL_NAMES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # up_one NAME — prepare (download) if needed, start, wait.
@@ -343,6 +345,7 @@ up_one() {
     wait_for "$name" || return 1
     say "$name: up ($((SECONDS - t0))s)"; return 0
   fi
+  [ -s "$(logfile "$name")" ] && mv -f "$(logfile "$name")" "$(logfile "$name").prev"
   if [ "$(type -t "${name}_prepare")" = function ]; then
     "${name}_prepare" || { say "$name: preparing failed"; tail_log "$name"; return 1; }
   fi
@@ -357,7 +360,7 @@ up_one() {
   say "$name: starting"
   "${name}_start" || { say "$name: start failed"; tail_log "$name"; return 1; }
   wait_for "$name" || return 1
-  say "$name: up on 127.0.0.1:$("${name}_ports" | head -1) ($((SECONDS - t0))s)"
+  say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
 }
 
 cmd_up() {
@@ -390,9 +393,9 @@ cmd_status() {
   for n in "$@"; do
     pid=""; pid_alive "$n" && pid="pid $(cat "$(pidfile "$n")")"
     if "${n}_probe"; then
-      printf '%-9s up    127.0.0.1:%-6s %s\n' "$n" "$("${n}_ports" | head -1)" "${pid:-(not started by this script)}"
+      printf '%-9s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
     else
-      printf '%-9s down  127.0.0.1:%-6s %s\n' "$n" "$("${n}_ports" | head -1)" "$pid"; rc=3
+      printf '%-9s down  127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "$pid"; rc=3
     fi
   done
   return $rc
