@@ -70,7 +70,7 @@ func Decode(body []byte) (*Envelope, error) {
 		case "attempts":
 			n, ok := intOrNull(body, m)
 			if !ok {
-				return nil, wrongType(name, "an int64 integer or null", m)
+				return nil, wrongType(name, wantInt, m)
 			}
 			e.Attempts = int(n)
 		case "meta":
@@ -126,11 +126,15 @@ func (s *scanner) poison() *PoisonError {
 	return &PoisonError{Reason: s.reason, Detail: fmt.Sprintf("%s at byte %d", s.detail, s.errAt)}
 }
 
+// wantInt describes the integer members.
+const wantInt = "an int64 integer or null"
+
 func wrongType(name, want string, m *member) error {
 	got := article(m.kind)
-	if m.kind == kindNumber && !m.intLit {
+	switch {
+	case m.kind == kindNumber && !m.intLit:
 		got = "a number with a fraction or exponent"
-	} else if m.kind == kindNumber {
+	case m.kind == kindNumber && want == wantInt:
 		got = "an integer outside int64"
 	}
 	return &PoisonError{Reason: ReasonWrongType, Detail: fmt.Sprintf("member %q must be %s, got %s", name, want, got)}
@@ -263,7 +267,7 @@ func decodeMeta(obj []byte, meta *Meta) error {
 		case "schema_version", "created_at":
 			n, ok := intOrNull(obj, m)
 			if !ok {
-				return wrongType("meta."+name, "an int64 integer or null", m)
+				return wrongType("meta."+name, wantInt, m)
 			}
 			if name == "created_at" {
 				meta.CreatedAt = n
@@ -306,7 +310,7 @@ func decodeDeadLetter(obj []byte, dl *DeadLetter) error {
 		case "failed_at", "attempts":
 			n, ok := intOrNull(obj, m)
 			if !ok {
-				return wrongType("dead_letter."+name, "an int64 integer or null", m)
+				return wrongType("dead_letter."+name, wantInt, m)
 			}
 			if name == "failed_at" {
 				dl.FailedAt = n

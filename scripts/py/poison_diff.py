@@ -38,7 +38,12 @@ def as_text(raw: bytes) -> str:
 
 
 def as_bytes(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # A lone surrogate code point (from a \ud800 escape that was decoded and
+        # re-encoded unescaped) cannot be UTF-8: show it as its 3-byte form.
+        return text.encode("utf-8", "surrogatepass")
 
 
 def drain(transport: InMemoryTransport, queue: str):
@@ -104,7 +109,7 @@ def main() -> None:
             _, rest, err = run(text, urn, 2)
             if rest:
                 res["retry"] = b64(rest[0])
-        print(json.dumps(res, ensure_ascii=False), flush=True)
+        print(json.dumps(res), flush=True)
 
 
 if __name__ == "__main__":
