@@ -72,7 +72,7 @@ func Decode(body []byte) (*Envelope, error) {
 			if !ok {
 				return nil, wrongType(name, wantInt, m)
 			}
-			e.Attempts = int(n)
+			e.Attempts, e.hasAttempts = int(n), m.kind == kindNumber
 		case "meta":
 			if !objectOrNull(m) {
 				return nil, wrongType(name, "an object or null", m)

@@ -60,9 +60,10 @@ type Envelope struct {
 	// DeadLetter is non-nil only when the body carries a dead_letter object.
 	DeadLetter *DeadLetter
 
-	raw       []byte
-	hasMeta   bool
-	dataIsObj bool
+	raw         []byte
+	hasMeta     bool
+	dataIsObj   bool
+	hasAttempts bool
 }
 
 // Raw returns the exact bytes the envelope was decoded from (nil for an
@@ -85,9 +86,11 @@ func DataAs[T any](e *Envelope) (T, error) {
 }
 
 // Accepts applies the consumer acceptance rule: a URN (job or urn), a meta
-// block with schema_version equal to [SchemaVersion], a data object and a
-// non-blank trace_id. It returns nil, or an error matching [ErrNotAccepted]
-// that says which rule failed.
+// block with schema_version equal to [SchemaVersion], a data object, a
+// non-blank trace_id and, for a decoded body, an integer attempts member
+// (the Python SDK 1.24.0 rejects a missing or null attempts too; a negative
+// one is accepted, as there). It returns nil, or an error matching
+// [ErrNotAccepted] that says which rule failed.
 func (e *Envelope) Accepts() error {
 	switch {
 	case e == nil:
@@ -104,6 +107,8 @@ func (e *Envelope) Accepts() error {
 		return notAccepted("data is not an object")
 	case blank(e.TraceID):
 		return notAccepted("trace_id is missing or blank")
+	case e.raw != nil && !e.hasAttempts:
+		return notAccepted("attempts is missing or null")
 	}
 	return nil
 }

@@ -46,7 +46,8 @@ var hostileCases = []hostileCase{
 	{"attempts-negative", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":-1}`, "", true},
 	{"attempts-minus-zero", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":-0}`, "", true},
 	{"attempts-int64-max", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":9223372036854775807}`, "", true},
-	{"attempts-null", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":null}`, "", true},
+	{"attempts-null", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":null}`, "", false},
+	{"no-attempts", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1}}`, "", false},
 	{"dup-attempts-good", withGood(`"job":"urn:a","attempts":4,`), "", true},
 	{"deep-1001", withGood(`"job":"urn:a","x":` + nested("[", "]", 1001) + `,`), "", true},
 	{"deep-10000", `{"job":"urn:a",` + good + `,"x":` + nested("[", "]", 9999) + `}`, "", true},
@@ -130,6 +131,7 @@ var hostileCases = []hostileCase{
 	{"identity-less-escaped-dead-letter", `{"dead\u005fletter":{},"x":1}`, ReasonIdentityLess, false},
 	{"identity-less-nested-dead-letter", `{"x":{"dead_letter":1}}`, ReasonIdentityLess, false},
 	{"identity-less-lone-surrogate", `{"x":"\ud800"}`, ReasonIdentityLess, false},
+	{"identity-less-trailing-ws", "{\"a\":1} \n", ReasonIdentityLess, false},
 	{"identity-less-deep-998", `{"x":` + nested("[", "]", 998) + `}`, ReasonIdentityLess, false},
 
 	// poison: too deep
