@@ -1,0 +1,56 @@
+package artemis_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/artemis"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// brokerURL is the URL of the Artemis the integration tests run against.
+func brokerURL(t testing.TB) string {
+	t.Helper()
+	return transporttest.BrokerURL(t, "BQ_ARTEMIS_URL", "artemis")
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// openTransport opens a transport on the test broker and closes it with the test.
+func openTransport(t testing.TB, opts ...artemis.Option) *artemis.Transport {
+	t.Helper()
+	raw := brokerURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := artemis.Open(ctx, raw, append([]artemis.Option{artemis.WithLogger(quiet())}, opts...)...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	return tr
+}
+
+func TestTransportKit(t *testing.T) {
+	raw := brokerURL(t)
+	transporttest.Run(t, transporttest.Config{
+		Open: func(t *testing.T) transport.Transport {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tr, err := transport.Open(ctx, raw)
+			if err != nil {
+				t.Fatalf("transport.Open: %v", err)
+			}
+			return tr
+		},
+		NoKeys:             true,
+		NativeRedeliveries: true,
+	})
+}

@@ -1,0 +1,83 @@
+// Package artemis is the transport behind artemis:// and artemis+ssl:// URLs: Apache
+// ActiveMQ Artemis spoken over AMQP 1.0 with github.com/Azure/go-amqp.
+//
+// Import it for its side effect to make the schemes available to transport.Open (and
+// so to babelqueue.Open):
+//
+//	import _ "github.com/babelqueue-go/babelqueue/transport/artemis"
+//
+//	t, err := transport.Open(ctx, "artemis://user:secret@127.0.0.1:5672")
+//
+// or build a transport around a connection you dialled yourself (custom TLS, SASL
+// EXTERNAL, XOAUTH2) with [New].
+//
+// # URL
+//
+//	artemis://[user[:password]@]host[:port][?param=value&…]
+//	artemis+ssl://…                                  (TLS; default port 5671)
+//
+// The port defaults to 5672 (artemis) or 5671 (artemis+ssl). Credentials in the URL are
+// sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
+// parameters:
+//
+//	idle_timeout    Go duration; the AMQP idle timeout (default 60s, "0" disables it)
+//	container_id    the AMQP container-id of the connection (default: random)
+//	server_name     TLS server name to verify (artemis+ssl only; default: the host)
+//
+// Any other parameter, a malformed value, a missing host or a path is an error from
+// Open that names the parameter and never echoes the password.
+//
+// # Queues
+//
+// A BabelQueue queue is an Artemis anycast queue of the same name. Senders and
+// receivers attach with the "queue" capability, so Artemis auto-creates the address and
+// its anycast queue on first use (the broker's auto-create-queues setting, on by
+// default) and a JMS peer reads it as queue://name.
+//
+// # The message (binding §7)
+//
+// The body is the envelope bytes in a single AMQP data section, never re-encoded, with
+// content-type application/json so a JMS peer reading through Artemis sees a
+// TextMessage. On produce the envelope is projected onto what a JMS peer reads:
+//
+//	x-opt-jms-type message annotation  the URN (JMSType)
+//	properties.correlation-id          trace_id (JMSCorrelationID), a string
+//	properties.message-id              meta.id, a string
+//	properties.creation-time           meta.created_at (JMSTimestamp)
+//	application properties (strings)   bq_schema_version, bq_source_lang, bq_attempts,
+//	                                   bq_app_id = "babelqueue"
+//
+// Out-of-band headers ([transport.Message.Headers]) ride as further string application
+// properties; they never replace a projected one. On consume, [transport.Delivery.Headers]
+// holds only those, [transport.Delivery.Redeliveries] is the AMQP header's 0-based
+// delivery-count, the attempts header is bq_attempts and the schema-version header is
+// bq_schema_version exactly as the broker typed it. A body that arrives as an AMQP value
+// section (a string or binary value, as some peers send it) is handed over as its bytes.
+//
+// # Settlement
+//
+// Every write the transport makes is sent unsettled and counts only once Artemis
+// answered with the accepted outcome. Settle with Ack makes the settle writes, waits for
+// each to be accepted and only then accepts the delivery; when a write fails nothing is
+// accepted and the error matches [transport.ErrSettleWrite]. Rewind answers the
+// delivery with the modified outcome and delivery-failed set, so Artemis redelivers it
+// with a higher delivery-count. The link credit of a consumer is its prefetch: no more
+// than [transport.ConsumeOptions.Prefetch] deliveries are ever outstanding.
+//
+// Artemis keeps its own redelivery limit (the address setting max-delivery-attempts,
+// 10 by default) and moves a message rewound that often to its dead-letter address:
+// keep it above the runtime's max_attempts.
+//
+// # Delays
+//
+// [transport.Message.Delay] uses Artemis scheduled delivery (the x-opt-delivery-delay
+// message annotation), so retry tiers wait on the broker, not in the worker.
+//
+// # Reconnection
+//
+// When the connection drops (a broker restart), the next publish or receive dials again,
+// backing off between attempts. Deliveries handed out over the lost connection are
+// already back on the broker: rewinding one succeeds, acknowledging one fails and the
+// broker redelivers it. A transport built with [New] reconnects only when given a dial
+// function with [WithDial].
+package artemis

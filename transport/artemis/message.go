@@ -1,0 +1,235 @@
+package artemis
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/Azure/go-amqp"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Names of the binding (SPEC §7, manifest block "artemis").
+const (
+	// AnnotationJMSType is the message annotation that carries the URN; a JMS peer reads
+	// it as JMSType.
+	AnnotationJMSType = "x-opt-jms-type"
+	// AnnotationDeliveryDelay is the Artemis scheduled-delivery annotation (milliseconds).
+	AnnotationDeliveryDelay = "x-opt-delivery-delay"
+	// AnnotationJMSDest tells a JMS peer the destination is a queue (0).
+	AnnotationJMSDest = "x-opt-jms-dest"
+
+	// PropSchemaVersion is the schema-version application property.
+	PropSchemaVersion = "bq_schema_version"
+	// PropSourceLang is the producing SDK's language.
+	PropSourceLang = "bq_source_lang"
+	// PropAttempts is the attempts header.
+	PropAttempts = "bq_attempts"
+	// PropAppID is always "babelqueue".
+	PropAppID = "bq_app_id"
+
+	// AppID is the value of [PropAppID].
+	AppID = "babelqueue"
+	// ContentType is the content-type of the data section.
+	ContentType = "application/json"
+)
+
+// capabilityQueue makes Artemis treat an attached address as an anycast queue.
+const capabilityQueue = "queue"
+
+func reserved(name string) bool {
+	switch name {
+	case PropSchemaVersion, PropSourceLang, PropAttempts, PropAppID:
+		return true
+	}
+	return false
+}
+
+// toAMQP projects m onto an AMQP message. The body is the single data section, unchanged.
+func toAMQP(m *transport.Message) *amqp.Message {
+	p := m.Projection
+	msg := &amqp.Message{
+		Header: &amqp.MessageHeader{Durable: true},
+		Data:   [][]byte{m.Body},
+		Annotations: amqp.Annotations{
+			AnnotationJMSDest: int8(0),
+		},
+		Properties: &amqp.MessageProperties{
+			ContentType: ptr(ContentType),
+		},
+		ApplicationProperties: make(map[string]any, 4+len(m.Headers)),
+	}
+	for k, v := range m.Headers {
+		if !reserved(k) {
+			msg.ApplicationProperties[k] = v
+		}
+	}
+	if p.URN != "" {
+		msg.Annotations[AnnotationJMSType] = p.URN
+	}
+	if p.TraceID != "" {
+		msg.Properties.CorrelationID = p.TraceID
+	}
+	if p.MessageID != "" {
+		msg.Properties.MessageID = p.MessageID
+	}
+	if p.CreatedAt != 0 {
+		ts := time.UnixMilli(p.CreatedAt).UTC()
+		msg.Properties.CreationTime = &ts
+	}
+	if p.SchemaVersion != 0 {
+		msg.ApplicationProperties[PropSchemaVersion] = strconv.Itoa(p.SchemaVersion)
+	}
+	if p.Lang != "" {
+		msg.ApplicationProperties[PropSourceLang] = p.Lang
+	}
+	msg.ApplicationProperties[PropAttempts] = strconv.Itoa(max(m.Attempts, 0))
+	msg.ApplicationProperties[PropAppID] = AppID
+	if m.Delay > 0 {
+		msg.Annotations[AnnotationDeliveryDelay] = m.Delay.Milliseconds()
+		if m.Delay%time.Millisecond != 0 {
+			msg.Annotations[AnnotationDeliveryDelay] = m.Delay.Milliseconds() + 1
+		}
+	}
+	return msg
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fromAMQP reads a received AMQP message into a delivery. It never panics on what the
+// broker sends: a body in an unexpected section becomes the bytes that can be read, and
+// headers of unexpected types are left out.
+func fromAMQP(queue string, msg *amqp.Message) *transport.Delivery {
+	d := &transport.Delivery{Queue: queue, Body: bodyOf(msg)}
+	if msg.Header != nil {
+		d.Redeliveries = int(min(msg.Header.DeliveryCount, math.MaxInt32))
+	}
+	for k, v := range msg.ApplicationProperties {
+		switch k {
+		case PropAttempts:
+			if n, ok := attemptsValue(v); ok {
+				d.AttemptsHeader, d.HasAttemptsHeader = n, true
+			}
+		case PropSchemaVersion:
+			d.SchemaVersion = schemaValue(v)
+		case PropSourceLang, PropAppID:
+		default:
+			if s, ok := v.(string); ok {
+				if d.Headers == nil {
+					d.Headers = map[string]string{}
+				}
+				d.Headers[k] = s
+			}
+		}
+	}
+	return d
+}
+
+// bodyOf returns the body bytes: the data sections joined (one in the usual case), or
+// the bytes of a string or binary value section. Anything else (a sequence, a typed
+// value) has no envelope bytes and yields an empty body, which the runtime treats as
+// poison.
+func bodyOf(msg *amqp.Message) []byte {
+	switch {
+	case len(msg.Data) == 1:
+		return msg.Data[0]
+	case len(msg.Data) > 1:
+		var n int
+		for _, b := range msg.Data {
+			n += len(b)
+		}
+		out := make([]byte, 0, n)
+		for _, b := range msg.Data {
+			out = append(out, b...)
+		}
+		return out
+	}
+	switch v := msg.Value.(type) {
+	case string:
+		return []byte(v)
+	case []byte:
+		return v
+	}
+	return []byte{}
+}
+
+// attemptsValue reads bq_attempts: a decimal string (as every SDK writes it) or an
+// integer typed by another producer. A value that is not valid UTF-8 or not a number is
+// no header.
+func attemptsValue(v any) (int, bool) {
+	switch n := v.(type) {
+	case string:
+		if !utf8.ValidString(n) {
+			return 0, false
+		}
+		i, err := strconv.Atoi(n)
+		if err != nil || i < 0 {
+			return 0, false
+		}
+		return i, true
+	case int8, int16, int32, int64, uint8, uint16, uint32, uint64, int, uint:
+		i, ok := toInt64(n)
+		if !ok || i < 0 || i > math.MaxInt32 {
+			return 0, false
+		}
+		return int(i), true
+	}
+	return 0, false
+}
+
+// schemaValue is bq_schema_version as the broker typed it, in the forms
+// [transport.Delivery.SchemaVersion] allows: nil, string, int64, float64 or bool. A value
+// of another AMQP type is reported as a string naming its type, which the gate rejects.
+func schemaValue(v any) any {
+	switch s := v.(type) {
+	case nil:
+		return nil
+	case string, bool, float64:
+		return s
+	case float32:
+		return float64(s)
+	case int8, int16, int32, int64, uint8, uint16, uint32, uint64, int, uint:
+		if i, ok := toInt64(s); ok {
+			return i
+		}
+		return fmt.Sprint(s)
+	case amqp.Null:
+		return nil
+	}
+	return fmt.Sprintf("(%T)", v)
+}
+
+func toInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint64:
+		if n > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(n), true
+	case uint:
+		if uint64(n) > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(n), true
+	}
+	return 0, false
+}
