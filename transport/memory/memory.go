@@ -265,6 +265,9 @@ type handle struct {
 }
 
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():

@@ -1,0 +1,230 @@
+package babelqueue
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Kind is what became of a delivery before it is settled.
+type Kind int
+
+const (
+	// Handled: the handler returned nil.
+	Handled Kind = iota
+	// Failed: the handler returned an error, panicked or ran past its timeout.
+	Failed
+	// UnknownURN: a valid envelope whose URN has no handler.
+	UnknownURN
+	// Poison: a body that is not a usable envelope (SPEC §2).
+	Poison
+	// SchemaRejected: the schema-version header was rejected before the body was read
+	// (SPEC §6).
+	SchemaRejected
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case Handled:
+		return "handled"
+	case Failed:
+		return "failed"
+	case UnknownURN:
+		return "unknown_urn"
+	case Poison:
+		return "poison"
+	case SchemaRejected:
+		return "schema_rejected"
+	default:
+		return fmt.Sprintf("kind(%d)", int(k))
+	}
+}
+
+// Action is what the runtime does to settle a delivery.
+type Action int
+
+const (
+	// ActAck acknowledges the delivery: it is done.
+	ActAck Action = iota
+	// ActDrop acknowledges the delivery without handling it and logs why.
+	ActDrop
+	// ActRetry re-publishes the body with attempts set to Decision.Attempts, after
+	// Decision.Delay, then acknowledges the original.
+	ActRetry
+	// ActRelease re-publishes the body unchanged, then acknowledges the original.
+	ActRelease
+	// ActDeadLetter appends a dead_letter block (Decision.Reason) and writes the body
+	// to the DLQ, then acknowledges the original.
+	ActDeadLetter
+	// ActPoisonDeadLetter writes the poison dead-letter body of SPEC §2 to the DLQ.
+	ActPoisonDeadLetter
+	// ActPoisonRetry re-publishes the poison body unchanged with the attempts header
+	// set to Decision.Attempts (the bounded fail path).
+	ActPoisonRetry
+	// ActRawDeadLetter writes the incoming body, byte-identical, to the DLQ.
+	ActRawDeadLetter
+	// ActHandOff leaves the delivery to the broker's own redrive.
+	ActHandOff
+	// ActRewind gives the delivery back to the broker to redeliver.
+	ActRewind
+)
+
+// String returns the action's name.
+func (a Action) String() string {
+	switch a {
+	case ActAck:
+		return "ack"
+	case ActDrop:
+		return "drop"
+	case ActRetry:
+		return "retry"
+	case ActRelease:
+		return "release"
+	case ActDeadLetter:
+		return "dead_letter"
+	case ActPoisonDeadLetter:
+		return "poison_dead_letter"
+	case ActPoisonRetry:
+		return "poison_retry"
+	case ActRawDeadLetter:
+		return "raw_dead_letter"
+	case ActHandOff:
+		return "handoff"
+	case ActRewind:
+		return "rewind"
+	default:
+		return fmt.Sprintf("action(%d)", int(a))
+	}
+}
+
+// Facts are what the runtime knows of a delivery when it settles it.
+type Facts struct {
+	// Kind is what became of the delivery.
+	Kind Kind
+	// Attempts is the delivery's reconciled attempts counter (SPEC §7).
+	Attempts int
+}
+
+// Policy is the part of the options that settlement reads (SPEC §4).
+type Policy struct {
+	MaxAttempts  int
+	DeadLetter   bool
+	OnUnknownURN UnknownURNStrategy
+	RetryTiers   []time.Duration
+}
+
+// DLQOn reports whether dead-lettering is on: dead_letter is true or on_unknown_urn is
+// dead_letter.
+func (p Policy) DLQOn() bool { return p.DeadLetter || p.OnUnknownURN == UnknownDeadLetter }
+
+// Decision is the outcome of [Decide].
+type Decision struct {
+	// Action is what to do.
+	Action Action
+	// Reason is the dead_letter reason for ActDeadLetter and ActPoisonDeadLetter, and
+	// a short word for ActDrop.
+	Reason string
+	// Attempts is the counter written by a retry, or recorded in a dead_letter block.
+	Attempts int
+	// Delay is the retry tier's delay for ActRetry and ActPoisonRetry.
+	Delay time.Duration
+}
+
+// Dead-letter reasons (SPEC §3) and drop reasons.
+const (
+	ReasonFailed     = "failed"
+	ReasonUnknownURN = "unknown_urn"
+	ReasonPoison     = "poison"
+
+	dropDeleted   = "on_unknown_urn=delete"
+	dropExhausted = "max_attempts reached with dead-lettering off"
+	dropNoTiers   = "poison without retry tiers or DLQ"
+	dropRejected  = "schema version rejected with dead-lettering off"
+)
+
+// Decide is the settlement rule of SPEC §5 and §6, as one pure function of what is
+// known of a delivery, the options and the transport's capabilities. The runtime
+// carries out what it returns; the table-driven tests of this function are the
+// settlement specification in executable form.
+func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
+	switch f.Kind {
+	case Handled:
+		return Decision{Action: ActAck}
+
+	case Failed:
+		return failPath(f, p, c, ReasonFailed)
+
+	case UnknownURN:
+		switch p.OnUnknownURN {
+		case UnknownDelete:
+			return Decision{Action: ActDrop, Reason: dropDeleted}
+		case UnknownRelease:
+			return Decision{Action: ActRelease, Attempts: f.Attempts}
+		case UnknownDeadLetter:
+			return Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: f.Attempts}
+		default:
+			return failPath(f, p, c, ReasonUnknownURN)
+		}
+
+	case Poison:
+		if c.PoisonAlwaysDeadLetter {
+			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: f.Attempts}
+		}
+		if p.OnUnknownURN == UnknownDelete {
+			return Decision{Action: ActDrop, Reason: dropDeleted}
+		}
+		if p.DLQOn() {
+			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: f.Attempts}
+		}
+		if c.HandOff {
+			return Decision{Action: ActHandOff}
+		}
+		if c.PoisonNeedsRetryTiers && len(p.RetryTiers) == 0 {
+			return Decision{Action: ActDrop, Reason: dropNoTiers, Attempts: f.Attempts}
+		}
+		n := f.Attempts + 1
+		if n < p.MaxAttempts {
+			return Decision{Action: ActPoisonRetry, Attempts: n, Delay: tierDelay(p.RetryTiers, n, c)}
+		}
+		return Decision{Action: ActDrop, Reason: dropExhausted, Attempts: n}
+
+	case SchemaRejected:
+		switch {
+		case p.OnUnknownURN == UnknownDelete:
+			return Decision{Action: ActDrop, Reason: dropDeleted}
+		case p.DLQOn():
+			return Decision{Action: ActRawDeadLetter, Attempts: f.Attempts}
+		case c.HandOff:
+			return Decision{Action: ActHandOff}
+		default:
+			return Decision{Action: ActDrop, Reason: dropRejected}
+		}
+	}
+	return Decision{Action: ActRewind}
+}
+
+func failPath(f Facts, p Policy, c transport.Capabilities, reason string) Decision {
+	n := f.Attempts + 1
+	if n < p.MaxAttempts {
+		return Decision{Action: ActRetry, Attempts: n, Delay: tierDelay(p.RetryTiers, n, c)}
+	}
+	if p.DLQOn() {
+		return Decision{Action: ActDeadLetter, Reason: reason, Attempts: n}
+	}
+	return Decision{Action: ActDrop, Reason: dropExhausted, Attempts: n}
+}
+
+// tierDelay is the delay of the retry that makes attempt n (1-based): the n-th tier,
+// or the last tier once the tiers run out.
+func tierDelay(tiers []time.Duration, n int, c transport.Capabilities) time.Duration {
+	if len(tiers) == 0 || n < 1 {
+		return 0
+	}
+	d := tiers[min(n, len(tiers))-1]
+	if c.MaxDelay > 0 && d > c.MaxDelay {
+		d = c.MaxDelay
+	}
+	return d
+}
