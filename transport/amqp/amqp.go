@@ -1,0 +1,489 @@
+package amqp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+func init() {
+	for _, scheme := range []string{"amqp", "amqps"} {
+		transport.Register(scheme, func(ctx context.Context, u *url.URL) (transport.Transport, error) {
+			return dialURL(ctx, u)
+		})
+	}
+}
+
+// MaxDelay is the longest delay a delay queue can hold: x-message-ttl is an unsigned
+// 32-bit number of milliseconds.
+const MaxDelay = time.Duration(1<<32-1) * time.Millisecond
+
+// DefaultConfirmTimeout bounds the wait for a publisher confirm when no other timeout
+// is set.
+const DefaultConfirmTimeout = 30 * time.Second
+
+// ErrDeliveryLost matches a Settle of a delivery whose channel or connection died
+// before it was settled. The broker redelivers such a delivery; nothing was written
+// for it. The error also matches [transport.ErrAlreadySettled].
+var ErrDeliveryLost = errors.New("amqp: delivery's channel was lost; the broker redelivers it")
+
+// errConnectionLost is returned when a connection built by the user died and no
+// redial function was given.
+var errConnectionLost = errors.New("amqp: connection lost and no redial function (use WithRedial)")
+
+// Option configures a [Transport].
+type Option func(*settings)
+
+type settings struct {
+	logger         *slog.Logger
+	confirmTimeout time.Duration
+	noUserConfirm  bool
+	noDeclare      bool
+	connName       string
+	heartbeat      time.Duration
+	connTimeout    time.Duration
+	tlsConfig      *tls.Config
+	dialer         func(ctx context.Context, network, addr string) (net.Conn, error)
+	redial         func(ctx context.Context) (*amqp091.Connection, error)
+	maxIdleChans   int
+}
+
+func defaultSettings() settings {
+	return settings{
+		confirmTimeout: DefaultConfirmTimeout,
+		connName:       "babelqueue-go",
+		connTimeout:    30 * time.Second,
+		maxIdleChans:   16,
+	}
+}
+
+// WithLogger sets the logger for reconnections and other events (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
+
+// WithConfirmTimeout bounds the wait for a publisher confirm, for settle writes and for
+// the user's Publish (default [DefaultConfirmTimeout]). A context deadline that comes
+// sooner wins.
+func WithConfirmTimeout(d time.Duration) Option {
+	return func(s *settings) {
+		if d > 0 {
+			s.confirmTimeout = d
+		}
+	}
+}
+
+// WithoutPublishConfirms makes the user's Publish return as soon as the message is
+// written to the socket, without waiting for the broker's confirm. Settle writes are
+// always confirmed.
+func WithoutPublishConfirms() Option { return func(s *settings) { s.noUserConfirm = true } }
+
+// WithoutDeclare stops the transport from declaring work and dead-letter queues, for a
+// topology managed elsewhere (quorum queues, policies). Publishing to a queue that
+// does not exist then loses the message, as RabbitMQ drops unroutable messages. Delay
+// queues are still declared.
+func WithoutDeclare() Option { return func(s *settings) { s.noDeclare = true } }
+
+// WithConnectionName sets the connection_name client property, shown by
+// rabbitmqctl list_connections (default "babelqueue-go").
+func WithConnectionName(name string) Option { return func(s *settings) { s.connName = name } }
+
+// WithHeartbeat sets the heartbeat interval (default: the server's proposal).
+func WithHeartbeat(d time.Duration) Option { return func(s *settings) { s.heartbeat = d } }
+
+// WithTLSConfig sets the TLS configuration used for amqps:// URLs.
+func WithTLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
+
+// WithDialer replaces the TCP dialer, for proxies, tunnels or tests. It is called for
+// every (re)connection.
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(s *settings) { s.dialer = dial }
+}
+
+// WithRedial gives a transport built with [New] a way to open a new connection when
+// the one it was given is lost. Without it such a transport stops working once its
+// connection closes.
+func WithRedial(redial func(ctx context.Context) (*amqp091.Connection, error)) Option {
+	return func(s *settings) { s.redial = redial }
+}
+
+// Dial connects to the broker at rawURL (amqp:// or amqps://) and returns a transport
+// that redials it whenever the connection is lost.
+func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		reason := "cannot parse URL"
+		if errors.As(err, &ue) {
+			reason += ": " + ue.Err.Error()
+		}
+		return nil, fmt.Errorf("%w: %s", transport.ErrBadURL, reason)
+	}
+	return dialURL(ctx, u, opts...)
+}
+
+// ownParams are the query parameters this package reads itself; they are not passed
+// on to amqp091.
+var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare"}
+
+// clientParams are the RabbitMQ URI query parameters amqp091 reads.
+var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism",
+	"certfile", "keyfile", "cacertfile", "server_name_indication"}
+
+// parseURL checks u and returns the URL handed to amqp091 (without this package's own
+// parameters) and the settings the URL sets.
+func parseURL(u *url.URL, s *settings) (string, error) {
+	scheme := strings.ToLower(u.Scheme)
+	bad := func(param, reason string) error {
+		return &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
+	}
+	if scheme != "amqp" && scheme != "amqps" {
+		return "", bad("scheme", "want amqp:// or amqps://")
+	}
+	if u.Opaque != "" {
+		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
+	}
+	if err := transport.CheckParams(u, append(append([]string(nil), clientParams...), ownParams...)...); err != nil {
+		return "", err
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return "", bad("port", "not a port number (1-65535)")
+		}
+	}
+	if strings.Contains(u.Host, " ") {
+		return "", bad("host", "contains a space")
+	}
+	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
+		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
+	}
+	q := u.Query()
+	for name, vals := range q {
+		if len(vals) > 1 {
+			return "", bad(name, "given more than once")
+		}
+	}
+	if q.Has("certfile") != q.Has("keyfile") {
+		return "", bad("certfile", "certfile and keyfile go together")
+	}
+	if scheme == "amqp" {
+		for _, p := range []string{"certfile", "keyfile", "cacertfile", "server_name_indication"} {
+			if q.Has(p) {
+				return "", bad(p, "only meaningful with amqps://")
+			}
+		}
+	}
+	if q.Has("heartbeat") {
+		n, err := strconv.ParseUint(q.Get("heartbeat"), 10, 16)
+		if err != nil {
+			return "", bad("heartbeat", "want whole seconds (0-65535)")
+		}
+		s.heartbeat = time.Duration(n) * time.Second
+	}
+	if q.Has("connection_timeout") {
+		n, err := strconv.ParseUint(q.Get("connection_timeout"), 10, 31)
+		if err != nil || n == 0 {
+			return "", bad("connection_timeout", "want a positive whole number of milliseconds")
+		}
+		s.connTimeout = time.Duration(n) * time.Millisecond
+	}
+	if q.Has("channel_max") {
+		if _, err := strconv.ParseUint(q.Get("channel_max"), 10, 16); err != nil {
+			return "", bad("channel_max", "want a whole number (0-65535)")
+		}
+	}
+	for _, m := range q["auth_mechanism"] {
+		switch strings.ToLower(m) {
+		case "plain", "amqplain", "external":
+		default:
+			return "", bad("auth_mechanism", "want plain, amqplain or external")
+		}
+	}
+	if q.Has("publish_confirms") {
+		b, err := strconv.ParseBool(q.Get("publish_confirms"))
+		if err != nil {
+			return "", bad("publish_confirms", "want true or false")
+		}
+		s.noUserConfirm = !b
+	}
+	if q.Has("declare") {
+		b, err := strconv.ParseBool(q.Get("declare"))
+		if err != nil {
+			return "", bad("declare", "want true or false")
+		}
+		s.noDeclare = !b
+	}
+	if q.Has("confirm_timeout") {
+		d, err := time.ParseDuration(q.Get("confirm_timeout"))
+		if err != nil || d <= 0 {
+			return "", bad("confirm_timeout", "want a positive Go duration such as 10s")
+		}
+		s.confirmTimeout = d
+	}
+	if q.Has("connection_name") {
+		s.connName = q.Get("connection_name")
+	}
+	c := *u
+	c.Scheme = scheme
+	c.Fragment, c.RawFragment = "", ""
+	for _, p := range ownParams {
+		q.Del(p)
+	}
+	c.RawQuery = q.Encode()
+	if _, err := amqp091.ParseURI(c.String()); err != nil {
+		// amqp091's messages never hold the password, but keep to a fixed reason anyway.
+		return "", bad("url", "rejected by the AMQP client")
+	}
+	return c.String(), nil
+}
+
+func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
+	s := defaultSettings()
+	raw, err := parseURL(u, &s)
+	if err != nil {
+		return nil, err
+	}
+	// Options given in code win over the URL.
+	for _, o := range opts {
+		o(&s)
+	}
+	redacted := transport.RedactURL(u)
+	t := newTransport(s)
+	t.dial = func(ctx context.Context) (*amqp091.Connection, error) {
+		cfg := amqp091.Config{
+			Heartbeat:       s.heartbeat,
+			TLSClientConfig: s.tlsConfig,
+			Properties:      amqp091.NewConnectionProperties(),
+		}
+		if s.tlsConfig != nil {
+			cfg.TLSClientConfig = s.tlsConfig.Clone()
+		}
+		cfg.Properties.SetClientConnectionName(s.connName)
+		cfg.Dial = func(network, addr string) (net.Conn, error) {
+			dctx, cancel := context.WithTimeout(ctx, s.connTimeout)
+			defer cancel()
+			var conn net.Conn
+			var err error
+			if s.dialer != nil {
+				conn, err = s.dialer(dctx, network, addr)
+			} else {
+				var d net.Dialer
+				conn, err = d.DialContext(dctx, network, addr)
+			}
+			if err != nil {
+				return nil, err
+			}
+			// A deadline for the TLS and AMQP handshakes; amqp091 clears it once open.
+			deadline := time.Now().Add(s.connTimeout)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+				deadline = dl
+			}
+			if err := conn.SetDeadline(deadline); err != nil {
+				_ = conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		}
+		conn, err := amqp091.DialConfig(raw, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("amqp: connect to %s: %w", redacted, scrub(err, u))
+		}
+		return conn, nil
+	}
+	if _, _, err := t.connection(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// scrub makes sure an error from the client never carries the URL's password.
+func scrub(err error, u *url.URL) error {
+	if u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+// New builds a transport around a connection the caller opened (custom TLS, auth,
+// tuning). The transport does not close conn on Close: it is the caller's. When conn is
+// lost the transport uses the function given with [WithRedial], if any, to open a new
+// one. Do not enable amqp091's experimental automatic recovery on conn: the transport
+// tracks channels itself.
+func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
+	if conn == nil {
+		return nil, errors.New("amqp: New: nil connection")
+	}
+	s := defaultSettings()
+	for _, o := range opts {
+		o(&s)
+	}
+	t := newTransport(s)
+	t.conn = conn
+	t.gen = 1
+	t.userConn = conn
+	if s.redial != nil {
+		t.dial = s.redial
+	}
+	return t, nil
+}
+
+func newTransport(s settings) *Transport {
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	return &Transport{
+		s:         s,
+		log:       s.logger.With("transport", "amqp"),
+		declared:  map[string]bool{},
+		consumers: map[*consumer]struct{}{},
+	}
+}
+
+// Transport is a RabbitMQ connection. It is safe for concurrent use.
+type Transport struct {
+	s    settings
+	log  *slog.Logger
+	dial func(ctx context.Context) (*amqp091.Connection, error)
+
+	mu        sync.Mutex // guards the fields below; held while dialling
+	conn      *amqp091.Connection
+	userConn  *amqp091.Connection // the caller's connection, never closed by us
+	gen       uint64              // bumped for every new connection
+	declared  map[string]bool     // queues declared on the current connection
+	idle      []*pubChan          // idle confirm channels of the current connection
+	closed    bool
+	consumers map[*consumer]struct{}
+
+	declMu sync.Mutex // serialises declares on the admin channel
+	admin  *amqp091.Channel
+	adminG uint64
+}
+
+// Capabilities reports what the RabbitMQ binding does: attempts from the body, delays
+// through per-delay queues, no native delivery count.
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{
+		Attempts: transport.AttemptsFromBody,
+		Delay:    true,
+		MaxDelay: MaxDelay,
+	}
+}
+
+// connection returns a live connection and its generation, dialling a new one when the
+// current one is gone.
+func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, 0, transport.ErrClosed
+	}
+	if t.conn != nil && !t.conn.IsClosed() {
+		return t.conn, t.gen, nil
+	}
+	if t.dial == nil {
+		return nil, 0, errConnectionLost
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	if t.conn != nil {
+		t.log.Warn("amqp: connection lost, reconnecting")
+	}
+	conn, err := t.dial(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if t.conn != nil && t.conn != t.userConn {
+		_ = t.conn.Close()
+	}
+	t.conn = conn
+	t.gen++
+	clear(t.declared)
+	for _, pc := range t.idle {
+		_ = pc.ch.Close()
+	}
+	t.idle = nil
+	return conn, t.gen, nil
+}
+
+// declare declares queue (durable, classic) with args on conn, once per connection.
+func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, args amqp091.Table) error {
+	t.mu.Lock()
+	done := t.gen == gen && t.declared[queue]
+	t.mu.Unlock()
+	if done {
+		return nil
+	}
+	t.declMu.Lock()
+	defer t.declMu.Unlock()
+	if t.admin == nil || t.adminG != gen || t.admin.IsClosed() {
+		if t.admin != nil {
+			_ = t.admin.Close()
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.admin = nil
+			return fmt.Errorf("amqp: open channel: %w", err)
+		}
+		t.admin, t.adminG = ch, gen
+	}
+	if _, err := t.admin.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("amqp: declare queue %q: %w", queue, err)
+	}
+	t.mu.Lock()
+	if t.gen == gen {
+		t.declared[queue] = true
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// Close closes every consumer (their unsettled deliveries go back to the broker), the
+// channels and, unless it was built with [New], the connection.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	cs := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close(ctx)
+	}
+	t.declMu.Lock()
+	if t.admin != nil {
+		_ = t.admin.Close()
+		t.admin = nil
+	}
+	t.declMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pc := range t.idle {
+		_ = pc.ch.Close()
+	}
+	t.idle = nil
+	if t.conn != nil && t.conn != t.userConn && !t.conn.IsClosed() {
+		return t.conn.Close()
+	}
+	return nil
+}
