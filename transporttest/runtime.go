@@ -281,7 +281,7 @@ func rtPoison(t *testing.T, cfg Config) {
 	bodies := [][]byte{
 		[]byte(`not json`),
 		[]byte(`{"trace_id":"t","data":{},"n":1e400}`), // identity-less: spliced
-		[]byte(`{"job":42,"data":{}}`),                // wrong type
+		[]byte(`{"job":42,"data":{}}`),                 // wrong type
 	}
 	ctx := context.Background()
 	for _, b := range bodies {
