@@ -221,14 +221,36 @@ func (c Config) ConnOptions() *amqp.ConnOptions {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		var ue *url.Error
-		reason := "cannot parse URL"
-		if errors.As(err, &ue) {
-			reason = "cannot parse URL: " + ue.Err.Error()
-		}
-		return nil, &transport.BadURLError{Scheme: "artemis", Param: "url", Reason: reason}
+		return nil, badParse(err)
 	}
 	return OpenURL(ctx, u, opts...)
+}
+
+// DialURL dials the broker of an artemis:// or artemis+ssl:// URL and returns the bare
+// go-amqp connection, for use with [New] and [WithDial] or on its own.
+func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, badParse(err)
+	}
+	cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
+	if err != nil {
+		return nil, fmt.Errorf("artemis: dial %s: %w", cfg, err)
+	}
+	return conn, nil
+}
+
+func badParse(err error) error {
+	var ue *url.Error
+	reason := "cannot parse URL"
+	if errors.As(err, &ue) {
+		reason = "cannot parse URL: " + ue.Err.Error()
+	}
+	return &transport.BadURLError{Scheme: "artemis", Param: "url", Reason: reason}
 }
 
 // OpenURL is [Open] for a parsed URL.

@@ -1,0 +1,151 @@
+package artemis
+
+import (
+	"testing"
+	"time"
+
+	amqp "github.com/Azure/go-amqp"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// What the broker hands over is data: odd sections and property types never panic and
+// map onto the delivery as documented.
+func TestFromAMQPOddMessages(t *testing.T) {
+	cases := []struct {
+		name     string
+		msg      *amqp.Message
+		body     string
+		redeliv  int
+		attempts int
+		hasAtt   bool
+		schema   any
+		headers  map[string]string
+	}{
+		{name: "empty message", msg: &amqp.Message{}, body: ""},
+		{name: "value string", msg: &amqp.Message{Value: `{"job":"x"}`}, body: `{"job":"x"}`},
+		{name: "value binary", msg: &amqp.Message{Value: []byte{0xff, 0x00}}, body: "\xff\x00"},
+		{name: "value map", msg: &amqp.Message{Value: map[string]any{"a": 1}}, body: ""},
+		{name: "sequence", msg: &amqp.Message{Sequence: [][]any{{"a"}}}, body: ""},
+		{name: "two data sections", msg: &amqp.Message{Data: [][]byte{[]byte(`{"a"`), []byte(`:1}`)}}, body: `{"a":1}`},
+		{name: "delivery count", msg: &amqp.Message{Header: &amqp.MessageHeader{DeliveryCount: 7}}, redeliv: 7},
+		{name: "huge delivery count", msg: &amqp.Message{Header: &amqp.MessageHeader{DeliveryCount: 1<<32 - 1}}, redeliv: 1<<31 - 1},
+		{name: "attempts string", msg: props(PropAttempts, "3"), attempts: 3, hasAtt: true},
+		{name: "attempts int", msg: props(PropAttempts, int32(4)), attempts: 4, hasAtt: true},
+		{name: "attempts negative", msg: props(PropAttempts, "-1")},
+		{name: "attempts garbage", msg: props(PropAttempts, "three")},
+		{name: "attempts bad utf8", msg: props(PropAttempts, "\xff\xfe")},
+		{name: "attempts huge uint", msg: props(PropAttempts, uint64(1<<63))},
+		{name: "attempts binary", msg: props(PropAttempts, []byte("3"))},
+		{name: "schema string", msg: props(PropSchemaVersion, "1"), schema: "1"},
+		{name: "schema padded", msg: props(PropSchemaVersion, " 1"), schema: " 1"},
+		{name: "schema int", msg: props(PropSchemaVersion, int32(1)), schema: int64(1)},
+		{name: "schema double", msg: props(PropSchemaVersion, 1.0), schema: 1.0},
+		{name: "schema bool", msg: props(PropSchemaVersion, true), schema: true},
+		{name: "schema null", msg: props(PropSchemaVersion, nil), schema: nil},
+		{name: "schema binary", msg: props(PropSchemaVersion, []byte("1")), schema: "([]uint8)"},
+		{name: "user headers only strings", msg: &amqp.Message{ApplicationProperties: map[string]any{
+			"traceparent": "00-ab", "n": int64(5), PropAppID: AppID, PropSourceLang: "php", PropAttempts: "0",
+		}}, attempts: 0, hasAtt: true, headers: map[string]string{"traceparent": "00-ab"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := fromAMQP("q", tc.msg)
+			if string(d.Body) != tc.body {
+				t.Errorf("body = %q, want %q", d.Body, tc.body)
+			}
+			if d.Body == nil {
+				t.Error("body is nil, want non-nil")
+			}
+			if d.Redeliveries != tc.redeliv {
+				t.Errorf("Redeliveries = %d, want %d", d.Redeliveries, tc.redeliv)
+			}
+			if d.AttemptsHeader != tc.attempts || d.HasAttemptsHeader != tc.hasAtt {
+				t.Errorf("attempts header = %d/%v, want %d/%v", d.AttemptsHeader, d.HasAttemptsHeader, tc.attempts, tc.hasAtt)
+			}
+			if d.SchemaVersion != tc.schema {
+				t.Errorf("SchemaVersion = %#v, want %#v", d.SchemaVersion, tc.schema)
+			}
+			if len(d.Headers) != len(tc.headers) {
+				t.Errorf("Headers = %v, want %v", d.Headers, tc.headers)
+			}
+			for k, v := range tc.headers {
+				if d.Headers[k] != v {
+					t.Errorf("Headers[%q] = %q, want %q", k, d.Headers[k], v)
+				}
+			}
+		})
+	}
+}
+
+func props(k string, v any) *amqp.Message {
+	return &amqp.Message{ApplicationProperties: map[string]any{k: v}}
+}
+
+func TestToAMQPProjection(t *testing.T) {
+	m := &transport.Message{
+		Queue: "orders",
+		Body:  []byte(`{"job":"urn:babel:orders:created"}`),
+		Headers: map[string]string{
+			"traceparent": "00-ab", PropAttempts: "99", PropAppID: "not-us",
+		},
+		Attempts: 2,
+		Delay:    1500*time.Millisecond + 1,
+		Projection: transport.Projection{
+			URN: "urn:babel:orders:created", TraceID: "t-1", MessageID: "m-1", Lang: "go", SchemaVersion: 1, CreatedAt: 1749132727000,
+		},
+	}
+	msg := toAMQP(m)
+	if len(msg.Data) != 1 || string(msg.Data[0]) != string(m.Body) || msg.Value != nil {
+		t.Errorf("body sections: data=%q value=%v", msg.Data, msg.Value)
+	}
+	want := map[string]any{"traceparent": "00-ab", PropAttempts: "2", PropAppID: AppID, PropSourceLang: "go", PropSchemaVersion: "1"}
+	if len(msg.ApplicationProperties) != len(want) {
+		t.Errorf("application properties = %v, want %v", msg.ApplicationProperties, want)
+	}
+	for k, v := range want {
+		if msg.ApplicationProperties[k] != v {
+			t.Errorf("%s = %#v, want %#v", k, msg.ApplicationProperties[k], v)
+		}
+	}
+	if msg.Annotations[AnnotationDeliveryDelay] != int64(1501) {
+		t.Errorf("delay annotation = %#v, want 1501 (rounded up)", msg.Annotations[AnnotationDeliveryDelay])
+	}
+	if !msg.Header.Durable {
+		t.Error("message not durable")
+	}
+
+	// A raw write (zero projection): only what is known is projected.
+	raw := toAMQP(&transport.Message{Queue: "q.dlq", Body: []byte("x")})
+	if _, ok := raw.Annotations[AnnotationJMSType]; ok {
+		t.Error("raw write carries a JMS type")
+	}
+	if raw.Properties.CorrelationID != nil || raw.Properties.MessageID != nil || raw.Properties.CreationTime != nil {
+		t.Errorf("raw write properties = %+v", raw.Properties)
+	}
+	if _, ok := raw.ApplicationProperties[PropSchemaVersion]; ok {
+		t.Error("raw write carries bq_schema_version")
+	}
+	if raw.ApplicationProperties[PropAttempts] != "0" || raw.ApplicationProperties[PropAppID] != AppID {
+		t.Errorf("raw write properties = %v", raw.ApplicationProperties)
+	}
+	if _, ok := raw.Annotations[AnnotationDeliveryDelay]; ok {
+		t.Error("an immediate write carries a delay")
+	}
+}
+
+func FuzzFromAMQP(f *testing.F) {
+	seed := toAMQP(&transport.Message{Queue: "q", Body: []byte(`{"job":"a"}`), Headers: map[string]string{"h": "v"}, Attempts: 1})
+	b, err := seed.MarshalBinary()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m amqp.Message
+		if err := m.UnmarshalBinary(data); err != nil {
+			return
+		}
+		_ = fromAMQP("q", &m)
+	})
+}

@@ -1,0 +1,137 @@
+package artemis_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/artemis"
+)
+
+func TestParseURL(t *testing.T) {
+	cases := []struct {
+		url      string
+		addr     string
+		user     string
+		password string
+		creds    bool
+		idle     time.Duration
+		tls      bool
+		sni      string
+	}{
+		{url: "artemis://127.0.0.1:5673", addr: "amqp://127.0.0.1:5673"},
+		{url: "artemis://broker", addr: "amqp://broker:5672"},
+		{url: "ARTEMIS://broker/", addr: "amqp://broker:5672"},
+		{url: "artemis+ssl://broker", addr: "amqps://broker:5671", tls: true, sni: "broker"},
+		{url: "artemis+ssl://broker:5700?server_name=mq.example.org", addr: "amqps://broker:5700", tls: true, sni: "mq.example.org"},
+		{url: "artemis://u:p%40ss@[::1]:5673", addr: "amqp://[::1]:5673", user: "u", password: "p@ss", creds: true},
+		{url: "artemis://onlyuser@h", addr: "amqp://h:5672", user: "onlyuser", creds: true},
+		{url: "artemis://h?idle_timeout=15s", addr: "amqp://h:5672", idle: 15 * time.Second},
+		{url: "artemis://h?idle_timeout=0", addr: "amqp://h:5672", idle: -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.url, func(t *testing.T) {
+			u, err := url.Parse(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := artemis.ParseURL(u)
+			if err != nil {
+				t.Fatalf("ParseURL: %v", err)
+			}
+			if c.Addr != tc.addr || c.Username != tc.user || c.Password != tc.password || c.HasCredentials != tc.creds || c.IdleTimeout != tc.idle {
+				t.Errorf("got %+v", c)
+			}
+			if (c.TLS != nil) != tc.tls {
+				t.Errorf("TLS = %v, want %v", c.TLS != nil, tc.tls)
+			}
+			if c.TLS != nil && c.TLS.ServerName != tc.sni {
+				t.Errorf("ServerName = %q, want %q", c.TLS.ServerName, tc.sni)
+			}
+			if strings.Contains(c.String(), "p@ss") {
+				t.Errorf("String() shows the password: %s", c.String())
+			}
+		})
+	}
+}
+
+func TestOpenRejectsBadURLs(t *testing.T) {
+	const secret = "s3cr3t-pw"
+	cases := []struct {
+		url   string
+		param string
+	}{
+		{"artemis://u:" + secret + "@h:5673?prefetch=10", "prefetch"},
+		{"artemis://u:" + secret + "@h:5673?idle_timeout=soon", "idle_timeout"},
+		{"artemis://u:" + secret + "@h:5673?idle_timeout=-3s", "idle_timeout"},
+		{"artemis://u:" + secret + "@h:5673?container_id=", "container_id"},
+		{"artemis://u:" + secret + "@h:5673?container_id=a&container_id=b", "container_id"},
+		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name"},
+		{"artemis://u:" + secret + "@:5673", "host"},
+		{"artemis://u:" + secret + "@h:99999", "port"},
+		{"artemis://u:" + secret + "@h:5673/orders", "path"},
+		{"artemis://u:" + secret + "@h:5673#frag", "fragment"},
+		{"artemis:u:" + secret + "@h", "host"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.param, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			tr, err := transport.Open(ctx, tc.url)
+			if err == nil {
+				_ = tr.Close(ctx)
+				t.Fatalf("Open(%s) succeeded", transport.Redact(tc.url))
+			}
+			if !errors.Is(err, transport.ErrBadURL) {
+				t.Errorf("error %v does not match transport.ErrBadURL", err)
+			}
+			var bad *transport.BadURLError
+			if !errors.As(err, &bad) || bad.Param != tc.param {
+				t.Errorf("error %v: want a BadURLError naming %q", err, tc.param)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error echoes the password: %v", err)
+			}
+		})
+	}
+}
+
+// A broker that is not there is an error from Open that names the address and never
+// the password.
+func TestOpenUnreachableHidesPassword(t *testing.T) {
+	const secret = "s3cr3t-pw"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens there.
+	_, err := transport.Open(ctx, "artemis://u:"+secret+"@127.0.0.1:1")
+	if err == nil {
+		t.Fatal("Open of a closed port succeeded")
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("error echoes the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("error does not name the broker: %v", err)
+	}
+}
+
+func TestCapabilities(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr, err := artemis.Open(ctx, brokerURL(t), artemis.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(ctx) }()
+	c := tr.Capabilities()
+	if c.Attempts != transport.AttemptsMaxNative || !c.Delay || !c.SchemaGate || c.HandOff || c.SchemaGateAcceptsInteger {
+		t.Errorf("Capabilities = %+v", c)
+	}
+	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
+		t.Errorf("DLQ of orders = %q, want orders.dlq", got)
+	}
+}
