@@ -1,0 +1,126 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+func TestURLErrorsNameTheParameter(t *testing.T) {
+	cases := []struct {
+		url   string
+		param string
+	}{
+		{"amqp://guest:s3cret@127.0.0.1:5672/?bogus=1", "bogus"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?heartbeat=ten", "heartbeat"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?heartbeat=70000", "heartbeat"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?connection_timeout=-5", "connection_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?connection_timeout=0", "connection_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?channel_max=x", "channel_max"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?auth_mechanism=kerberos", "auth_mechanism"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?publish_confirms=perhaps", "publish_confirms"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?declare=maybe", "declare"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?confirm_timeout=soon", "confirm_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?confirm_timeout=-1s", "confirm_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?heartbeat=1&heartbeat=2", "heartbeat"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?certfile=/c.pem", "certfile"},
+		{"amqps://guest:s3cret@127.0.0.1:5671/?certfile=/c.pem", "certfile"},
+		{"amqp://guest:s3cret@127.0.0.1:99999/", "port"},
+		{"amqp://guest:s3cret@127.0.0.1:0/", "port"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/a/b", "vhost"},
+	}
+	for _, c := range cases {
+		t.Run(c.param, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			tr, err := transport.Open(ctx, c.url)
+			if err == nil {
+				_ = tr.Close(ctx)
+				t.Fatalf("Open(%s) succeeded, want an error naming %q", transport.Redact(c.url), c.param)
+			}
+			if !errors.Is(err, transport.ErrBadURL) {
+				t.Errorf("error %v does not match transport.ErrBadURL", err)
+			}
+			var bad *transport.BadURLError
+			if !errors.As(err, &bad) || bad.Param != c.param {
+				t.Errorf("error %v: want a BadURLError naming %q", err, c.param)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error echoes the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestDialUnparseableURLHidesPassword(t *testing.T) {
+	_, err := Dial(context.Background(), "amqp://guest:s3cret@127.0.0.1:5672/\x7f")
+	if !errors.Is(err, transport.ErrBadURL) {
+		t.Fatalf("err = %v, want ErrBadURL", err)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error echoes the password: %v", err)
+	}
+}
+
+func TestURLSettings(t *testing.T) {
+	u, _ := url.Parse("amqps://u:p@rabbit.example:5671/prod?heartbeat=15&connection_timeout=2500&publish_confirms=false&confirm_timeout=3s&connection_name=billing&declare=0&cacertfile=/ca.pem")
+	s := defaultSettings()
+	raw, err := parseURL(u, &s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.heartbeat != 15*time.Second || s.connTimeout != 2500*time.Millisecond || !s.noUserConfirm ||
+		s.confirmTimeout != 3*time.Second || s.connName != "billing" || !s.noDeclare {
+		t.Errorf("settings from the URL: %+v", s)
+	}
+	for _, own := range ownParams {
+		if strings.Contains(raw, own+"=") {
+			t.Errorf("URL handed to the client still holds %s: %s", own, transport.Redact(raw))
+		}
+	}
+	if !strings.Contains(raw, "cacertfile=") || !strings.Contains(raw, "/prod") {
+		t.Errorf("client URL lost a client parameter or the vhost: %s", transport.Redact(raw))
+	}
+}
+
+func TestConnectErrorHidesPassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Nothing listens on port 1 of loopback.
+	_, err := transport.Open(ctx, "amqp://guest:s3cret@127.0.0.1:1/?connection_timeout=2000")
+	if err == nil {
+		t.Fatal("Open of a closed port succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error echoes the password: %v", err)
+	}
+}
+
+func TestSchemesRegistered(t *testing.T) {
+	got := strings.Join(transport.Schemes(), ",")
+	for _, s := range []string{"amqp", "amqps"} {
+		if !strings.Contains(","+got+",", ","+s+",") {
+			t.Errorf("scheme %s not registered (have %s)", s, got)
+		}
+	}
+}
+
+func TestHeaderIntNeverPanics(t *testing.T) {
+	good := map[any]int{int8(-3): -3, int16(7): 7, int32(2): 2, int64(9): 9, uint8(4): 4, uint16(5): 5,
+		uint32(6): 6, float64(3): 3, float32(8): 8, "12": 12, " 4 ": 4}
+	for v, want := range good {
+		if n, ok := headerInt(v); !ok || n != want {
+			t.Errorf("headerInt(%T %v) = %d, %v; want %d", v, v, n, ok, want)
+		}
+	}
+	for _, v := range []any{nil, "x", "1.5", 1.5, int64(1) << 40, uint64(1) << 63, true, []any{1}, map[string]any{}, "\xff\xfe"} {
+		if n, ok := headerInt(v); ok {
+			t.Errorf("headerInt(%T %v) = %d, true; want not readable", v, v, n)
+		}
+	}
+}
