@@ -17,3 +17,12 @@ func TestTransport(t *testing.T) {
 		NativeRedeliveries: false,
 	})
 }
+
+// TestRuntime runs the runtime's settlement cases end to end through RabbitMQ.
+func TestRuntime(t *testing.T) {
+	transporttest.RunRuntime(t, transporttest.Config{
+		Open:     func(t *testing.T) transport.Transport { return openT(t) },
+		NewQueue: func(t *testing.T) string { return newQueue(t) },
+		NoKeys:   true,
+	})
+}
