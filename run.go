@@ -32,6 +32,16 @@ type PanicError struct {
 // Error describes the panic.
 func (e *PanicError) Error() string { return fmt.Sprintf("babelqueue: handler panicked: %v", e.Value) }
 
+// UnknownURNError is the failure of a valid envelope whose URN has no handler. Its text
+// is the one every BabelQueue SDK writes into the dead_letter block.
+type UnknownURNError struct {
+	// URN is the URN that has no handler.
+	URN string
+}
+
+// Error names the URN.
+func (e *UnknownURNError) Error() string { return "No handler mapped for URN [" + e.URN + "]." }
+
 // UnsupportedSchemaRoute is the reserved route prefix of deliveries rejected by the
 // schema-version gate (SPEC §6). No handler can match it.
 const UnsupportedSchemaRoute = "babelqueue:unsupported-schema-version:"
@@ -168,7 +178,7 @@ func (a *App) process(ctx context.Context, c transport.Consumer, d *transport.De
 		h, ok := a.handler(x.env.Job)
 		if !ok {
 			x.facts.Kind = UnknownURN
-			x.cause = fmt.Errorf("babelqueue: no handler registered for %s", x.env.Job)
+			x.cause = &UnknownURNError{URN: x.env.Job}
 		} else {
 			err := a.invoke(ctx, h, x.message)
 			switch {
@@ -288,11 +298,21 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 			Attempts:      dec.Attempts,
 			Lang:          envelope.Lang,
 		}
-		if x.cause != nil {
+		// An unknown URN dead-lettered by strategy has no error; a failure carries its
+		// error and type, as the other SDKs write them.
+		if x.cause != nil && !(x.facts.Kind == UnknownURN && a.cfg.onUnknownURN == UnknownDeadLetter) {
 			msg, typ := x.cause.Error(), exceptionName(x.cause)
 			dl.Error, dl.Exception = &msg, &typ
 		}
-		body, err := envelope.AppendDeadLetter(d.Body, dl)
+		// The dead-lettered body records the attempts made, like the dead_letter block.
+		body := d.Body
+		if x.env != nil && x.env.Attempts != dec.Attempts {
+			var err error
+			if body, err = envelope.SetAttempts(body, dec.Attempts); err != nil {
+				return transport.Settlement{}, err
+			}
+		}
+		body, err := envelope.AppendDeadLetter(body, dl)
 		if err != nil {
 			return transport.Settlement{}, err
 		}

@@ -214,7 +214,7 @@ func rtRetryThenDeadLetter(t *testing.T, cfg Config) {
 	}
 	mu.Unlock()
 	w := parse(t, dead[0])
-	if w.DeadLetter == nil || w.DeadLetter.Reason != "failed" || w.DeadLetter.Attempts != 3 ||
+	if w.Attempts != 3 || w.DeadLetter == nil || w.DeadLetter.Reason != "failed" || w.DeadLetter.Attempts != 3 ||
 		w.DeadLetter.OriginalQueue != q || w.DeadLetter.Lang != "go" || w.DeadLetter.Error == nil ||
 		*w.DeadLetter.Error != "payment gateway timeout" || w.DeadLetter.FailedAt == 0 {
 		t.Errorf("dead_letter block = %+v in %s", w.DeadLetter, dead[0])
@@ -234,7 +234,8 @@ func rtUnknownDeadLetter(t *testing.T, cfg Config) {
 	dead := drain(t, cfg, a.Transport(), a.DeadLetterQueue(), 1)
 	stop()
 	w := parse(t, dead[0])
-	if w.DeadLetter == nil || w.DeadLetter.Reason != "unknown_urn" || w.DeadLetter.Attempts != 0 || w.Job != "urn:babel:nobody:home" {
+	if w.DeadLetter == nil || w.DeadLetter.Reason != "unknown_urn" || w.DeadLetter.Attempts != 0 || w.Job != "urn:babel:nobody:home" ||
+		w.DeadLetter.Error != nil || w.DeadLetter.Exception != nil {
 		t.Errorf("unknown URN dead letter = %s", dead[0])
 	}
 	drain(t, cfg, a.Transport(), q, 0)
