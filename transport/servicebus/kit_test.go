@@ -1,0 +1,28 @@
+package servicebus
+
+import (
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// openFake returns a transport on a fresh fake broker.
+func openFake(t *testing.T, b *fakeBroker, opts ...Option) *Transport {
+	t.Helper()
+	return newTransport(b.client(), newConfig(opts))
+}
+
+// TestTransportKit runs the behavioural kit every transport passes, against the fake
+// broker behind the SDK seam (no Service Bus namespace or emulator runs here).
+func TestTransportKit(t *testing.T) {
+	transporttest.Run(t, transporttest.Config{
+		Open: func(t *testing.T) transport.Transport {
+			return openFake(t, newFakeBroker())
+		},
+		NativeRedeliveries: true,
+		ReceiveTimeout:     10 * time.Second,
+		QuietPeriod:        300 * time.Millisecond,
+	})
+}

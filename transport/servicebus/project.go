@@ -1,0 +1,274 @@
+package servicebus
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Application property names of the binding (SPEC §7 binding §4, manifest block "asb").
+const (
+	// PropSchemaVersion carries meta.schema_version as an AMQP int; the schema-version
+	// gate reads it on consume.
+	PropSchemaVersion = "bq-schema-version"
+	// PropSourceLang carries meta.lang as a string.
+	PropSourceLang = "bq-source-lang"
+	// PropCreatedAt carries meta.created_at (Unix ms) as an AMQP long.
+	PropCreatedAt = "bq-created-at"
+	// PropAttempts carries [transport.Message.Attempts] as an AMQP int. It is written only
+	// when the count is above zero (absent means zero) and is where the count of a body
+	// that cannot be decoded (poison) rides.
+	PropAttempts = "bq-attempts"
+)
+
+// ContentType is the content type of every message the transport writes.
+const ContentType = "application/json"
+
+// MaxKeyLength is the longest [transport.Message.Key] Service Bus accepts as a
+// PartitionKey, in bytes.
+const MaxKeyLength = 128
+
+// ErrInvalidKey is returned by Publish and Settle for a key that cannot be a Service Bus
+// PartitionKey: not valid UTF-8, or longer than [MaxKeyLength] bytes.
+var ErrInvalidKey = errors.New("servicebus: key cannot be a PartitionKey")
+
+var errSDKPanic = errors.New("servicebus: the SDK panicked converting a received message")
+
+func isReserved(name string) bool {
+	switch name {
+	case PropSchemaVersion, PropSourceLang, PropCreatedAt, PropAttempts:
+		return true
+	}
+	return false
+}
+
+// Project builds the Service Bus message the transport sends for m: the body unchanged,
+// Subject = URN, CorrelationID = trace_id, MessageID = meta.id, ContentType =
+// application/json, the typed bq- application properties of the projection, bq-attempts
+// when m.Attempts is above zero, m.Headers as extra string application properties (never
+// replacing a projected one), the key as PartitionKey and the delay as
+// ScheduledEnqueueTime (counted from now). Fields of a zero projection are left out.
+func Project(m *transport.Message, now time.Time) (*azservicebus.Message, error) {
+	out := &azservicebus.Message{Body: m.Body}
+	ct := ContentType
+	out.ContentType = &ct
+	p := m.Projection
+	if p.URN != "" {
+		s := p.URN
+		out.Subject = &s
+	}
+	if p.TraceID != "" {
+		s := p.TraceID
+		out.CorrelationID = &s
+	}
+	if p.MessageID != "" {
+		s := p.MessageID
+		out.MessageID = &s
+	}
+	if m.Key != nil {
+		if !utf8.Valid(m.Key) {
+			return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+		}
+		if len(m.Key) > MaxKeyLength {
+			return nil, fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(m.Key), MaxKeyLength)
+		}
+		k := string(m.Key)
+		out.PartitionKey = &k
+	}
+	if m.Delay > 0 {
+		at := now.Add(m.Delay).UTC()
+		out.ScheduledEnqueueTime = &at
+	}
+	n := len(m.Headers) + 4
+	props := make(map[string]any, n)
+	for k, v := range m.Headers {
+		props[k] = v
+	}
+	if p.SchemaVersion != 0 {
+		props[PropSchemaVersion] = clampInt32(int64(p.SchemaVersion))
+	}
+	if p.Lang != "" {
+		props[PropSourceLang] = p.Lang
+	}
+	if p.CreatedAt != 0 {
+		props[PropCreatedAt] = p.CreatedAt
+	}
+	if m.Attempts > 0 {
+		props[PropAttempts] = clampInt32(int64(m.Attempts))
+	}
+	if len(props) > 0 {
+		out.ApplicationProperties = props
+	}
+	return out, nil
+}
+
+func clampInt32(v int64) int32 {
+	switch {
+	case v > math.MaxInt32:
+		return math.MaxInt32
+	case v < math.MinInt32:
+		return math.MinInt32
+	}
+	return int32(v)
+}
+
+// Reconcile builds the delivery the runtime sees from a received message: the body
+// exactly as sent, Redeliveries = DeliveryCount − 1 (a count of zero or one gives
+// zero), the PartitionKey as the key, bq-attempts as the attempts header, the
+// bq-schema-version property as typed (see [SchemaVersion]) and the string application
+// properties that are not the binding's own as Headers. It never panics, whatever the
+// message holds.
+func Reconcile(queue string, rm *azservicebus.ReceivedMessage) *transport.Delivery {
+	d := &transport.Delivery{Queue: queue, Body: body(rm)}
+	if rm.DeliveryCount > 1 {
+		d.Redeliveries = int(min(rm.DeliveryCount-1, math.MaxInt32))
+	}
+	if rm.PartitionKey != nil {
+		d.Key = []byte(*rm.PartitionKey)
+	}
+	for k, v := range rm.ApplicationProperties {
+		switch k {
+		case PropSchemaVersion:
+			d.SchemaVersion = SchemaVersion(v)
+		case PropAttempts:
+			d.AttemptsHeader, d.HasAttemptsHeader = attemptsValue(v)
+		case PropSourceLang, PropCreatedAt:
+		default:
+			if s, ok := v.(string); ok {
+				if d.Headers == nil {
+					d.Headers = make(map[string]string, len(rm.ApplicationProperties))
+				}
+				d.Headers[k] = s
+			}
+		}
+	}
+	return d
+}
+
+// body returns the payload: the single Data section the SDK exposes as Body, else every
+// Data section joined, else a string or binary AMQP value. Anything else (a sequence
+// section, a numeric value) is an empty body, which the runtime treats as poison.
+func body(rm *azservicebus.ReceivedMessage) []byte {
+	if rm.Body != nil {
+		return rm.Body
+	}
+	raw := rm.RawAMQPMessage
+	if raw == nil {
+		return []byte{}
+	}
+	if len(raw.Body.Data) > 0 {
+		var out []byte
+		for _, s := range raw.Body.Data {
+			out = append(out, s...)
+		}
+		if out == nil {
+			out = []byte{}
+		}
+		return out
+	}
+	switch v := raw.Body.Value.(type) {
+	case string:
+		return []byte(v)
+	case []byte:
+		return v
+	}
+	return []byte{}
+}
+
+// SchemaVersion normalises the bq-schema-version application property to what
+// [transport.Delivery.SchemaVersion] holds: nil when absent or null; a string (an AMQP
+// string or symbol) as sent; an int64 for an integer of any width; a float64 for a
+// float or double; a bool. An unsigned integer above the int64 range, which cannot be
+// 1, is reported as its decimal string so the rejection names it exactly. Any other
+// AMQP type (a timestamp, a UUID, binary, a char, a map) is reported as its printed
+// form prefixed with its AMQP kind ("binary:[49]"), a string that is never "1", so the
+// gate rejects it.
+func SchemaVersion(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return x
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case int64:
+		return x
+	case int:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint64:
+		if x > math.MaxInt64 {
+			return strconv.FormatUint(x, 10)
+		}
+		return int64(x)
+	case uint:
+		return SchemaVersion(uint64(x))
+	case float32:
+		return float64(x)
+	case float64:
+		return x
+	case bool:
+		return x
+	case []byte:
+		return "binary:" + fmt.Sprint(x)
+	case time.Time:
+		return "timestamp:" + x.UTC().Format(time.RFC3339Nano)
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.String { // amqp.Symbol and other named string types
+		return rv.String()
+	}
+	return fmt.Sprintf("%T:%v", v, v)
+}
+
+// attemptsValue reads bq-attempts: an integer of any width, or a decimal string (another
+// SDK may send it as text). Anything else is "no header".
+func attemptsValue(v any) (int, bool) {
+	var n int64
+	switch x := v.(type) {
+	case int8:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int32:
+		n = int64(x)
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	case uint8:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case uint64:
+		n = int64(min(x, math.MaxInt32))
+	case string:
+		i, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		n = i
+	default:
+		return 0, false
+	}
+	return int(max(min(n, math.MaxInt32), 0)), true
+}

@@ -1,0 +1,475 @@
+// Package servicebus is the Azure Service Bus transport behind sb:// URLs (SPEC §7,
+// binding §4), built on the Azure SDK for Go (azservicebus).
+//
+// Import it for its side effect to make sb:// available to babelqueue.Open:
+//
+//	import _ "github.com/babelqueue-go/babelqueue/transport/servicebus"
+//
+// # Connecting
+//
+// The URL is sb://<namespace>.servicebus.windows.net. By default the transport
+// authenticates with azidentity.DefaultAzureCredential (environment, workload identity,
+// managed identity, Azure CLI, …). For SAS, call [Open] with [WithConnectionString]
+// (the connection string is never taken from the URL, so it cannot reach a log line);
+// with another Azure AD credential use [WithCredential]. A client you built yourself
+// (TLS, proxies, websockets, custom retry) goes through [New].
+//
+// Query parameters: lock_renewal (auto, off, or a Go duration such as 20s; default
+// auto) and max_lock_renewal (a Go duration; default: renew until the delivery is
+// settled). Any other parameter is an error that names it.
+//
+// # The binding
+//
+// The body is the envelope, byte for byte, in one AMQP data section. On produce the
+// transport sets Subject = URN, CorrelationID = trace_id, MessageID = meta.id,
+// ContentType = application/json and the typed application properties
+// bq-schema-version (int), bq-source-lang (string) and bq-created-at (long); see
+// [Project]. The attempts counter rides in a bq-attempts int property when it is above
+// zero; out-of-band headers are extra string application properties; a key is the
+// PartitionKey; a delay is the ScheduledEnqueueTime.
+//
+// On consume (see [Reconcile]) the delivery count becomes Redeliveries
+// (DeliveryCount − 1), so the runtime counts attempts as max(body, DeliveryCount − 1);
+// bq-schema-version is reported as typed, and the runtime's gate accepts the string "1"
+// and the integer 1 (any width) and rejects a float or a boolean.
+//
+// # Settlement
+//
+// Deliveries are received in peek-lock mode, at most ConsumeOptions.Prefetch unsettled
+// at a time. Ack completes the message after every settle write was sent and confirmed
+// by the broker (SendMessage returns after the broker's accepted disposition); a failed
+// write leaves the message locked and unsettled so the runtime rewinds it. Rewind and
+// HandOff abandon the message: Service Bus raises its DeliveryCount and, once it reaches
+// the queue's MaxDeliveryCount, moves it to the queue's own dead-letter sub-queue. While
+// a handler runs, the transport renews the message lock on a timer.
+//
+// Service Bus has no cross-entity transaction in the Go SDK: the writes and the
+// completion are separate steps, so a crash between them redelivers the message after
+// its writes were made (handlers and DLQ consumers should be idempotent on meta.id).
+//
+// Queues must exist: the transport does not create them. The runtime's dead-letter queue
+// is another queue, <queue>.dlq by default; a missing one makes the settle write fail
+// and the delivery is rewound, never lost.
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Scheme is the URL scheme this package registers.
+const Scheme = "sb"
+
+func init() {
+	transport.Register(Scheme, func(ctx context.Context, u *url.URL) (transport.Transport, error) {
+		return openURL(ctx, u)
+	})
+}
+
+// DefaultLockRenewal is the renewal interval used when the received message carries no
+// LockedUntil time (with lock_renewal=auto the transport otherwise renews when half of
+// the remaining lock time has passed).
+const DefaultLockRenewal = 10 * time.Second
+
+// Option configures a transport built by [Open] or [New].
+type Option func(*config)
+
+type config struct {
+	connString    string
+	credential    azcore.TokenCredential
+	clientOptions *azservicebus.ClientOptions
+	logger        *slog.Logger
+	renewEvery    time.Duration // 0: auto; <0: off
+	maxRenewal    time.Duration // 0: until settled
+	now           func() time.Time
+}
+
+// WithConnectionString authenticates with a Service Bus connection string (SAS:
+// SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature) instead of
+// DefaultAzureCredential. The URL's host may then be empty (sb://) or must name the
+// connection string's endpoint. The string never appears in errors or logs. New ignores
+// it.
+func WithConnectionString(cs string) Option {
+	return func(c *config) { c.connString = cs }
+}
+
+// WithCredential authenticates with cred instead of DefaultAzureCredential. New
+// ignores it.
+func WithCredential(cred azcore.TokenCredential) Option {
+	return func(c *config) { c.credential = cred }
+}
+
+// WithClientOptions passes o to the SDK client that Open builds (TLS, websockets,
+// retries). New ignores it.
+func WithClientOptions(o *azservicebus.ClientOptions) Option {
+	return func(c *config) { c.clientOptions = o }
+}
+
+// WithLogger sets the logger for lock-renewal and close problems. Default:
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithLockRenewal sets how often the lock of an unsettled delivery is renewed: a
+// positive interval renews on that period, zero (the default) renews when half of the
+// remaining lock time has passed, a negative value turns renewal off.
+func WithLockRenewal(every time.Duration) Option {
+	return func(c *config) { c.renewEvery = every }
+}
+
+// WithMaxLockRenewal stops renewing the lock of a delivery d after it was received.
+// Zero (the default) renews until the delivery is settled.
+func WithMaxLockRenewal(d time.Duration) Option {
+	return func(c *config) { c.maxRenewal = d }
+}
+
+func newConfig(opts []Option) config {
+	c := config{now: time.Now}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return c
+}
+
+// Transport is the sb:// transport. It is safe for concurrent use.
+type Transport struct {
+	ns  namespace
+	cfg config
+
+	mu        sync.Mutex
+	senders   map[string]sender
+	consumers map[*consumer]struct{}
+	closed    bool
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New builds a transport around a client you constructed (custom credential, TLS,
+// websockets, retry options). Close does not close client: it stays yours.
+func New(client *azservicebus.Client, opts ...Option) (*Transport, error) {
+	if client == nil {
+		return nil, errors.New("servicebus: New: nil client")
+	}
+	return newTransport(sdkNamespace{client: client}, newConfig(opts)), nil
+}
+
+func newTransport(ns namespace, cfg config) *Transport {
+	return &Transport{ns: ns, cfg: cfg, senders: map[string]sender{}, consumers: map[*consumer]struct{}{}}
+}
+
+// Open parses an sb:// URL and connects to its namespace (the SDK connects lazily, on the
+// first send or receive). It is what transport.Open calls, with opts for what cannot be
+// in a URL: a connection string, a credential, SDK client options.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		reason := "cannot parse URL"
+		if errors.As(err, &ue) {
+			reason += ": " + ue.Err.Error()
+		}
+		return nil, &transport.BadURLError{Scheme: Scheme, Param: "url", Reason: reason}
+	}
+	return openURL(ctx, u, opts...)
+}
+
+// urlConfig is what an sb:// URL says.
+type urlConfig struct {
+	namespace  string // host[:port]; empty only with a connection string
+	renewEvery time.Duration
+	renewSet   bool
+	maxRenewal time.Duration
+	maxSet     bool
+}
+
+func parseURL(u *url.URL) (urlConfig, error) {
+	bad := func(param, reason string) error {
+		return &transport.BadURLError{Scheme: Scheme, Param: param, Reason: reason}
+	}
+	var uc urlConfig
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return uc, bad("scheme", fmt.Sprintf("want sb://, got %q", u.Scheme+"://"))
+	}
+	if u.Opaque != "" {
+		return uc, bad("url", "want sb://<namespace>.servicebus.windows.net")
+	}
+	if u.User != nil {
+		return uc, bad("userinfo", "credentials do not go in an sb:// URL: use DefaultAzureCredential, servicebus.WithConnectionString or servicebus.WithCredential")
+	}
+	if u.Path != "" && u.Path != "/" {
+		return uc, bad("path", "an sb:// URL names a namespace, not a queue: the queue is the runtime's queue option")
+	}
+	if u.Fragment != "" {
+		return uc, bad("fragment", "an sb:// URL takes no fragment")
+	}
+	if err := transport.CheckParams(u, "lock_renewal", "max_lock_renewal"); err != nil {
+		return uc, err
+	}
+	q := u.Query()
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return uc, bad(k, "given more than once")
+		}
+	}
+	if v, ok := q["lock_renewal"]; ok {
+		switch s := v[0]; s {
+		case "auto", "":
+			uc.renewEvery = 0
+		case "off":
+			uc.renewEvery = -1
+		default:
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return uc, bad("lock_renewal", fmt.Sprintf("%q is not auto, off or a positive duration such as 20s", s))
+			}
+			uc.renewEvery = d
+		}
+		uc.renewSet = true
+	}
+	if v, ok := q["max_lock_renewal"]; ok {
+		d, err := time.ParseDuration(v[0])
+		if err != nil || d < 0 {
+			return uc, bad("max_lock_renewal", fmt.Sprintf("%q is not a duration such as 5m", v[0]))
+		}
+		uc.maxRenewal, uc.maxSet = d, true
+	}
+	host := u.Host
+	if host != "" {
+		h := u.Hostname()
+		if h == "" {
+			return uc, bad("host", "empty host name")
+		}
+		if p := u.Port(); p != "" || strings.HasSuffix(host, ":") {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return uc, bad("port", fmt.Sprintf("%q is not a port", p))
+			}
+		}
+		if !strings.Contains(h, ".") && !strings.EqualFold(h, "localhost") && net.ParseIP(h) == nil {
+			return uc, bad("host", fmt.Sprintf("%q is not a fully qualified namespace: want <namespace>.servicebus.windows.net", h))
+		}
+	}
+	uc.namespace = host
+	return uc, nil
+}
+
+func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) {
+	uc, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg := newConfig(opts)
+	if uc.renewSet {
+		cfg.renewEvery = uc.renewEvery
+	}
+	if uc.maxSet {
+		cfg.maxRenewal = uc.maxRenewal
+	}
+	co := cfg.clientOptions
+	if co == nil {
+		co = &azservicebus.ClientOptions{ApplicationID: "babelqueue-go"}
+	}
+	var client *azservicebus.Client
+	switch {
+	case cfg.connString != "":
+		client, err = clientFromConnectionString(uc.namespace, cfg.connString, co)
+		if err != nil {
+			return nil, err
+		}
+	default:
+		if uc.namespace == "" {
+			return nil, &transport.BadURLError{Scheme: Scheme, Param: "host", Reason: "missing namespace: want sb://<namespace>.servicebus.windows.net"}
+		}
+		cred := cfg.credential
+		if cred == nil {
+			dc, err := azidentity.NewDefaultAzureCredential(nil)
+			if err != nil {
+				return nil, fmt.Errorf("servicebus: DefaultAzureCredential: %w", err)
+			}
+			cred = dc
+		}
+		client, err = azservicebus.NewClient(uc.namespace, cred, co)
+		if err != nil {
+			return nil, fmt.Errorf("servicebus: client for %s: %w", uc.namespace, err)
+		}
+	}
+	return newTransport(sdkNamespace{client: client, owned: true}, cfg), nil
+}
+
+// ErrConnectionString matches every error about a connection string given with
+// [WithConnectionString]. Its message never holds the key or the signature.
+var ErrConnectionString = errors.New("servicebus: bad connection string")
+
+// connString is what the transport reads from a connection string: only the endpoint
+// host (the SDK parses and validates the rest) and the secrets, to scrub them from the
+// SDK's errors.
+type connString struct {
+	endpointHost string
+	secrets      []string
+}
+
+func parseConnString(cs string) (connString, error) {
+	var out connString
+	seenEndpoint := false
+	for part := range strings.SplitSeq(cs, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return out, fmt.Errorf("%w: a part has no '=' (want Key=Value;…)", ErrConnectionString)
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "endpoint":
+			eu, err := url.Parse(strings.TrimSpace(v))
+			if err != nil || eu.Host == "" {
+				return out, fmt.Errorf("%w: Endpoint is not a URL such as sb://<namespace>.servicebus.windows.net/", ErrConnectionString)
+			}
+			out.endpointHost = eu.Host
+			seenEndpoint = true
+		case "sharedaccesskey", "sharedaccesssignature":
+			if v != "" {
+				out.secrets = append(out.secrets, v)
+			}
+		}
+	}
+	if !seenEndpoint {
+		return out, fmt.Errorf("%w: no Endpoint", ErrConnectionString)
+	}
+	return out, nil
+}
+
+func (c connString) scrub(s string) string {
+	for _, sec := range c.secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
+func clientFromConnectionString(host, cs string, co *azservicebus.ClientOptions) (*azservicebus.Client, error) {
+	pc, err := parseConnString(cs)
+	if err != nil {
+		return nil, err
+	}
+	if host != "" && !strings.EqualFold(host, pc.endpointHost) {
+		return nil, &transport.BadURLError{Scheme: Scheme, Param: "host",
+			Reason: fmt.Sprintf("%q is not the connection string's endpoint %q (use sb:// with no host to take it from the connection string)", host, pc.endpointHost)}
+	}
+	client, err := azservicebus.NewClientFromConnectionString(cs, co)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrConnectionString, pc.scrub(err.Error()))
+	}
+	return client, nil
+}
+
+// Capabilities reports the Service Bus binding: attempts are max(body, DeliveryCount −
+// 1), delays use ScheduledEnqueueTime, poison and schema-gate rejections with the
+// runtime's DLQ off are handed to the broker (abandoned until MaxDeliveryCount), and the
+// schema gate accepts the integer 1 as well as "1".
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{
+		Attempts:                 transport.AttemptsMaxNative,
+		Delay:                    true,
+		HandOff:                  true,
+		SchemaGate:               true,
+		SchemaGateAcceptsInteger: true,
+		DeadLetterSuffix:         ".dlq",
+	}
+}
+
+// sender returns the cached sender for queue, creating it on first use.
+func (t *Transport) sender(queue string) (sender, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, transport.ErrClosed
+	}
+	if s, ok := t.senders[queue]; ok {
+		return s, nil
+	}
+	s, err := t.ns.newSender(queue)
+	if err != nil {
+		return nil, err
+	}
+	t.senders[queue] = s
+	return s, nil
+}
+
+// send projects m and sends it, returning once the broker confirmed it.
+func (t *Transport) send(ctx context.Context, m *transport.Message) error {
+	if m.Queue == "" {
+		return errors.New("servicebus: message has no queue")
+	}
+	sm, err := Project(m, t.cfg.now())
+	if err != nil {
+		return err
+	}
+	s, err := t.sender(m.Queue)
+	if err != nil {
+		return err
+	}
+	return s.SendMessage(ctx, sm, nil)
+}
+
+// Publish sends one message and returns once Service Bus accepted it.
+func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
+	if err := t.send(ctx, m); err != nil {
+		if errors.Is(err, transport.ErrClosed) {
+			return err
+		}
+		return fmt.Errorf("servicebus: publish to %q: %w", m.Queue, err)
+	}
+	return nil
+}
+
+// Close closes every consumer (their unsettled deliveries are abandoned so Service Bus
+// redelivers them), the senders, and the client when Open built it.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	consumers := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		consumers = append(consumers, c)
+	}
+	senders := t.senders
+	t.senders = map[string]sender{}
+	t.mu.Unlock()
+
+	var errs []error
+	for _, c := range consumers {
+		if err := c.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for q, s := range senders {
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("servicebus: close sender for %q: %w", q, err))
+		}
+	}
+	if err := t.ns.close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("servicebus: close client: %w", err))
+	}
+	return errors.Join(errs...)
+}
