@@ -38,9 +38,11 @@ func openTransport(t testing.TB, opts ...artemis.Option) *artemis.Transport {
 	return tr
 }
 
-func TestTransportKit(t *testing.T) {
+// kitConfig runs the shared kits against the test broker, opening through the
+// artemis:// scheme as a user would.
+func kitConfig(t *testing.T) transporttest.Config {
 	raw := brokerURL(t)
-	transporttest.Run(t, transporttest.Config{
+	return transporttest.Config{
 		Open: func(t *testing.T) transport.Transport {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -52,5 +54,13 @@ func TestTransportKit(t *testing.T) {
 		},
 		NoKeys:             true,
 		NativeRedeliveries: true,
-	})
+	}
+}
+
+func TestTransportKit(t *testing.T) {
+	transporttest.Run(t, kitConfig(t))
+}
+
+func TestRuntimeKit(t *testing.T) {
+	transporttest.RunRuntime(t, kitConfig(t))
 }
