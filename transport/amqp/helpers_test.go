@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func openT(t testing.TB, opts ...Option) *Transport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := Dial(ctx, brokerURL(t), opts...)
+	tr, err := Dial(ctx, brokerURL(t), append([]Option{WithLogger(testLogger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -172,3 +173,15 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// testLogger sends the transport's logs to the test log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
