@@ -10,6 +10,8 @@
 //
 //	sqs://<region>[?endpoint=URL][&prefix=URL][&fifo=1][&group_id=ID][&wait_time=SECONDS]
 //
+// The query parameters are:
+//
 //   - endpoint: the service endpoint (ElasticMQ, LocalStack), e.g. http://127.0.0.1:9324.
 //   - prefix: a queue-URL prefix; the queue URL is prefix + "/" + name and GetQueueUrl /
 //     CreateQueue are never called (the queues must exist).

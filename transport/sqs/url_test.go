@@ -1,0 +1,119 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+func TestOpenRejectsBadURLs(t *testing.T) {
+	setTestCredentials(t)
+	cases := []struct {
+		url   string
+		param string
+	}{
+		{"sqs://", "region"},
+		{"sqs://us-east-1?visibility=30", "visibility"},
+		{"sqs://us-east-1?endpoint=http://127.0.0.1:9324&Fifo=1", "Fifo"},
+		{"sqs://us-east-1?fifo=maybe", "fifo"},
+		{"sqs://us-east-1?wait_time=21", "wait_time"},
+		{"sqs://us-east-1?wait_time=-1", "wait_time"},
+		{"sqs://us-east-1?wait_time=5s", "wait_time"},
+		{"sqs://us-east-1?group_id=", "group_id"},
+		{"sqs://us-east-1?group_id=" + strings.Repeat("g", 129), "group_id"},
+		{"sqs://us-east-1?group_id=has%20space", "group_id"},
+		{"sqs://us-east-1?endpoint=", "endpoint"},
+		{"sqs://us-east-1?endpoint=ftp://127.0.0.1:9324", "endpoint"},
+		{"sqs://us-east-1?endpoint=127.0.0.1:9324", "endpoint"},
+		{"sqs://us-east-1?prefix=queues", "prefix"},
+		{"sqs://us-east-1?fifo=1&fifo=0", "fifo"},
+		{"sqs://us-east-1/orders", "path"},
+		{"sqs://us-east-1:9324", "region"},
+		{"sqs://US_EAST?fifo=1", "region"},
+		{"sqs://AKIAEXAMPLE:hunter2secret@us-east-1", "userinfo"},
+		{"sqs://us-east-1?endpoint=http://admin:hunter2secret@127.0.0.1:9324", "endpoint"},
+	}
+	for _, c := range cases {
+		t.Run(c.url, func(t *testing.T) {
+			tr, err := transport.Open(context.Background(), c.url)
+			if err == nil {
+				_ = tr.Close(context.Background())
+				t.Fatalf("Open(%q) succeeded, want an error naming %q", c.url, c.param)
+			}
+			if !errors.Is(err, transport.ErrBadURL) {
+				t.Errorf("error %v does not match transport.ErrBadURL", err)
+			}
+			var bu *transport.BadURLError
+			if !errors.As(err, &bu) || bu.Param != c.param {
+				t.Errorf("error %v does not name the parameter %q", err, c.param)
+			}
+			if strings.Contains(err.Error(), "hunter2secret") {
+				t.Errorf("error echoes a secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestOpenAcceptsEveryParameter(t *testing.T) {
+	setTestCredentials(t)
+	raw := "sqs://eu-central-1?endpoint=http://127.0.0.1:9324&prefix=http://127.0.0.1:9324/000000000000&fifo=1&group_id=orders-42&wait_time=3"
+	tr, err := Open(context.Background(), raw)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer tr.Close(context.Background())
+	if tr.prefix != "http://127.0.0.1:9324/000000000000" || !tr.fifo || tr.groupID != "orders-42" || tr.waitTime != 3 {
+		t.Errorf("settings not applied: prefix=%q fifo=%v group=%q wait=%d", tr.prefix, tr.fifo, tr.groupID, tr.waitTime)
+	}
+	// With a prefix the queue URL is built, never looked up.
+	u, err := tr.QueueURL(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u != "http://127.0.0.1:9324/000000000000/orders.fifo" {
+		t.Errorf("QueueURL = %q", u)
+	}
+	caps := tr.Capabilities()
+	if caps.Delay {
+		t.Error("a FIFO transport reports per-message delay, which SQS FIFO queues do not have")
+	}
+	if got := transport.DeadLetterQueue("orders.fifo", "", "", caps); got != "orders-dlq.fifo" {
+		t.Errorf("DLQ of orders.fifo = %q, want orders-dlq.fifo", got)
+	}
+	if got := transport.DeadLetterQueue("orders", "", "", caps); tr.QueueName(got) != "orders-dlq.fifo" {
+		t.Errorf("DLQ of orders on fifo=1 is the SQS queue %q, want orders-dlq.fifo", tr.QueueName(got))
+	}
+	if got := transport.DeadLetterQueue("orders.fifo", "", "-x", caps); got != "orders-x.fifo" {
+		t.Errorf("DLQ of orders.fifo with suffix -x = %q, want orders-x.fifo", got)
+	}
+	if got := transport.DeadLetterQueue("orders", "failed", "", caps); got != "failed" {
+		t.Errorf("DLQ override = %q, want failed", got)
+	}
+}
+
+func TestStandardCapabilities(t *testing.T) {
+	setTestCredentials(t)
+	tr, err := Open(context.Background(), "sqs://us-east-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(context.Background())
+	c := tr.Capabilities()
+	want := transport.Capabilities{
+		Attempts: transport.AttemptsMaxNative, Delay: true, MaxDelay: 15 * time.Minute, HandOff: true,
+		SchemaGate: true, DeadLetterSuffix: "-dlq", FIFOSuffix: ".fifo",
+	}
+	if c != want {
+		t.Errorf("Capabilities = %+v, want %+v", c, want)
+	}
+	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
+		t.Errorf("DLQ of orders = %q, want orders-dlq", got)
+	}
+	if tr.waitTime != 20 {
+		t.Errorf("default wait time = %ds, want 20s", tr.waitTime)
+	}
+}
