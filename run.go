@@ -319,6 +319,10 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 		return write(dlq, body, dec.Attempts, 0), nil
 	case ActPoisonDeadLetter:
 		dl := envelope.PoisonDeadLetter(x.cause, d.Queue, dec.Attempts, a.cfg.now().UnixMilli())
+		if x.cause != nil {
+			typ := exceptionName(x.cause)
+			dl.Exception = &typ
+		}
 		return write(dlq, envelope.PoisonBody(d.Body, dl), dec.Attempts, 0), nil
 	case ActPoisonRetry:
 		return write(d.Queue, d.Body, dec.Attempts, dec.Delay), nil

@@ -1,0 +1,77 @@
+// Command babelqueue is the BabelQueue command-line tool: a demo of the runtime on
+// memory://, publish and consume on any broker URL, and the SDK version.
+//
+//	babelqueue demo
+//	babelqueue publish -queue orders -urn urn:babel:orders:created -data '{"order_id":1042}' redis://127.0.0.1:6379/0
+//	babelqueue consume -queue orders -n 10 amqp://guest:guest@127.0.0.1:5672/
+//	babelqueue version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `babelqueue: the BabelQueue for Go command-line tool
+
+Usage:
+  babelqueue demo                               run a producer and workers on memory:// and show how each message settled
+  babelqueue publish [flags] URL                publish one envelope
+  babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
+  babelqueue version                            print the SDK version
+
+Run "babelqueue <command> -h" for a command's flags.
+`
+
+// run is the whole program, testable: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "demo":
+		err = demo(ctx, args[1:], stdout)
+	case "publish":
+		err = publish(ctx, args[1:], stdout, stderr)
+	case "consume":
+		err = consume(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		err = version(stdout)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "babelqueue: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "babelqueue %s: %v\n", args[0], err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
