@@ -75,9 +75,9 @@ func (q *fakeQueue) notify() {
 	q.wake = make(chan struct{})
 }
 
-func notFound() error   { return &azservicebus.Error{Code: azservicebus.CodeNotFound} }
-func lockLost() error   { return &azservicebus.Error{Code: azservicebus.CodeLockLost} }
-func closedErr() error  { return &azservicebus.Error{Code: azservicebus.CodeClosed} }
+func notFound() error                   { return &azservicebus.Error{Code: azservicebus.CodeNotFound} }
+func lockLost() error                   { return &azservicebus.Error{Code: azservicebus.CodeLockLost} }
+func closedErr() error                  { return &azservicebus.Error{Code: azservicebus.CodeClosed} }
 func (b *fakeBroker) client() namespace { return fakeNamespace{b} }
 
 // tick moves due scheduled messages to ready and expired locks back (or to the

@@ -26,3 +26,16 @@ func TestTransportKit(t *testing.T) {
 		QuietPeriod:        300 * time.Millisecond,
 	})
 }
+
+// TestRuntimeKit runs the runtime's settlement cases end to end through the transport
+// and the fake broker.
+func TestRuntimeKit(t *testing.T) {
+	transporttest.RunRuntime(t, transporttest.Config{
+		Open: func(t *testing.T) transport.Transport {
+			return openFake(t, newFakeBroker())
+		},
+		NativeRedeliveries: true,
+		ReceiveTimeout:     10 * time.Second,
+		QuietPeriod:        300 * time.Millisecond,
+	})
+}
