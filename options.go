@@ -223,6 +223,3 @@ func WithLogger(l *slog.Logger) Option {
 		c.logger = l
 	}
 }
-
-// withClock replaces the clock, for tests.
-func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }

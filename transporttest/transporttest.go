@@ -271,7 +271,7 @@ func testHeadersAndKey(t *testing.T, cfg Config) {
 	nm := msg(q, "nokey")
 	publish(t, tr, nm)
 	d2 := Receive(t, c, cfg.ReceiveTimeout)
-	if d2.Key != nil && len(d2.Key) != 0 {
+	if len(d2.Key) != 0 {
 		t.Errorf("a message published without a key came back with key %q", d2.Key)
 	}
 	settle(t, c, d2, transport.Settlement{Outcome: transport.Ack})

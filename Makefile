@@ -1,0 +1,24 @@
+# The two commands of the README.
+#   make demo   the main job on the embedded default (memory://): no broker needed
+#   make test   every test, brokers included (starts them first)
+
+.PHONY: demo test brokers brokers-down bench fuzz
+
+demo:
+	go run ./cmd/babelqueue demo
+
+test:
+	bash scripts/test.sh
+
+brokers:
+	bash scripts/brokers.sh up
+
+brokers-down:
+	bash scripts/brokers.sh down
+
+bench:
+	bash scripts/bench.sh
+
+fuzz:
+	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s -fuzzminimizetime 3s ./envelope/
+	go test -run '^$$' -fuzz FuzzPoisonBody -fuzztime 60s -fuzzminimizetime 3s ./envelope/

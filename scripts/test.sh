@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The project's whole test run, as CI runs it: start every broker, create the Python
+# peer, then vet, staticcheck and every test (race detector on), brokers included.
+#
+#   scripts/test.sh              everything
+#   scripts/test.sh ./transport/redis/...   only these packages (brokers are still started)
+#
+# Needs nothing but Go and Debian: scripts/brokers.sh installs and starts the brokers,
+# scripts/pyenv.sh the Python SDK babelqueue==1.24.0. Idempotent; a second run starts
+# in seconds.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
+
+step "brokers"
+bash scripts/brokers.sh up
+eval "$(bash scripts/brokers.sh env)"
+
+step "python peer (babelqueue==1.24.0)"
+BQ_PYTHON="$(bash scripts/pyenv.sh | tail -n 1)"
+export BQ_PYTHON
+
+step "conformance data"
+export BQ_CONFORMANCE_DIR="${BQ_CONFORMANCE_DIR:-$(cd .. && pwd)/shared/conformance}"
+if [ ! -f "$BQ_CONFORMANCE_DIR/manifest.json" ]; then
+  echo "conformance data not found at $BQ_CONFORMANCE_DIR (set BQ_CONFORMANCE_DIR)" >&2
+  exit 1
+fi
+echo "$BQ_CONFORMANCE_DIR"
+
+pkgs=("$@")
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+
+step "gofmt"
+unformatted="$(gofmt -l . | grep -v '^\.cache/' || true)"
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet "${pkgs[@]}"
+
+step "staticcheck"
+staticcheck_version=v0.8.2
+if ! command -v staticcheck >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/staticcheck" ]; then
+  go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi
+PATH="$(go env GOPATH)/bin:$PATH" staticcheck "${pkgs[@]}"
+
+step "go test -race"
+go test -race -count=1 -timeout 25m "${pkgs[@]}"
