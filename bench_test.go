@@ -1,0 +1,98 @@
+package babelqueue_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/transport/memory"
+)
+
+type benchOrder struct {
+	OrderID int    `json:"order_id"`
+	SKU     string `json:"sku"`
+}
+
+// BenchmarkRuntime is publish + consume + handle + ack through the runtime on
+// memory://, with 1 and 8 workers: every message is made, encoded, published, received,
+// decoded, routed, handled and acknowledged.
+func BenchmarkRuntime(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
+			app, err := babelqueue.New(memory.New(), babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
+				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			done := make(chan struct{})
+			target := int64(b.N)
+			app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+				if n.Add(1) == target {
+					close(done)
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- app.Run(ctx) }()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := app.Publish(ctx, "urn:babel:orders:created", benchOrder{OrderID: i, SKU: "A-1"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-done
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			cancel()
+			<-errc
+		})
+	}
+}
+
+// BenchmarkChannelBaseline is the in-process limit: the same envelopes made and
+// encoded, then handed over a Go channel to 1 or 8 goroutines that decode them.
+func BenchmarkChannelBaseline(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
+			ch := make(chan []byte, 64)
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for body := range ch {
+						if _, err := envelope.Decode(body); err != nil {
+							panic(err)
+						}
+					}
+				}()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				env, err := envelope.Make("urn:babel:orders:created", benchOrder{OrderID: i, SKU: "A-1"}, envelope.WithQueue("bench"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				body, err := env.Encode()
+				if err != nil {
+					b.Fatal(err)
+				}
+				ch <- body
+			}
+			close(ch)
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
