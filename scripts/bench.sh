@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Rerun every benchmark of BENCHMARKS.md (brokers started first).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/brokers.sh up
+eval "$(bash scripts/brokers.sh env)"
+go test -run '^$' -bench 'Runtime|ChannelBaseline' -benchmem -benchtime 2s .
+go test -run '^$' -bench . -benchmem ./envelope/
+for d in transport/*/; do
+  name="$(basename "$d")"
+  [ "$name" = memory ] && continue
+  go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
+done
