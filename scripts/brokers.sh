@@ -12,8 +12,10 @@
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
 #   BQ_STATE_DIR      data, pid files, logs <name>.log   (default /tmp/babelqueue-brokers)
-#   BQ_BROKER_TIMEOUT seconds to wait for each broker     (default 120)
+#   BQ_BROKER_TIMEOUT seconds to wait for each broker     (default 120; Pulsar 300)
+#   BQ_M2_REPO        Maven local repository to use       (default: Maven's own, ~/.m2/repository)
 #   BQ_JAVA           java binary for the JVM brokers     (default: java on PATH)
+#   BQ_SKIP_BROKERS   names to leave out of the default set, e.g. "pulsar"
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,10 +23,13 @@ ASSETS="$HERE/brokers"
 CACHE=${BQ_CACHE_DIR:-${HOME:-/root}/.cache/babelqueue}
 STATE=${BQ_STATE_DIR:-/tmp/babelqueue-brokers}
 TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
+PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
 ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres"
-# Pulsar is opt-in: see docs/brokers.md.
-DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis"
+# The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
+DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar"
+# Brokers whose failure does not fail `up` when they were not named explicitly (a warning instead).
+SOFT_NAMES="pulsar"
 
 # Versions (all from Maven Central; see docs/brokers.md).
 KAFKA_VERSION=${BQ_KAFKA_VERSION:-4.1.1}
@@ -43,6 +48,7 @@ ARTEMIS_CORE_PORT=61616
 SQS_PORT=9324
 PULSAR_PORT=6650
 PULSAR_HTTP_PORT=8080
+PULSAR_BOOKIE_PORT=3181
 PG_PORT=5432
 
 export DEBIAN_FRONTEND=noninteractive
@@ -96,7 +102,8 @@ tail_log() {
 
 # wait_for NAME — poll NAME_probe until it answers, TIMEOUT seconds at most.
 wait_for() {
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS TIMEOUT=$TIMEOUT
+  [ "$name" = pulsar ] && TIMEOUT=$PULSAR_TIMEOUT
   while :; do
     if "${name}_probe"; then return 0; fi
     if [ "$(type -t "${name}_died")" = function ] && "${name}_died"; then
@@ -182,7 +189,7 @@ mvn_fetch() {
   mkdir -p "$CACHE"
   (
     flock 9
-    mvn -B -q -f "$pom" -DoutputDirectory="$out" "$@" dependency:copy-dependencies
+    mvn -B -q ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$pom" -DoutputDirectory="$out" "$@" dependency:copy-dependencies
   ) 9>"$CACHE/.mvn.lock"
 }
 
@@ -192,7 +199,7 @@ mvn_copy() {
   mkdir -p "$CACHE" "$out"
   (
     flock 9
-    mvn -B -q -f "$ASSETS/empty-pom.xml" dependency:copy -Dartifact="$gav" -DoutputDirectory="$out" -Dmdep.useBaseVersion=true
+    mvn -B -q ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$ASSETS/empty-pom.xml" dependency:copy -Dartifact="$gav" -DoutputDirectory="$out" -Dmdep.useBaseVersion=true
   ) 9>"$CACHE/.mvn.lock"
 }
 
@@ -375,7 +382,14 @@ cmd_up() {
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { rc=1; say "[${names[$i]}] FAILED"; }
+    if ! wait "${pids[$i]}"; then
+      n=${names[$i]}
+      if [ "$BQ_EXPLICIT" = 0 ] && [[ " $SOFT_NAMES " == *" $n "* ]]; then
+        say "[$n] FAILED — not fatal because $n was not named; \`env\` leaves its URL out. Run \`$0 up $n\` to make it fatal."
+      else
+        rc=1; say "[$n] FAILED"
+      fi
+    fi
   done
   return $rc
 }
@@ -423,11 +437,10 @@ main() {
     explicit=1
     for n in "$@"; do known "$n" || die "unknown broker '$n' (known: $ALL_NAMES)"; names+=("$n"); done
   else
-    read -r -a names <<<"$DEFAULT_NAMES"
-    if [ "$cmd" = status ] || [ "$cmd" = down ] || [ "$cmd" = env ]; then
-      # show/stop/print pulsar too when it happens to run
-      { pid_alive pulsar || pulsar_probe; } 2>/dev/null && names+=(pulsar)
-    fi
+    for n in $DEFAULT_NAMES; do
+      [[ " ${BQ_SKIP_BROKERS:-} " == *" $n "* ]] && continue
+      names+=("$n")
+    done
   fi
   BQ_EXPLICIT=$explicit
   case $cmd in
