@@ -1,0 +1,114 @@
+package redis
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"unicode/utf8"
+)
+
+// frameSentinel is the member that marks a list element as a frame (SPEC §7): an element
+// {"__bq_frame":1,"headers":{…},"body":"<envelope as a JSON string>"} carries out-of-band
+// headers beside the envelope. An envelope never has this member.
+const frameSentinel = "__bq_frame"
+
+// element returns what is stored in the list for body and headers in the default
+// layout. Headers with a blank name or value are dropped, as the other SDKs do. Without
+// headers the element is body, byte for byte, except when body itself would read as a
+// frame: then it is framed with no headers, so the consumer hands back exactly body.
+// A body that is not valid UTF-8 cannot ride in a JSON string: it is stored bare and its
+// headers are dropped (reported by the second result).
+func element(body []byte, headers map[string]string) (el []byte, dropped bool) {
+	kept := 0
+	for k, v := range headers {
+		if k != "" && v != "" {
+			kept++
+		}
+	}
+	if kept == 0 {
+		if isFrame(body) {
+			return frame(body, nil), false
+		}
+		return body, false
+	}
+	if !utf8.Valid(body) {
+		return body, true
+	}
+	return frame(body, headers), false
+}
+
+// frame encodes the frame of body with the non-blank headers, keys sorted.
+func frame(body []byte, headers map[string]string) []byte {
+	var b bytes.Buffer
+	b.Grow(len(body) + 64)
+	b.WriteString(`{"` + frameSentinel + `":1,"headers":{`)
+	keys := make([]string, 0, len(headers))
+	for k, v := range headers {
+		if k != "" && v != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(&b, k)
+		b.WriteByte(':')
+		writeJSONString(&b, headers[k])
+	}
+	b.WriteString(`},"body":`)
+	writeJSONString(&b, string(body))
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// writeJSONString appends s as a JSON string without HTML escaping.
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)       // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode appends a newline
+}
+
+// isFrame reports whether el reads as a frame.
+func isFrame(el []byte) bool {
+	_, _, ok := unframe(el)
+	return ok
+}
+
+// unframe splits a frame into the envelope bytes and the headers. ok is false for any
+// element that is not exactly a frame (then the element is the body as it is): the
+// element must be valid UTF-8, a JSON object whose "__bq_frame" member is 1, whose
+// "body" member is a string and whose "headers" member, when present, is an object of
+// strings. Member names match as spelled.
+func unframe(el []byte) (body []byte, headers map[string]string, ok bool) {
+	t := bytes.TrimLeft(el, " \t\r\n")
+	if len(t) == 0 || t[0] != '{' || !bytes.Contains(el, []byte(`"`+frameSentinel+`"`)) || !utf8.Valid(el) {
+		return nil, nil, false
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(el, &members); err != nil {
+		return nil, nil, false
+	}
+	if string(bytes.TrimSpace(members[frameSentinel])) != "1" {
+		return nil, nil, false
+	}
+	rawBody, has := members["body"]
+	if !has {
+		return nil, nil, false
+	}
+	var s string
+	if err := json.Unmarshal(rawBody, &s); err != nil {
+		return nil, nil, false
+	}
+	if rh, has := members["headers"]; has && string(bytes.TrimSpace(rh)) != "null" {
+		if err := json.Unmarshal(rh, &headers); err != nil {
+			return nil, nil, false
+		}
+	}
+	if len(headers) == 0 {
+		headers = nil
+	}
+	return []byte(s), headers, true
+}

@@ -1,0 +1,159 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The Lua scripts below are the only way this package changes a queue. Every one of them
+// runs atomically on the Redis server, so a worker that dies between two calls never leaves
+// a message half moved.
+//
+// Key and member formats are shared with the other BabelQueue SDKs on the same Redis
+// (see the package documentation): a reservation of the default layout is the element in
+// "<q>:processing" plus a member "<token>:<raw>" in "<q>:processing:deadlines" whose score
+// is the Unix time (seconds) at which the reservation lapses; token is 32 lowercase hex
+// characters.
+
+// reserveDefault migrates due delayed messages, returns lapsed reservations to the end of
+// the ready list, then reserves up to n elements.
+//
+//	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
+//	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
+//	ARGV[4..] one token per element wanted
+//
+// It returns the raw elements reserved, in order, one per token used.
+var reserveDefault = goredis.NewScript(`
+local now = ARGV[1]
+local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
+for _, m in ipairs(due) do
+  redis.call('zrem', KEYS[4], m)
+  if #m >= 33 and string.byte(m, 33) == 58 then
+    redis.call('rpush', KEYS[1], string.sub(m, 34))
+  end
+end
+local lapsed = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'limit', 0, tonumber(ARGV[3]))
+for _, m in ipairs(lapsed) do
+  if #m >= 33 and string.byte(m, 33) == 58 then
+    local raw = string.sub(m, 34)
+    if redis.call('lrem', KEYS[2], 1, raw) == 1 then
+      redis.call('rpush', KEYS[1], raw)
+    end
+  end
+  redis.call('zrem', KEYS[3], m)
+end
+local out = {}
+for i = 4, #ARGV do
+  local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+  if not raw then break end
+  redis.call('zadd', KEYS[3], ARGV[2], ARGV[i] .. ':' .. raw)
+  out[#out + 1] = raw
+end
+return out
+`)
+
+// reserveLaravel is Laravel's migrate-then-pop, for up to n jobs: due delayed jobs and
+// (when recovery is on) lapsed reservations go back to the ready list with one notify
+// token each, then each popped job is reserved as a copy whose attempts is one higher.
+// A job that does not decode, or has no numeric attempts, is reserved as it is.
+//
+//	KEYS[1] ready list, KEYS[2] reserved zset, KEYS[3] notify list, KEYS[4] delayed zset
+//	ARGV[1] now (Unix seconds), ARGV[2] reservation score, ARGV[3] n,
+//	ARGV[4] "1" to migrate lapsed reservations, KEYS[5] the Go-owned header hash
+//
+// It returns job, reserved, headers, job, reserved, headers, … for the jobs popped
+// (headers: the JSON object stored for the job in the header hash, or "").
+var reserveLaravel = goredis.NewScript(`
+local now = ARGV[1]
+local function migrate(from)
+  local due = redis.call('zrangebyscore', from, '-inf', now, 'limit', 0, 100)
+  for _, m in ipairs(due) do
+    redis.call('zrem', from, m)
+    redis.call('rpush', KEYS[1], m)
+    redis.call('rpush', KEYS[3], 1)
+  end
+end
+migrate(KEYS[4])
+if ARGV[4] == '1' then migrate(KEYS[2]) end
+local out = {}
+for i = 1, tonumber(ARGV[3]) do
+  local job = redis.call('lpop', KEYS[1])
+  if not job then break end
+  local reserved = job
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == 'table' and type(decoded['attempts']) == 'number' then
+    decoded['attempts'] = decoded['attempts'] + 1
+    local eok, encoded = pcall(cjson.encode, decoded)
+    if eok then reserved = encoded end
+  end
+  redis.call('zadd', KEYS[2], ARGV[2], reserved)
+  redis.call('lpop', KEYS[3])
+  out[#out + 1] = job
+  out[#out + 1] = reserved
+  out[#out + 1] = redis.call('hget', KEYS[5], redis.sha1hex(job)) or ''
+end
+return out
+`)
+
+// settle finishes one reservation in one atomic step: it checks the reservation is still
+// ours (the gate), removes it, rewinds it or makes the settle writes.
+//
+//	KEYS[1] processing list (default) or reserved zset (laravel)
+//	KEYS[2] deadlines zset (default) or the Go-owned header hash (laravel)
+//	KEYS[3] ready list, KEYS[4] notify list (laravel; default: unused, the ready list again)
+//	KEYS[5..] the keys the writes touch, in order
+//	ARGV[1] layout "d" or "l", ARGV[2] reservation member, ARGV[3] raw element,
+//	ARGV[4] "ack" or "rewind", then per write: op, score, value, where op is
+//	"r" (RPUSH KEYS[k]), "n" (RPUSH KEYS[k], RPUSH KEYS[k+1] 1) or "z" (ZADD KEYS[k]),
+//	and a headers JSON object ("" for none); with headers the next key is the header hash
+//	(laravel), where they are stored under the SHA-1 of the value.
+//
+// It returns 1 when settled, 0 when the reservation was no longer ours (it lapsed and
+// was handed back to the queue): then nothing was written.
+var settle = goredis.NewScript(`
+if ARGV[1] == 'd' then
+  if not redis.call('zscore', KEYS[2], ARGV[2]) then return 0 end
+  redis.call('zrem', KEYS[2], ARGV[2])
+  if redis.call('lrem', KEYS[1], 1, ARGV[3]) == 0 then return 0 end
+  if ARGV[4] == 'rewind' then redis.call('lpush', KEYS[3], ARGV[3]) end
+else
+  if redis.call('zrem', KEYS[1], ARGV[2]) == 0 then return 0 end
+  if ARGV[4] == 'rewind' then
+    redis.call('lpush', KEYS[3], ARGV[3])
+    redis.call('rpush', KEYS[4], 1)
+  else
+    redis.call('hdel', KEYS[2], redis.sha1hex(ARGV[3]))
+  end
+end
+local k = 5
+for i = 5, #ARGV, 4 do
+  local op = ARGV[i]
+  if op == 'z' then
+    redis.call('zadd', KEYS[k], ARGV[i + 1], ARGV[i + 2])
+    k = k + 1
+  elseif op == 'n' then
+    redis.call('rpush', KEYS[k], ARGV[i + 2])
+    redis.call('rpush', KEYS[k + 1], 1)
+    k = k + 2
+  else
+    redis.call('rpush', KEYS[k], ARGV[i + 2])
+    k = k + 1
+  end
+  if ARGV[i + 3] ~= '' then
+    redis.call('hset', KEYS[k], redis.sha1hex(ARGV[i + 2]), ARGV[i + 3])
+    k = k + 1
+  end
+end
+return 1
+`)
+
+// pushNotify is Laravel's push: the job on the ready list and one notify token, and
+// its headers (if any) in the Go-owned header hash.
+//
+//	KEYS[1] ready list, KEYS[2] notify list, KEYS[3] header hash,
+//	ARGV[1] job, ARGV[2] headers JSON or ""
+var pushNotify = goredis.NewScript(`
+redis.call('rpush', KEYS[1], ARGV[1])
+redis.call('rpush', KEYS[2], 1)
+if ARGV[2] ~= '' then
+  redis.call('hset', KEYS[3], redis.sha1hex(ARGV[1]), ARGV[2])
+end
+return 1
+`)
