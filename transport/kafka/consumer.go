@@ -1,0 +1,708 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// record states.
+const (
+	stBuffered = iota // fetched, waiting in the ready list
+	stDelayed         // a parked record waiting until due
+	stHanded          // handed out by Receive
+	stSettling        // its settle writes are in flight
+	stSettled         // acknowledged; committable once everything before it is
+	stDropped         // superseded by a rewind or a revoke: it will be redelivered
+	stRewound         // rewound by its owner
+)
+
+// pauseAt and resumeAt bound the parked records a consumer holds per delay partition.
+const (
+	pauseAt  = 512
+	resumeAt = 128
+)
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// partition is the bookkeeping of one assigned partition.
+type partition struct {
+	tp       tp
+	tier     time.Duration // the delay of a delay topic; zero for the queue itself
+	pending  []*record     // tracked records in offset order, the first one unsettled
+	next     int64         // the lowest offset accepted next; -1 before the first record
+	commitAt kgo.EpochOffset
+	hasMark  bool  // commitAt is set
+	sent     int64 // the last offset committed
+	seek     *kgo.EpochOffset
+	delayed  []*record // parked records, due order (delay topics only)
+	paused   bool
+}
+
+// record is one fetched record and its state; it is the Handle of its delivery.
+type record struct {
+	c     *consumer
+	r     *kgo.Record
+	p     *partition
+	state int
+	slot  bool // holds one of the consumer's prefetch slots
+	due   time.Time
+}
+
+type consumer struct {
+	t       *Transport
+	queue   string
+	cl      *kgo.Client
+	pattern *regexp.Regexp
+	log     interface {
+		Debug(string, ...any)
+		Info(string, ...any)
+		Warn(string, ...any)
+		Error(string, ...any)
+	}
+
+	slots     chan struct{}
+	ctx       context.Context // lifetime of the background goroutines
+	cancel    context.CancelFunc
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	commitMu  sync.Mutex // serialises commits
+	commitSig chan struct{}
+	pollSig   chan struct{}
+	delaySig  chan struct{}
+
+	mu         sync.Mutex
+	closed     bool
+	parts      map[tp]*partition
+	ready      []*record
+	wake       chan struct{} // closed and replaced when records become ready
+	pollCancel context.CancelFunc
+	seekWanted bool
+	buffer     int
+}
+
+var _ transport.Consumer = (*consumer)(nil)
+
+// Consume opens a consumer on queue: one member of the transport's consumer group,
+// consuming the queue's topic and its delay topics. It returns before the group is
+// joined; records arrive once partitions are assigned.
+func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	if err := checkTopic(queue); err != nil {
+		return nil, err
+	}
+	if t.factory == nil {
+		return nil, errors.New("kafka: this transport was built without a consumer factory")
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, transport.ErrClosed
+	}
+	t.mu.Unlock()
+	prefetch := max(opts.Prefetch, 1)
+	c := &consumer{
+		t:         t,
+		queue:     queue,
+		pattern:   regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
+		log:       t.log.With("queue", queue, "group", t.cfg.group),
+		slots:     make(chan struct{}, prefetch),
+		done:      make(chan struct{}),
+		commitSig: make(chan struct{}, 1),
+		pollSig:   make(chan struct{}, 1),
+		delaySig:  make(chan struct{}, 1),
+		parts:     map[tp]*partition{},
+		wake:      make(chan struct{}),
+		buffer:    max(t.cfg.buffer, prefetch),
+	}
+	cl, err := t.factory(
+		kgo.ConsumerGroup(t.cfg.group),
+		kgo.ConsumeRegex(),
+		kgo.ConsumeTopics(c.pattern.String()),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.MetadataMaxAge(t.cfg.metadataMaxAge),
+		kgo.MetadataMinAge(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, err
+	}
+	c.cl = cl
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		cl.Close()
+		return nil, transport.ErrClosed
+	}
+	t.consumers[c] = struct{}{}
+	t.mu.Unlock()
+	c.wg.Add(3)
+	go c.pollLoop()
+	go c.commitLoop()
+	go c.delayLoop()
+	return c, nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// pollLoop is the only goroutine that polls. Rebalances are blocked from the return of a
+// poll until AllowRebalance, so records are admitted, and seeks applied, against a
+// stable assignment.
+func (c *consumer) pollLoop() {
+	defer c.wg.Done()
+	for {
+		if c.ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		room := c.buffer - c.readyLenLocked()
+		seek := c.seekWanted
+		c.mu.Unlock()
+		if room <= 0 && !seek {
+			select {
+			case <-c.pollSig:
+			case <-c.ctx.Done():
+				return
+			}
+			continue
+		}
+		pctx, cancel := context.WithCancel(c.ctx)
+		c.mu.Lock()
+		c.pollCancel = cancel
+		if c.seekWanted || room <= 0 {
+			cancel() // enter the poll only to seek
+		}
+		c.mu.Unlock()
+		fetches := c.cl.PollRecords(pctx, max(room, 1))
+		c.mu.Lock()
+		c.pollCancel = nil
+		c.mu.Unlock()
+		cancel()
+		if fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			c.log.Warn("kafka: fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		var pause map[string][]int32
+		delayed := false
+		c.mu.Lock()
+		fetches.EachRecord(func(r *kgo.Record) {
+			if c.admitLocked(r) == stDelayed {
+				delayed = true
+			}
+		})
+		for _, p := range c.parts {
+			if p.tier > 0 && !p.paused && len(p.delayed) >= pauseAt {
+				p.paused = true
+				if pause == nil {
+					pause = map[string][]int32{}
+				}
+				pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
+			}
+		}
+		seeks := map[string]map[int32]kgo.EpochOffset{}
+		for _, p := range c.parts {
+			if p.seek != nil {
+				if seeks[p.tp.topic] == nil {
+					seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
+				}
+				seeks[p.tp.topic][p.tp.partition] = *p.seek
+			}
+		}
+		if len(c.ready) > 0 {
+			close(c.wake)
+			c.wake = make(chan struct{})
+		}
+		c.mu.Unlock()
+		if len(pause) > 0 {
+			c.cl.PauseFetchPartitions(pause)
+		}
+		if len(seeks) > 0 {
+			c.cl.SetOffsets(seeks)
+			c.log.Debug("kafka: partitions sought back to rewound records", "offsets", seeks)
+			c.mu.Lock()
+			for topic, ps := range seeks {
+				for part, eo := range ps {
+					if p := c.parts[tp{topic, part}]; p != nil && p.seek != nil && *p.seek == eo {
+						p.seek = nil
+					}
+				}
+			}
+			c.seekWanted = false
+			for _, p := range c.parts {
+				if p.seek != nil {
+					c.seekWanted = true
+				}
+			}
+			c.mu.Unlock()
+		}
+		c.cl.AllowRebalance()
+		if delayed {
+			signal(c.delaySig)
+		}
+	}
+}
+
+func (c *consumer) readyLenLocked() int {
+	return len(c.ready)
+}
+
+// admitLocked starts tracking a fetched record and returns its state (-1 when dropped).
+func (c *consumer) admitLocked(r *kgo.Record) int {
+	key := tp{r.Topic, r.Partition}
+	p := c.parts[key]
+	if p == nil {
+		p = &partition{tp: key, next: -1, sent: -1, tier: c.tierOf(r.Topic)}
+		c.parts[key] = p
+	}
+	if p.seek != nil {
+		return -1 // fetched before the seek: it comes again from the sought offset
+	}
+	if p.next >= 0 && r.Offset < p.next {
+		return -1
+	}
+	p.next = r.Offset + 1
+	rec := &record{c: c, r: r, p: p}
+	p.pending = append(p.pending, rec)
+	if p.tier > 0 {
+		rec.state = stDelayed
+		rec.due = dueAt(r, p.tier, time.Now())
+		p.delayed = append(p.delayed, rec)
+		return stDelayed
+	}
+	rec.state = stBuffered
+	c.ready = append(c.ready, rec)
+	return stBuffered
+}
+
+// tierOf returns the delay of a delay topic of the queue, zero for the queue itself.
+func (c *consumer) tierOf(topic string) time.Duration {
+	if topic == c.queue {
+		return 0
+	}
+	ms, err := strconv.ParseInt(strings.TrimPrefix(topic, c.queue+".delay."), 10, 64)
+	if err != nil || ms < 0 {
+		return 0
+	}
+	return max(time.Duration(ms)*time.Millisecond, time.Millisecond)
+}
+
+// dueAt is when a parked record goes back to its queue: its bq-due-at header (else its
+// timestamp plus the tier), clamped to [now, now+tier].
+func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
+	due := r.Timestamp.Add(tier)
+	for _, h := range r.Headers {
+		if h.Key == HeaderDueAt {
+			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+				due = time.UnixMilli(ms)
+			}
+			break
+		}
+	}
+	if due.Before(now) {
+		return now
+	}
+	if lim := now.Add(tier); due.After(lim) {
+		return lim
+	}
+	return due
+}
+
+// Receive hands out the next record of the queue.
+func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	select {
+	case <-c.done:
+		return nil, transport.ErrClosed
+	default:
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, transport.ErrClosed
+	}
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			<-c.slots
+			return nil, transport.ErrClosed
+		}
+		var rec *record
+		for len(c.ready) > 0 && rec == nil {
+			r := c.ready[0]
+			c.ready[0] = nil
+			c.ready = c.ready[1:]
+			if r.state == stBuffered {
+				rec = r
+			}
+		}
+		if rec != nil {
+			rec.state = stHanded
+			rec.slot = true
+			c.mu.Unlock()
+			signal(c.pollSig)
+			return c.delivery(rec), nil
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		signal(c.pollSig)
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			<-c.slots
+			return nil, ctx.Err()
+		case <-c.done:
+			<-c.slots
+			return nil, transport.ErrClosed
+		}
+	}
+}
+
+// delivery builds what the runtime sees of a record.
+func (c *consumer) delivery(rec *record) *transport.Delivery {
+	r := rec.r
+	d := &transport.Delivery{Queue: c.queue, Body: r.Value, Key: r.Key, Handle: rec}
+	var seenSchema, seenAttempts bool
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderSchemaVersion:
+			if !seenSchema {
+				seenSchema = true
+				if h.Value != nil {
+					d.SchemaVersion = string(h.Value)
+				}
+			}
+		case HeaderAttempts:
+			if !seenAttempts {
+				seenAttempts = true
+				if n, ok := parseAttempts(h.Value); ok {
+					d.AttemptsHeader, d.HasAttemptsHeader = n, true
+				}
+			}
+		default:
+			if reserved[h.Key] {
+				continue
+			}
+			if d.Headers == nil {
+				d.Headers = map[string]string{}
+			}
+			if _, dup := d.Headers[h.Key]; !dup {
+				d.Headers[h.Key] = string(h.Value)
+			}
+		}
+	}
+	return d
+}
+
+// releaseLocked gives back the prefetch slot a record holds.
+func (c *consumer) releaseLocked(rec *record) {
+	if rec.slot {
+		rec.slot = false
+		<-c.slots
+	}
+}
+
+// Settle finishes a delivery: see the package documentation.
+func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
+	rec, ok := d.Handle.(*record)
+	if !ok || rec == nil || rec.c != c {
+		return errors.New("kafka: delivery does not belong to this consumer")
+	}
+	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
+		return errors.New("kafka: settle writes are only allowed with Ack")
+	}
+	c.mu.Lock()
+	if err := c.settleableLocked(rec); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	switch s.Outcome {
+	case transport.Ack:
+		if len(s.Writes) > 0 {
+			rec.state = stSettling
+			c.mu.Unlock()
+			err := c.t.produceConfirmed(ctx, s.Writes)
+			c.mu.Lock()
+			if err != nil {
+				if rec.state == stSettling {
+					rec.state = stHanded
+				}
+				c.mu.Unlock()
+				return err
+			}
+			if rec.state != stSettling {
+				c.mu.Unlock()
+				c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
+				return ErrRevoked
+			}
+		}
+		c.ackLocked(rec)
+		c.mu.Unlock()
+		return nil
+	case transport.Rewind:
+		c.rewindLocked(rec)
+		c.mu.Unlock()
+		return nil
+	default:
+		c.mu.Unlock()
+		return transport.ErrUnsupported
+	}
+}
+
+func (c *consumer) settleableLocked(rec *record) error {
+	switch rec.state {
+	case stHanded:
+		if c.closed {
+			return transport.ErrClosed
+		}
+		return nil
+	case stDropped:
+		return ErrRevoked
+	case stSettling:
+		return errors.New("kafka: delivery is being settled concurrently")
+	default:
+		return transport.ErrAlreadySettled
+	}
+}
+
+// ackLocked marks rec settled and moves the partition's commit mark past every settled
+// record at its head.
+func (c *consumer) ackLocked(rec *record) {
+	rec.state = stSettled
+	c.releaseLocked(rec)
+	p := rec.p
+	moved := false
+	for len(p.pending) > 0 && p.pending[0].state == stSettled {
+		h := p.pending[0]
+		p.commitAt = kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset + 1}
+		p.hasMark = true
+		p.pending[0] = nil
+		p.pending = p.pending[1:]
+		moved = true
+	}
+	if moved {
+		signal(c.commitSig)
+	}
+}
+
+// rewindLocked drops rec and every later record of its partition and asks the poll loop
+// to seek the partition back to rec.
+func (c *consumer) rewindLocked(rec *record) {
+	p := rec.p
+	i := len(p.pending) - 1
+	for i >= 0 && p.pending[i] != rec {
+		i--
+	}
+	if i < 0 { // not tracked: the partition was revoked meanwhile
+		rec.state = stDropped
+		c.releaseLocked(rec)
+		return
+	}
+	for _, r := range p.pending[i:] {
+		if r != rec {
+			r.state = stDropped
+			c.releaseLocked(r)
+		}
+	}
+	rec.state = stRewound
+	c.releaseLocked(rec)
+	clear(p.pending[i:])
+	p.pending = p.pending[:i]
+	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
+	if p.seek == nil || at.Offset < p.seek.Offset {
+		p.seek = &at
+	}
+	p.next = at.Offset
+	c.seekWanted = true
+	if c.pollCancel != nil {
+		c.pollCancel()
+	}
+	signal(c.pollSig)
+}
+
+// commitLoop commits settled offsets in the background, coalescing settles that happen
+// while a commit is in flight.
+func (c *consumer) commitLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.commitSig:
+		case <-c.ctx.Done():
+			return
+		}
+		if err := c.commit(c.ctx, nil); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("kafka: offset commit failed; it is retried with the next settle", "err", err)
+		}
+	}
+}
+
+// commit commits the marks of the given partitions (all when only is nil) that moved
+// since the last commit.
+func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	c.mu.Lock()
+	for k, p := range c.parts {
+		if only != nil && !only[k] {
+			continue
+		}
+		if p.hasMark && p.commitAt.Offset > p.sent {
+			if offsets[k.topic] == nil {
+				offsets[k.topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[k.topic][k.partition] = p.commitAt
+		}
+	}
+	c.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	var rerr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, t := range resp.Topics {
+			for _, pr := range t.Partitions {
+				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil {
+					if rerr == nil {
+						rerr = e
+					}
+					continue
+				}
+				if p := c.parts[tp{t.Topic, pr.Partition}]; p != nil {
+					if eo, ok := offsets[t.Topic][pr.Partition]; ok && eo.Offset > p.sent {
+						p.sent = eo.Offset
+					}
+				}
+			}
+		}
+	})
+	return rerr
+}
+
+// revoked commits what was settled on the revoked partitions and forgets them: records
+// handed out from them are dropped (their Settle returns ErrRevoked) and the new owner
+// resumes from the committed offset.
+func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	only := map[tp]bool{}
+	for topic, ps := range revoked {
+		for _, p := range ps {
+			only[tp{topic, p}] = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.commit(ctx, only); err != nil {
+		c.log.Warn("kafka: commit on revoke failed; settled records may be redelivered", "err", err)
+	}
+	c.forget(only, "revoked")
+}
+
+// lost forgets partitions lost without a clean revoke (session expiry): nothing can be
+// committed for them any more.
+func (c *consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	only := map[tp]bool{}
+	for topic, ps := range lost {
+		for _, p := range ps {
+			only[tp{topic, p}] = true
+		}
+	}
+	c.forget(only, "lost")
+}
+
+func (c *consumer) forget(parts map[tp]bool, why string) {
+	resume := map[string][]int32{}
+	c.mu.Lock()
+	dropped := 0
+	for k := range parts {
+		p := c.parts[k]
+		if p == nil {
+			continue
+		}
+		for _, r := range p.pending {
+			if r.state != stSettled {
+				r.state = stDropped
+				c.releaseLocked(r)
+				dropped++
+			}
+		}
+		if p.paused {
+			resume[k.topic] = append(resume[k.topic], k.partition)
+		}
+		if p.seek != nil {
+			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", p.seek.Offset)
+		}
+		delete(c.parts, k)
+	}
+	c.mu.Unlock()
+	if len(resume) > 0 {
+		c.cl.ResumeFetchPartitions(resume)
+	}
+	if dropped > 0 {
+		c.log.Info("kafka: partitions "+why+" with unsettled records; they will be redelivered", "records", dropped)
+	}
+	signal(c.delaySig)
+}
+
+// Close stops the consumer: it commits what was settled and leaves the group. Deliveries
+// not settled are redelivered to the group.
+func (c *consumer) Close(ctx context.Context) error {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.mu.Lock()
+		c.closed = true
+		if c.pollCancel != nil {
+			c.pollCancel()
+		}
+		c.mu.Unlock()
+		close(c.done)
+	})
+	if !first {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	err := c.commit(ctx, nil)
+	if err != nil {
+		c.log.Warn("kafka: final commit failed; settled records may be redelivered", "err", err)
+	}
+	c.cl.CloseAllowingRebalance()
+	c.t.mu.Lock()
+	delete(c.t.consumers, c)
+	c.t.mu.Unlock()
+	return err
+}

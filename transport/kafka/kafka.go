@@ -1,0 +1,592 @@
+// Package kafka is the Apache Kafka transport behind kafka:// URLs, built on franz-go.
+//
+// Import it for its side effect to make the scheme available to the runtime:
+//
+//	import _ "github.com/babelqueue-go/babelqueue/transport/kafka"
+//
+// The URL is kafka://host:port[,host:port…] (the port defaults to 9092) with these
+// optional query parameters:
+//
+//   - group: the consumer group (default "babelqueue").
+//   - delivery_timeout: how long a settle write waits for its delivery report, as a Go
+//     duration ("30s") or a number of seconds ("2.5"); default 30 s.
+//   - auto_create_topics: whether the clients the transport builds ask the broker to
+//     create a missing topic when they produce to it (true/false, 1/0; default true, the
+//     broker's auto.create.topics.enable still decides).
+//   - client_id: the Kafka client id (default "babelqueue-go").
+//   - tls: 1 to dial with TLS (system roots).
+//   - sasl: plain, scram-sha-256 or scram-sha-512, with the user and password taken from
+//     the URL's user info (user info alone means plain).
+//
+// For anything else (mutual TLS, OAuth, a custom dialer) build the clients yourself and
+// use [New] with a [ConsumerFactory].
+//
+// # Wire format
+//
+// A record's value is the envelope bytes, unchanged. The envelope is projected onto the
+// record headers bq-job, bq-trace-id, bq-message-id, bq-schema-version, bq-source-lang and
+// bq-attempts (all UTF-8 strings), and the record timestamp is meta.created_at. Out-of-band
+// headers ride as further record headers. Keys are kept exactly: a nil key is a null key,
+// an empty key is an empty key.
+//
+// On consume, the bq-attempts header is authoritative
+// ([transport.AttemptsHeaderAuthoritative]) and bq-schema-version feeds the
+// schema-version gate. When a header name repeats, the first occurrence wins.
+//
+// # Consuming
+//
+// Each consumer is one member of the consumer group, with auto-commit off. A record's
+// offset is committed only once it and every record before it on its partition are
+// settled, so several workers may settle out of order without an unsettled record being
+// skipped. Commits are made in the background (coalesced), when partitions are revoked,
+// and on Close; a crash between a settle and its commit redelivers the record
+// (at-least-once: keep handlers idempotent).
+//
+// A rewound delivery makes the next poll seek its partition back to it: the record and
+// every record after it on that partition are delivered again, including records already
+// acknowledged but not yet committable behind it. Deliveries superseded that way, or whose
+// partition was revoked in a rebalance, cannot be settled any more: Settle returns
+// [ErrRevoked] (which matches [transport.ErrAlreadySettled]) and makes no write, and the
+// record is redelivered to whoever owns the partition. A seek for a partition that was
+// revoked meanwhile is skipped and logged; it never blocks a rebalance.
+//
+// # Settle writes and Publish
+//
+// The runtime's settle writes (retry, release, dead letter) wait for their own delivery
+// report up to the delivery timeout. On an error or a timeout, Settle returns a
+// [transport.SettleWriteError] wrapping a [*DeliveryError] and commits nothing. The user's
+// own Publish is fire-and-forget: the record is buffered and Publish returns; a failure is
+// logged. Close flushes what is buffered.
+//
+// # Delays
+//
+// Kafka has no native delay. A message published with a delay is parked on the topic
+// <queue>.delay.<ms> with the headers bq-due-at (Unix ms) and bq-original-topic. Every
+// consumer of <queue> also consumes the delay topics of its queue (by pattern) and
+// re-produces a parked record to <queue>, byte for byte and with its key and headers, once
+// it is due; the parked record is committed only after that write is confirmed. The due
+// time is clamped to at most one delay from when the record is read, so a producer whose
+// clock runs ahead cannot park a record for longer. Topic names of the form
+// <queue>.delay.<digits> are therefore reserved.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Record header names of the Kafka binding.
+const (
+	HeaderJob           = "bq-job"
+	HeaderTraceID       = "bq-trace-id"
+	HeaderMessageID     = "bq-message-id"
+	HeaderSchemaVersion = "bq-schema-version"
+	HeaderSourceLang    = "bq-source-lang"
+	HeaderAttempts      = "bq-attempts"
+	// HeaderDueAt is the Unix-millisecond time a parked (delayed) record is due.
+	HeaderDueAt = "bq-due-at"
+	// HeaderOriginalTopic names the queue a parked (delayed) record goes back to.
+	HeaderOriginalTopic = "bq-original-topic"
+)
+
+// DefaultGroup is the consumer group used when none is configured.
+const DefaultGroup = "babelqueue"
+
+// DefaultDeliveryTimeout bounds the wait for a settle write's delivery report.
+const DefaultDeliveryTimeout = 30 * time.Second
+
+// reserved are the header names the binding owns: they never appear in
+// [transport.Delivery.Headers] and a user header never replaces them.
+var reserved = map[string]bool{
+	HeaderJob: true, HeaderTraceID: true, HeaderMessageID: true, HeaderSchemaVersion: true,
+	HeaderSourceLang: true, HeaderAttempts: true, HeaderDueAt: true, HeaderOriginalTopic: true,
+}
+
+// ErrDelivery matches every [DeliveryError].
+var ErrDelivery = errors.New("kafka: delivery not confirmed")
+
+// ErrRevoked is returned by Settle for a delivery that can no longer be settled because
+// its partition was revoked in a rebalance, or because an earlier record of its partition
+// was rewound: the record will be delivered again. It matches
+// [transport.ErrAlreadySettled].
+var ErrRevoked = fmt.Errorf("kafka: partition revoked or rewound before the delivery was settled; it will be redelivered: %w", transport.ErrAlreadySettled)
+
+// DeliveryError reports a settle write the broker did not confirm within the delivery
+// timeout, or confirmed with an error. Settle returns it wrapped in a
+// [transport.SettleWriteError]; it matches [ErrDelivery].
+type DeliveryError struct {
+	Topic string // the topic written to
+	Err   error  // the broker's error, or context.DeadlineExceeded on a timeout
+}
+
+// Error describes the failed delivery.
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("kafka: delivery to %q not confirmed: %v", e.Topic, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *DeliveryError) Unwrap() error { return e.Err }
+
+// Is makes the error match [ErrDelivery].
+func (e *DeliveryError) Is(target error) bool { return target == ErrDelivery }
+
+// ConsumerFactory builds the group-consuming client of one consumer. The transport passes
+// the options it needs (group, topics, callbacks, offsets); a factory adds its own
+// (seeds, TLS, SASL) and must not override those. See [Factory].
+type ConsumerFactory func(opts ...kgo.Opt) (*kgo.Client, error)
+
+// Factory returns a [ConsumerFactory] that builds clients from base (seed brokers, TLS,
+// SASL, …) followed by the transport's options.
+func Factory(base ...kgo.Opt) ConsumerFactory {
+	return func(opts ...kgo.Opt) (*kgo.Client, error) {
+		all := append(slices.Clip(base), opts...)
+		return kgo.NewClient(all...)
+	}
+}
+
+type config struct {
+	group           string
+	deliveryTimeout time.Duration
+	autoCreate      bool
+	logger          *slog.Logger
+	metadataMaxAge  time.Duration
+	buffer          int
+}
+
+// Option configures a [Transport].
+type Option func(*config)
+
+// WithGroup sets the consumer group (default [DefaultGroup]).
+func WithGroup(group string) Option { return func(c *config) { c.group = group } }
+
+// WithDeliveryTimeout sets how long a settle write waits for its delivery report
+// (default [DefaultDeliveryTimeout]).
+func WithDeliveryTimeout(d time.Duration) Option {
+	return func(c *config) { c.deliveryTimeout = d }
+}
+
+// WithAutoCreateTopics sets whether the producer that [Open] builds asks the broker to
+// create missing topics (default true). With [New] the producer is yours and this option
+// has no effect on it.
+func WithAutoCreateTopics(on bool) Option { return func(c *config) { c.autoCreate = on } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithMetadataRefresh sets how often a consumer looks for new delay topics of its queue
+// created by other processes (default 10 s).
+func WithMetadataRefresh(d time.Duration) Option {
+	return func(c *config) { c.metadataMaxAge = d }
+}
+
+// WithBuffer sets how many fetched records a consumer holds ready beyond those handed
+// out (default 256).
+func WithBuffer(n int) Option { return func(c *config) { c.buffer = n } }
+
+func defaults() config {
+	return config{
+		group:           DefaultGroup,
+		deliveryTimeout: DefaultDeliveryTimeout,
+		autoCreate:      true,
+		metadataMaxAge:  10 * time.Second,
+		buffer:          256,
+	}
+}
+
+// Transport is a connection to one Kafka cluster. It is safe for concurrent use.
+type Transport struct {
+	prod    *kgo.Client
+	ownProd bool
+	factory ConsumerFactory
+	cfg     config
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	closed    bool
+	consumers map[*consumer]struct{}
+	known     map[string]bool // topics this transport has written to successfully
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New builds a transport around a producer client and a factory for consumer clients,
+// for setups the URL cannot express (mutual TLS, OAuth, custom dialers). The producer
+// stays yours: Close flushes it but does not close it. factory may be nil when the
+// transport only publishes.
+func New(producer *kgo.Client, factory ConsumerFactory, opts ...Option) (*Transport, error) {
+	if producer == nil {
+		return nil, errors.New("kafka: New needs a producer client")
+	}
+	return newTransport(producer, false, factory, opts...)
+}
+
+func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts ...Option) (*Transport, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.group == "" {
+		return nil, errors.New("kafka: the consumer group name is empty")
+	}
+	if cfg.deliveryTimeout <= 0 {
+		return nil, errors.New("kafka: the delivery timeout must be positive")
+	}
+	if cfg.metadataMaxAge < time.Second {
+		cfg.metadataMaxAge = time.Second
+	}
+	if cfg.buffer < 1 {
+		cfg.buffer = 1
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Transport{
+		prod:      producer,
+		ownProd:   own,
+		factory:   factory,
+		cfg:       cfg,
+		log:       log.With("transport", "kafka"),
+		consumers: map[*consumer]struct{}{},
+		known:     map[string]bool{},
+	}, nil
+}
+
+// Capabilities reports the Kafka binding: the bq-attempts header is authoritative,
+// delays go through delay topics, poison with the DLQ off needs retry tiers, the
+// schema-version gate applies and the dead-letter suffix is ".dlq".
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{
+		Attempts:              transport.AttemptsHeaderAuthoritative,
+		Delay:                 true,
+		PoisonNeedsRetryTiers: true,
+		SchemaGate:            true,
+		DeadLetterSuffix:      ".dlq",
+	}
+}
+
+// Publish buffers one record and returns without waiting for the broker
+// (fire-and-forget); a delivery failure is logged. Publish keeps no reference to m. It
+// blocks only while the producer's buffer is full.
+func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
+	if t.isClosed() {
+		return transport.ErrClosed
+	}
+	rec, err := t.record(m, time.Now())
+	if err != nil {
+		return err
+	}
+	t.prod.Produce(context.WithoutCancel(ctx), rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
+			return
+		}
+		t.delivered(r.Topic)
+	})
+	return nil
+}
+
+// produceConfirmed writes msgs and waits for every delivery report, up to the delivery
+// timeout. The first failure is returned as a *transport.SettleWriteError.
+func (t *Transport) produceConfirmed(ctx context.Context, msgs []*transport.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	now := time.Now()
+	for i, m := range msgs {
+		r, err := t.record(m, now)
+		if err != nil {
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+		recs[i] = r
+	}
+	return t.produceRecords(ctx, recs, msgs)
+}
+
+func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs []*transport.Message) error {
+	if t.isClosed() {
+		q := recs[0].Topic
+		if msgs != nil {
+			q = msgs[0].Queue
+		}
+		return &transport.SettleWriteError{Queue: q, Err: transport.ErrClosed}
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.deliveryTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	done := make(chan result, len(recs))
+	for i, r := range recs {
+		t.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err == nil {
+				t.delivered(r.Topic)
+			}
+			done <- result{i, err}
+		})
+	}
+	queueOf := func(i int) string {
+		if msgs != nil {
+			return msgs[i].Queue
+		}
+		return recs[i].Topic
+	}
+	var first error
+	for range recs {
+		select {
+		case res := <-done:
+			if res.err != nil && first == nil {
+				first = &transport.SettleWriteError{Queue: queueOf(res.i), Err: &DeliveryError{Topic: recs[res.i].Topic, Err: res.err}}
+			}
+		case <-ctx.Done():
+			if first == nil {
+				first = &transport.SettleWriteError{Queue: queueOf(0), Err: &DeliveryError{Topic: recs[0].Topic, Err: ctx.Err()}}
+			}
+			return first
+		}
+	}
+	return first
+}
+
+// produceEach writes recs in order and returns each one's outcome, waiting up to the
+// delivery timeout.
+func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error {
+	errs := make([]error, len(recs))
+	if t.isClosed() {
+		for i := range errs {
+			errs[i] = transport.ErrClosed
+		}
+		return errs
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.deliveryTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	done := make(chan result, len(recs))
+	for i, r := range recs {
+		t.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err == nil {
+				t.delivered(r.Topic)
+			}
+			done <- result{i, err}
+		})
+	}
+	got := make([]bool, len(recs))
+	for range recs {
+		select {
+		case res := <-done:
+			got[res.i] = true
+			if res.err != nil {
+				errs[res.i] = &DeliveryError{Topic: recs[res.i].Topic, Err: res.err}
+			}
+		case <-ctx.Done():
+			for i := range recs {
+				if !got[i] {
+					errs[i] = &DeliveryError{Topic: recs[i].Topic, Err: ctx.Err()}
+				}
+			}
+			return errs
+		}
+	}
+	return errs
+}
+
+// delivered notes a topic the transport wrote to; the first time, local consumers that
+// consume it refresh their metadata so they see a topic that was just created.
+func (t *Transport) delivered(topic string) {
+	t.mu.Lock()
+	if t.known[topic] {
+		t.mu.Unlock()
+		return
+	}
+	t.known[topic] = true
+	var nudge []*consumer
+	for c := range t.consumers {
+		if c.pattern.MatchString(topic) {
+			nudge = append(nudge, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range nudge {
+		c.cl.ForceMetadataRefresh()
+	}
+}
+
+// legalTopic matches what Kafka accepts as a topic name.
+var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func checkTopic(name string) error {
+	if !legalTopic.MatchString(name) {
+		return fmt.Errorf("kafka: %q is not a valid topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')", name)
+	}
+	return nil
+}
+
+// delayTopic names the topic a message delayed by d is parked on.
+func delayTopic(queue string, d time.Duration) string {
+	return queue + ".delay." + strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// record projects m onto a Kafka record.
+func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, error) {
+	if m == nil {
+		return nil, errors.New("kafka: nil message")
+	}
+	if err := checkTopic(m.Queue); err != nil {
+		return nil, err
+	}
+	p := m.Projection
+	hs := make([]kgo.RecordHeader, 0, 8+len(m.Headers))
+	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
+	if p.URN != "" {
+		add(HeaderJob, p.URN)
+	}
+	if p.TraceID != "" {
+		add(HeaderTraceID, p.TraceID)
+	}
+	if p.MessageID != "" {
+		add(HeaderMessageID, p.MessageID)
+	}
+	if p.SchemaVersion != 0 {
+		add(HeaderSchemaVersion, strconv.Itoa(p.SchemaVersion))
+	}
+	if p.Lang != "" {
+		add(HeaderSourceLang, p.Lang)
+	}
+	add(HeaderAttempts, strconv.Itoa(m.Attempts))
+	topic := m.Queue
+	if m.Delay >= time.Millisecond {
+		topic = delayTopic(m.Queue, m.Delay)
+		if err := checkTopic(topic); err != nil {
+			return nil, err
+		}
+		add(HeaderDueAt, strconv.FormatInt(now.Add(m.Delay).UnixMilli(), 10))
+		add(HeaderOriginalTopic, m.Queue)
+	}
+	if len(m.Headers) > 0 {
+		keys := make([]string, 0, len(m.Headers))
+		for k := range m.Headers {
+			if !reserved[k] {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			add(k, m.Headers[k])
+		}
+	}
+	rec := &kgo.Record{
+		Topic:   topic,
+		Value:   append([]byte{}, m.Body...),
+		Headers: hs,
+	}
+	if m.Key != nil {
+		rec.Key = append([]byte{}, m.Key...)
+	}
+	if p.CreatedAt > 0 {
+		rec.Timestamp = time.UnixMilli(p.CreatedAt)
+	}
+	return rec, nil
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// Close closes every consumer of the transport, then flushes buffered publishes (until
+// ctx ends) and, when the transport built the producer, closes it.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	cs := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
+	var errs []error
+	for _, c := range cs {
+		if err := c.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := t.prod.Flush(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("kafka: flushing buffered publishes: %w", err))
+	}
+	if t.ownProd {
+		t.prod.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Producer returns the producer client, for tools that need the raw client (an admin
+// client built with kadm.NewClient, for example).
+func (t *Transport) Producer() *kgo.Client { return t.prod }
+
+// Group returns the consumer group the transport's consumers join.
+func (t *Transport) Group() string { return t.cfg.group }
+
+// DeliveryTimeout returns how long a settle write waits for its delivery report.
+func (t *Transport) DeliveryTimeout() time.Duration { return t.cfg.deliveryTimeout }
+
+// parseAttempts reads a bq-attempts header the way the Python SDK's int() does for the
+// values that matter: optional ASCII whitespace around an optional sign and decimal
+// digits (single underscores between digits allowed). Anything else is unreadable.
+// Values beyond the int range are clamped.
+func parseAttempts(v []byte) (int, bool) {
+	s := strings.Trim(string(v), " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if s == "" || s[0] == '_' || s[len(s)-1] == '_' {
+		return 0, false
+	}
+	n := 0
+	prevUnderscore := false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch == '_' {
+			if prevUnderscore {
+				return 0, false
+			}
+			prevUnderscore = true
+			continue
+		}
+		prevUnderscore = false
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		if n < (1<<31)/10 {
+			n = n*10 + int(ch-'0')
+		} else {
+			n = 1 << 31
+		}
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}

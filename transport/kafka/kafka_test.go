@@ -1,0 +1,387 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/kafka"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// brokerURL is the Kafka under test; it fails under CI=true when Kafka is not running.
+func brokerURL(t testing.TB) string {
+	t.Helper()
+	return transporttest.BrokerURL(t, "BQ_KAFKA_URL", "kafka")
+}
+
+// withParams adds query parameters to the broker URL.
+func withParams(t testing.TB, raw string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// openKafka opens a transport on the test broker with its own consumer group, so tests
+// never share group state. It is closed when the test ends.
+func openKafka(t testing.TB, kv ...string) *kafka.Transport {
+	t.Helper()
+	raw := withParams(t, brokerURL(t), append([]string{"group", transporttest.UniqueName("bqtest-group")}, kv...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tr, err := kafka.Open(ctx, raw)
+	if err != nil {
+		t.Fatalf("kafka.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	return tr
+}
+
+// seeds returns the broker addresses of the test URL.
+func seeds(t testing.TB) []string {
+	u, err := url.Parse(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(u.Host, ",")
+}
+
+// rawClient is a plain franz-go client on the test broker.
+func rawClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds(t)...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// createTopic creates topic with the given partitions.
+func createTopic(t testing.TB, topic string, partitions int32) {
+	t.Helper()
+	adm := kadm.NewClient(rawClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	if resp.Err != nil {
+		t.Fatalf("create topic %s: %v", topic, resp.Err)
+	}
+}
+
+// topicExists asks the broker whether topic exists, without creating it.
+func topicExists(t testing.TB, topic string) bool {
+	t.Helper()
+	adm := kadm.NewClient(rawClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	d, ok := td[topic]
+	return ok && d.Err == nil
+}
+
+// readTopic reads n records of topic from the start, outside any group, and fails when
+// fewer arrive within 30s.
+func readTopic(t testing.TB, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl := rawClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: got %d of %d records", topic, len(out), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// countTopic reads topic from the start for quiet and returns how many records it holds.
+func countTopic(t testing.TB, topic string, quiet time.Duration) int {
+	t.Helper()
+	cl := rawClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), quiet)
+	defer cancel()
+	n := 0
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(*kgo.Record) { n++ })
+	}
+	return n
+}
+
+// produceRaw writes records with a plain client and waits for them.
+func produceRaw(t testing.TB, recs ...*kgo.Record) {
+	t.Helper()
+	cl := rawClient(t, kgo.AllowAutoTopicCreation())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func consumeOn(t testing.TB, tr transport.Transport, queue string, prefetch int) transport.Consumer {
+	t.Helper()
+	c, err := tr.Consume(context.Background(), queue, transport.ConsumeOptions{Prefetch: prefetch})
+	if err != nil {
+		t.Fatalf("Consume(%s): %v", queue, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
+}
+
+func settleOK(t testing.TB, c transport.Consumer, d *transport.Delivery, s transport.Settlement) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Settle(ctx, d, s); err != nil {
+		t.Fatalf("Settle(%s): %v", s.Outcome, err)
+	}
+}
+
+// TestTransport runs the behavioural kit against the real Kafka.
+func TestTransport(t *testing.T) {
+	brokerURL(t)
+	transporttest.Run(t, transporttest.Config{
+		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
+		QuietPeriod: 2 * time.Second,
+	})
+}
+
+// TestKeysExact checks that a nil key stays a null key and an empty key stays an empty
+// key, on the wire and on a settle write.
+func TestKeysExact(t *testing.T) {
+	tr := openKafka(t)
+	q, next := transporttest.UniqueName("bqtest-keys"), transporttest.UniqueName("bqtest-keys-next")
+	keys := map[string][]byte{"nil": nil, "empty": {}, "some": []byte("order-1042")}
+	for name, k := range keys {
+		publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"name":"` + name + `"}`), Key: k})
+	}
+	// On the wire, as another client sees it.
+	for _, r := range readTopic(t, q, len(keys)) {
+		name := strings.TrimSuffix(strings.TrimPrefix(string(r.Value), `{"name":"`), `"}`)
+		want := keys[name]
+		if (r.Key == nil) != (want == nil) || !bytes.Equal(r.Key, want) {
+			t.Errorf("%s key on the wire = %#v, want %#v", name, r.Key, want)
+		}
+	}
+	// Through the transport, and through a settle write.
+	c := consumeOn(t, tr, q, 8)
+	for range keys {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		w := &transport.Message{Queue: next, Body: d.Body, Key: d.Key}
+		settleOK(t, c, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{w}})
+	}
+	for _, r := range readTopic(t, next, len(keys)) {
+		name := strings.TrimSuffix(strings.TrimPrefix(string(r.Value), `{"name":"`), `"}`)
+		want := keys[name]
+		if (r.Key == nil) != (want == nil) || !bytes.Equal(r.Key, want) {
+			t.Errorf("%s key after a settle write = %#v, want %#v", name, r.Key, want)
+		}
+	}
+	c2 := consumeOn(t, tr, next, 8)
+	for range keys {
+		d := transporttest.Receive(t, c2, 30*time.Second)
+		name := strings.TrimSuffix(strings.TrimPrefix(string(d.Body), `{"name":"`), `"}`)
+		want := keys[name]
+		if (d.Key == nil) != (want == nil) || !bytes.Equal(d.Key, want) {
+			t.Errorf("%s Delivery.Key = %#v, want %#v", name, d.Key, want)
+		}
+		settleOK(t, c2, d, transport.Settlement{Outcome: transport.Ack})
+	}
+}
+
+func publishOK(t testing.TB, tr transport.Transport, m *transport.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.Publish(ctx, m); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+}
+
+// TestDeliveryHeaders checks what a consumer reports of the binding's headers: the schema
+// version as sent (nil when missing or null), the attempts header (first wins; unreadable
+// means absent), and out-of-band headers without the binding's own.
+func TestDeliveryHeaders(t *testing.T) {
+	tr := openKafka(t)
+	q := transporttest.UniqueName("bqtest-hdr")
+	h := func(kv ...string) []kgo.RecordHeader {
+		var out []kgo.RecordHeader
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, kgo.RecordHeader{Key: kv[i], Value: []byte(kv[i+1])})
+		}
+		return out
+	}
+	type want struct {
+		schema     any
+		attempts   int
+		hasAttempt bool
+		headers    map[string]string
+	}
+	cases := map[string]struct {
+		hs   []kgo.RecordHeader
+		want want
+	}{
+		"none":         {nil, want{nil, 0, false, nil}},
+		"two":          {h("bq-schema-version", "2", "bq-attempts", "4"), want{"2", 4, true, nil}},
+		"space-one":    {h("bq-schema-version", " 1"), want{" 1", 0, false, nil}},
+		"null-schema":  {[]kgo.RecordHeader{{Key: "bq-schema-version", Value: nil}}, want{nil, 0, false, nil}},
+		"first-wins":   {h("bq-attempts", "2", "bq-attempts", "7", "bq-schema-version", "1", "bq-schema-version", "9"), want{"1", 2, true, nil}},
+		"bad-attempts": {[]kgo.RecordHeader{{Key: "bq-attempts", Value: []byte{0xff, '1'}}}, want{nil, 0, false, nil}},
+		"padded":       {h("bq-attempts", " 3\n"), want{nil, 3, true, nil}},
+		"user":         {h("bq-job", "urn:x", "traceparent", "00-abc", "x-tenant", "acme", "bq-due-at", "1"), want{nil, 0, false, map[string]string{"traceparent": "00-abc", "x-tenant": "acme"}}},
+	}
+	var recs []*kgo.Record
+	for name, c := range cases {
+		recs = append(recs, &kgo.Record{Topic: q, Value: []byte(name), Headers: c.hs})
+	}
+	produceRaw(t, recs...)
+	c := consumeOn(t, tr, q, 16)
+	for range cases {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		name := string(d.Body)
+		w := cases[name].want
+		if d.SchemaVersion != w.schema {
+			t.Errorf("%s: SchemaVersion = %#v, want %#v", name, d.SchemaVersion, w.schema)
+		}
+		if d.HasAttemptsHeader != w.hasAttempt || d.AttemptsHeader != w.attempts {
+			t.Errorf("%s: attempts header = %d (present %v), want %d (present %v)", name, d.AttemptsHeader, d.HasAttemptsHeader, w.attempts, w.hasAttempt)
+		}
+		if len(d.Headers) != len(w.headers) {
+			t.Errorf("%s: Headers = %v, want %v", name, d.Headers, w.headers)
+		}
+		for k, v := range w.headers {
+			if d.Headers[k] != v {
+				t.Errorf("%s: header %s = %q, want %q", name, k, d.Headers[k], v)
+			}
+		}
+		settleOK(t, c, d, transport.Settlement{Outcome: transport.Ack})
+	}
+}
+
+// TestSettleWriteTimeout: a settle write to a topic that does not exist, with topic
+// auto-creation off, fails with a typed delivery error within the delivery timeout and
+// commits nothing; once the topic exists the same record is settled, and the dead letter
+// is written once with the record's key.
+func TestMissingDeadLetterTopicLosesNothing(t *testing.T) {
+	tr := openKafka(t, "auto_create_topics", "false", "delivery_timeout", "3s")
+	q := transporttest.UniqueName("bqtest-nodlq")
+	dlq := q + ".dlq"
+	createTopic(t, q, 1)
+	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"job":"urn:babel:t:dlq"}`), Key: []byte("k-1")})
+	c := consumeOn(t, tr, q, 1)
+	d := transporttest.Receive(t, c, 30*time.Second)
+	dl := func(d *transport.Delivery) transport.Settlement {
+		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: dlq, Body: append(d.Body[:len(d.Body):len(d.Body)], ' '), Key: d.Key}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := c.Settle(ctx, d, dl(d))
+	var swe *transport.SettleWriteError
+	if !errors.Is(err, transport.ErrSettleWrite) || !errors.As(err, &swe) || swe.Queue != dlq {
+		t.Fatalf("settle write to a missing topic: got %v, want a SettleWriteError for %q", err, dlq)
+	}
+	var de *kafka.DeliveryError
+	if !errors.Is(err, kafka.ErrDelivery) || !errors.As(err, &de) || de.Topic != dlq {
+		t.Fatalf("settle write to a missing topic: got %v, want a DeliveryError for %q", err, dlq)
+	}
+	if topicExists(t, dlq) {
+		t.Fatalf("the transport created %s although auto_create_topics=false", dlq)
+	}
+	settleOK(t, c, d, transport.Settlement{Outcome: transport.Rewind})
+	createTopic(t, dlq, 1)
+	settled := false
+	for attempt := 0; attempt < 10 && !settled; attempt++ {
+		d = transporttest.Receive(t, c, 30*time.Second)
+		if string(d.Key) != "k-1" {
+			t.Fatalf("redelivered record has key %q", d.Key)
+		}
+		err := c.Settle(ctx, d, dl(d))
+		switch {
+		case err == nil:
+			settled = true
+		case errors.Is(err, transport.ErrSettleWrite):
+			settleOK(t, c, d, transport.Settlement{Outcome: transport.Rewind})
+		default:
+			t.Fatalf("Settle: %v", err)
+		}
+	}
+	if !settled {
+		t.Fatal("the record was never settled after the dead-letter topic was created")
+	}
+	recs := readTopic(t, dlq, 1)
+	if string(recs[0].Key) != "k-1" {
+		t.Errorf("dead letter key = %q, want k-1", recs[0].Key)
+	}
+	if n := countTopic(t, dlq, 2*time.Second); n != 1 {
+		t.Errorf("dead-letter topic holds %d records, want 1", n)
+	}
+	transporttest.ExpectNothing(t, c, 2*time.Second)
+	// Committed: a new member of the group has nothing to do.
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer closeCancel()
+	if err := c.Close(closeCtx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	c2 := consumeOn(t, tr, q, 1)
+	transporttest.ExpectNothing(t, c2, 5*time.Second)
+}
+
+func TestCapabilities(t *testing.T) {
+	tr, err := kafka.New(kgoClientNoBroker(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tr.Capabilities()
+	if c.Attempts != transport.AttemptsHeaderAuthoritative || !c.Delay || !c.PoisonNeedsRetryTiers || !c.SchemaGate || c.DeadLetterSuffix != ".dlq" || c.HandOff {
+		t.Errorf("capabilities = %+v", c)
+	}
+	if tr.Group() != "babelqueue" || tr.DeliveryTimeout() != 30*time.Second {
+		t.Errorf("defaults: group %q, delivery timeout %s; want babelqueue, 30s", tr.Group(), tr.DeliveryTimeout())
+	}
+	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
+		t.Errorf("DLQ of orders = %q", got)
+	}
+}
+
+func kgoClientNoBroker(t testing.TB) *kgo.Client {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
