@@ -21,8 +21,8 @@ import (
 
 const orderBody = `{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`
 
-// runApp starts a runtime on tr and returns a stop function that waits for Run.
-func runApp(t *testing.T, tr transport.Transport, opts ...babelqueue.Option) (*babelqueue.App, func()) {
+// runApp builds a runtime on tr for the queue "orders"; start runs it.
+func runApp(t *testing.T, tr transport.Transport, opts ...babelqueue.Option) *babelqueue.App {
 	t.Helper()
 	opts = append([]babelqueue.Option{babelqueue.WithQueue("orders"), babelqueue.WithLogger(slog.New(slog.DiscardHandler)),
 		babelqueue.WithShutdownGrace(2 * time.Second)}, opts...)
@@ -30,7 +30,7 @@ func runApp(t *testing.T, tr transport.Transport, opts ...babelqueue.Option) (*b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, func() {}
+	return a
 }
 
 func start(t *testing.T, a *babelqueue.App) (stop func()) {
@@ -76,7 +76,7 @@ func TestPoisonWithDLQOffGoesToTheNativeDeadLetterSubQueue(t *testing.T) {
 	b.maxDeliveryCount = 4
 	poison := []byte("not json \xff")
 	b.inject("orders", &azservicebus.Message{Body: poison}, 0)
-	a, _ := runApp(t, openFake(t, b))
+	a := runApp(t, openFake(t, b))
 	var handled atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { handled.Add(1); return nil })
 	stop := start(t, a)
@@ -144,7 +144,7 @@ func TestSchemaGate(t *testing.T) {
 				}
 				b.inject("orders", m, 0)
 			}
-			a, _ := runApp(t, openFake(t, b), babelqueue.WithDeadLetter(dlqOn))
+			a := runApp(t, openFake(t, b), babelqueue.WithDeadLetter(dlqOn))
 			var mu sync.Mutex
 			handled := map[int]bool{}
 			a.Handle("urn:babel:orders:created", func(_ context.Context, m *babelqueue.Message) error {
@@ -221,7 +221,7 @@ func TestSchemaGateStillChecksTheBody(t *testing.T) {
 	b := newFakeBroker()
 	body := strings.Replace(orderBody, `"schema_version":1`, `"schema_version":2`, 1)
 	b.inject("orders", &azservicebus.Message{Body: []byte(body), ApplicationProperties: map[string]any{PropSchemaVersion: "1"}}, 0)
-	a, _ := runApp(t, openFake(t, b), babelqueue.WithDeadLetter(true))
+	a := runApp(t, openFake(t, b), babelqueue.WithDeadLetter(true))
 	var handled atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { handled.Add(1); return nil })
 	stop := start(t, a)
@@ -239,7 +239,7 @@ func TestRetryTiersUseScheduledEnqueueTime(t *testing.T) {
 	fixed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	tr := openFake(t, b, func(c *config) { c.now = func() time.Time { return fixed } })
 	b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
-	a, _ := runApp(t, tr, babelqueue.WithRetryTiers(90*time.Second), babelqueue.WithMaxAttempts(3))
+	a := runApp(t, tr, babelqueue.WithRetryTiers(90*time.Second), babelqueue.WithMaxAttempts(3))
 	var calls atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
 		calls.Add(1)
@@ -328,7 +328,7 @@ func TestFailedSettleWriteLosesNothing(t *testing.T) {
 	_ = c.Close(context.Background())
 
 	// Through the runtime: the handler fails, the DLQ write fails, the message stays.
-	a, _ := runApp(t, tr, babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(1))
+	a := runApp(t, tr, babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(1))
 	var calls atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
 		calls.Add(1)
@@ -350,7 +350,7 @@ func TestFailedSettleWriteLosesNothing(t *testing.T) {
 // TestLockRenewal: a handler that runs for several lock durations keeps its lock; with
 // renewal off the lock is lost and Service Bus redelivers.
 func TestLockRenewal(t *testing.T) {
-	hold := func(t *testing.T, opts ...Option) (settleErr error, b *fakeBroker, c transport.Consumer) {
+	hold := func(t *testing.T, opts ...Option) (b *fakeBroker, c transport.Consumer, settleErr error) {
 		b = newFakeBroker()
 		b.lockDuration = 200 * time.Millisecond
 		b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
@@ -362,10 +362,10 @@ func TestLockRenewal(t *testing.T) {
 		t.Cleanup(func() { _ = tr.Close(context.Background()) })
 		d := transporttest.Receive(t, c, 5*time.Second)
 		time.Sleep(1 * time.Second) // five lock durations of work
-		return c.Settle(context.Background(), d, transport.Settlement{Outcome: transport.Ack}), b, c
+		return b, c, c.Settle(context.Background(), d, transport.Settlement{Outcome: transport.Ack})
 	}
 	t.Run("auto", func(t *testing.T) {
-		err, b, c := hold(t)
+		b, c, err := hold(t)
 		if err != nil {
 			t.Fatalf("Ack after a long handler: %v", err)
 		}
@@ -378,12 +378,12 @@ func TestLockRenewal(t *testing.T) {
 		transporttest.ExpectNothing(t, c, 300*time.Millisecond)
 	})
 	t.Run("interval", func(t *testing.T) {
-		if err, _, _ := hold(t, WithLockRenewal(50*time.Millisecond)); err != nil {
+		if _, _, err := hold(t, WithLockRenewal(50*time.Millisecond)); err != nil {
 			t.Fatalf("Ack with a fixed renewal interval: %v", err)
 		}
 	})
 	t.Run("off", func(t *testing.T) {
-		err, _, c := hold(t, WithLockRenewal(-1))
+		_, c, err := hold(t, WithLockRenewal(-1))
 		var sbe *azservicebus.Error
 		if !errors.As(err, &sbe) || sbe.Code != azservicebus.CodeLockLost {
 			t.Fatalf("Ack after the lock expired = %v, want CodeLockLost", err)
@@ -397,7 +397,7 @@ func TestLockRenewal(t *testing.T) {
 		}
 	})
 	t.Run("max", func(t *testing.T) {
-		err, _, _ := hold(t, WithMaxLockRenewal(300*time.Millisecond))
+		_, _, err := hold(t, WithMaxLockRenewal(300*time.Millisecond))
 		var sbe *azservicebus.Error
 		if !errors.As(err, &sbe) || sbe.Code != azservicebus.CodeLockLost {
 			t.Fatalf("Ack after renewal stopped = %v, want CodeLockLost", err)
@@ -411,7 +411,7 @@ func TestLongHandlerThroughRuntime(t *testing.T) {
 	b := newFakeBroker()
 	b.lockDuration = 200 * time.Millisecond
 	b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
-	a, _ := runApp(t, openFake(t, b))
+	a := runApp(t, openFake(t, b))
 	var calls atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
 		calls.Add(1)

@@ -42,14 +42,6 @@ var ErrInvalidKey = errors.New("servicebus: key cannot be a PartitionKey")
 
 var errSDKPanic = errors.New("servicebus: the SDK panicked converting a received message")
 
-func isReserved(name string) bool {
-	switch name {
-	case PropSchemaVersion, PropSourceLang, PropCreatedAt, PropAttempts:
-		return true
-	}
-	return false
-}
-
 // Project builds the Service Bus message the transport sends for m: the body unchanged,
 // Subject = URN, CorrelationID = trace_id, MessageID = meta.id, ContentType =
 // application/json, the typed bq- application properties of the projection, bq-attempts
