@@ -147,7 +147,7 @@ type delivery struct {
 // classify reads a delivery: the schema-version gate, the body, the attempts.
 func (a *App) classify(d *transport.Delivery) delivery {
 	x := delivery{d: d}
-	if a.caps.SchemaGate && a.cfg.onUnknownURN != UnknownDelete {
+	if a.caps.SchemaGate {
 		if ok, shown := GateSchemaVersion(d.SchemaVersion, a.caps.SchemaGateAcceptsInteger); !ok {
 			x.facts = Facts{Kind: SchemaRejected, Attempts: transport.ReconcileAttempts(a.caps.Attempts, 0, false, d)}
 			x.route = UnsupportedSchemaRoute + shown

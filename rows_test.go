@@ -1,0 +1,123 @@
+package babelqueue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/memory"
+)
+
+// TestEveryRowEndToEnd drives one delivery per row of SPEC §5 and §6 through the
+// runtime on memory:// (with another broker's capabilities where the row is a
+// per-transport exception) and checks where it ends up: acknowledged and gone,
+// re-published (parked on a one-hour retry tier so it is not taken again), on the DLQ,
+// or handed to the broker's own redrive.
+func TestEveryRowEndToEnd(t *testing.T) {
+	var (
+		plain = transport.Capabilities{Delay: true}
+		redis = transport.Capabilities{Delay: true, PoisonAlwaysDeadLetter: true}
+		sqs   = transport.Capabilities{Delay: true, HandOff: true, SchemaGate: true, Attempts: transport.AttemptsMaxNative, DeadLetterSuffix: "-dlq"}
+		kafka = transport.Capabilities{Delay: true, PoisonNeedsRetryTiers: true, SchemaGate: true, Attempts: transport.AttemptsHeaderAuthoritative}
+		park  = babelqueue.WithRetryTiers(time.Hour)
+		dlqOn = babelqueue.WithDeadLetter(true)
+	)
+	const (
+		known   = "urn:babel:orders:created"
+		poison  = `{"trace_id":"t","data":{"order_id":1}}`
+		atMax   = `"attempts":2`
+		handled = "handled"
+		failing = "failing"
+	)
+	type where struct {
+		queue    int    // messages waiting on the work queue afterwards
+		attempts string // the re-published body's attempts member, when queue is 1
+		dlq      string // the dead_letter reason on the DLQ, "raw" for an unchanged body, "" for none
+		handOff  bool
+	}
+	for _, tc := range []struct {
+		name    string
+		caps    transport.Capabilities
+		opts    []babelqueue.Option
+		body    string
+		stored  memory.Stored
+		handler string // "handled", "failing" or "" (no handler: unknown URN)
+		want    where
+	}{
+		{"handler returns nil: ack", plain, nil, good, memory.Stored{}, handled, where{}},
+		{"handler fails: retry with attempts+1", plain, []babelqueue.Option{park}, good, memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":1`}},
+		{"handler fails at max, DLQ on: dead-letter failed", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{dlq: "failed"}},
+		{"handler fails at max, DLQ off: drop", plain, nil, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{}},
+		{"unknown URN, delete: drop", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{}, "", where{}},
+		{"unknown URN, release: re-published unchanged", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownRelease)}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":0`}},
+		{"unknown URN, dead_letter: dead-letter unknown_urn", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDeadLetter)}, good, memory.Stored{}, "", where{dlq: "unknown_urn"}},
+		{"unknown URN, fail: retried", plain, []babelqueue.Option{park, dlqOn}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":1`}},
+		{"unknown URN, fail, exhausted: unknown_urn", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, "", where{dlq: "unknown_urn"}},
+		{"poison, delete: drop even with DLQ on", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, poison, memory.Stored{}, handled, where{}},
+		{"poison, DLQ on: dead-letter poison", plain, []babelqueue.Option{dlqOn}, poison, memory.Stored{}, handled, where{dlq: "poison"}},
+		{"poison, DLQ off: bounded re-publish", plain, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}},
+		{"poison, DLQ off, at max: drop", plain, nil, poison, memory.Stored{Attempts: 2}, handled, where{}},
+		{"redis: poison, DLQ off: dead-lettered anyway", redis, nil, poison, memory.Stored{}, handled, where{dlq: "poison"}},
+		{"sqs/sb: poison, DLQ off: handed to the broker", sqs, nil, poison, memory.Stored{}, handled, where{handOff: true}},
+		{"kafka: poison, DLQ off, no tiers: committed and dropped", kafka, nil, poison, memory.Stored{}, handled, where{}},
+		{"kafka: poison, DLQ off, tiers: bounded re-publish", kafka, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}},
+		{"gate, delete: drop", kafka, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{SchemaVersion: "2"}, handled, where{}},
+		{"gate, DLQ on: raw body to the DLQ", kafka, []babelqueue.Option{dlqOn}, good, memory.Stored{SchemaVersion: "01"}, handled, where{dlq: "raw"}},
+		{"gate, DLQ off, kafka/artemis: drop", kafka, nil, good, memory.Stored{SchemaVersion: "x"}, handled, where{}},
+		{"gate, DLQ off, sqs/sb: handed to the broker", sqs, nil, good, memory.Stored{SchemaVersion: "2"}, handled, where{handOff: true}},
+		{"gate passes \"1\": handled", kafka, nil, good, memory.Stored{SchemaVersion: "1"}, handled, where{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := memory.New(memory.WithCapabilities(tc.caps))
+			h := newHarness(t, tr, tc.opts...)
+			calls := 0
+			switch tc.handler {
+			case handled:
+				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return nil })
+			case failing:
+				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return errors.New("no") })
+			}
+			h.inject(tc.body, tc.stored)
+			h.run()
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(h.logs.String(), "babelqueue: settled") {
+				if time.Now().After(deadline) {
+					t.Fatalf("never settled:\n%s", h.logs.String())
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			h.stop()
+			dlqName := h.app.DeadLetterQueue()
+			queue, dlq, off := tr.Messages("orders"), tr.Messages(dlqName), tr.HandedOff("orders")
+			if len(queue) != tc.want.queue {
+				t.Errorf("work queue holds %d, want %d", len(queue), tc.want.queue)
+			}
+			if tc.want.queue == 1 && len(queue) == 1 {
+				if tc.want.attempts != "" && !strings.Contains(string(queue[0].Body), tc.want.attempts) {
+					t.Errorf("re-published body %s lacks %s", queue[0].Body, tc.want.attempts)
+				}
+				if tc.body == poison && (string(queue[0].Body) != poison || queue[0].Attempts != 1) {
+					t.Errorf("poison re-published as %q with attempts header %d, want the same bytes and 1", queue[0].Body, queue[0].Attempts)
+				}
+			}
+			switch {
+			case tc.want.dlq == "" && len(dlq) != 0:
+				t.Errorf("DLQ %s holds %q, want nothing", dlqName, dlq[0].Body)
+			case tc.want.dlq == "raw" && (len(dlq) != 1 || string(dlq[0].Body) != tc.body):
+				t.Errorf("DLQ should hold the body unchanged, holds %v", bodies(dlq))
+			case tc.want.dlq != "" && tc.want.dlq != "raw" && (len(dlq) != 1 || !strings.Contains(string(dlq[0].Body), `"dead_letter":{"reason":"`+tc.want.dlq+`"`)):
+				t.Errorf("DLQ should hold one %s dead letter, holds %v", tc.want.dlq, bodies(dlq))
+			}
+			if tc.want.handOff != (len(off) == 1) {
+				t.Errorf("handed off %d, want handOff=%v", len(off), tc.want.handOff)
+			}
+			if (tc.body == poison || tc.stored.SchemaVersion != nil && tc.stored.SchemaVersion != "1") && calls != 0 {
+				t.Errorf("handler ran for a poison or gate-rejected delivery")
+			}
+		})
+	}
+}
