@@ -33,8 +33,6 @@ const (
 
 	// AppID is the value of [PropAppID].
 	AppID = "babelqueue"
-	// ContentType is the content-type of the data section.
-	ContentType = "application/json"
 )
 
 // capabilityQueue makes Artemis treat an attached address as an anycast queue.
@@ -48,19 +46,25 @@ func reserved(name string) bool {
 	return false
 }
 
-// toAMQP projects m onto an AMQP message. The body is the single data section, unchanged.
+// toAMQP projects m onto an AMQP message. The body is carried unchanged: as an AMQP
+// string value section when it is valid UTF-8 (every envelope is), else as one data
+// section.
 func toAMQP(m *transport.Message) *amqp.Message {
 	p := m.Projection
 	msg := &amqp.Message{
-		Header: &amqp.MessageHeader{Durable: true},
-		Data:   [][]byte{m.Body},
-		Annotations: amqp.Annotations{
-			AnnotationJMSDest: int8(0),
-		},
-		Properties: &amqp.MessageProperties{
-			ContentType: ptr(ContentType),
-		},
+		Header:                &amqp.MessageHeader{Durable: true},
+		Annotations:           amqp.Annotations{AnnotationJMSDest: int8(0)},
+		Properties:            &amqp.MessageProperties{},
 		ApplicationProperties: make(map[string]any, 4+len(m.Headers)),
+	}
+	if utf8.Valid(m.Body) {
+		// The text section every peer of the family reads: the Python SDK sends and
+		// reads its body this way, and a JMS peer sees a TextMessage.
+		msg.Value = string(m.Body)
+	} else {
+		// Bytes that are not UTF-8 cannot be an AMQP string; a data section keeps them
+		// exactly (a JMS peer sees a BytesMessage).
+		msg.Data = [][]byte{m.Body}
 	}
 	for k, v := range m.Headers {
 		if !reserved(k) {

@@ -96,8 +96,15 @@ func TestToAMQPProjection(t *testing.T) {
 		},
 	}
 	msg := toAMQP(m)
-	if len(msg.Data) != 1 || string(msg.Data[0]) != string(m.Body) || msg.Value != nil {
-		t.Errorf("body sections: data=%q value=%v", msg.Data, msg.Value)
+	if len(msg.Data) != 0 || msg.Value != string(m.Body) {
+		t.Errorf("an envelope is not one string value section: data=%q value=%#v", msg.Data, msg.Value)
+	}
+	bin := toAMQP(&transport.Message{Queue: "q", Body: []byte{'{', 0xff, '}'}})
+	if len(bin.Data) != 1 || string(bin.Data[0]) != "{\xff}" || bin.Value != nil {
+		t.Errorf("a body that is not UTF-8 is not one data section: data=%q value=%#v", bin.Data, bin.Value)
+	}
+	if fromBody := bodyOf(bin); string(fromBody) != "{\xff}" {
+		t.Errorf("round trip of a binary body = %q", fromBody)
 	}
 	want := map[string]any{"traceparent": "00-ab", PropAttempts: "2", PropAppID: AppID, PropSourceLang: "go", PropSchemaVersion: "1"}
 	if len(msg.ApplicationProperties) != len(want) {
