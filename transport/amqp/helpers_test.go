@@ -172,8 +172,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 // testLogger sends the transport's logs to the test log.
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
