@@ -138,7 +138,7 @@ stop_pid() {
 # start_bg NAME DIR cmd… — start a daemon in its own session, log to NAME.log, record its pid.
 start_bg() {
   local name=$1 dir=$2; shift 2
-  ( cd "$dir" && exec setsid nohup "$@" </dev/null >>"$(logfile "$name")" 2>&1 ) &
+  ( cd "$dir" && exec setsid nohup "$@" </dev/null >>"$(logfile "$name")" 2>&1 8>&- ) &
   echo $! >"$(pidfile "$name")"
 }
 
@@ -213,7 +213,7 @@ redis_start() {
   : >>"$(logfile redis)"
   redis-server --port $REDIS_PORT --bind 127.0.0.1 --protected-mode yes \
     --daemonize yes --pidfile "$(pidfile redis)" --logfile "$(logfile redis)" \
-    --dir "$STATE/redis" --save "" --appendonly no --maxmemory 256mb \
+    --dir "$STATE/redis" --save "" --appendonly no --maxmemory 256mb 8>&- \
     || return 1
   local i; for i in $(seq 1 20); do [ -s "$(pidfile redis)" ] && break; sleep 0.1; done
 }
@@ -309,7 +309,7 @@ synchronous_commit = off
 full_page_writes = off
 EOF
   fi
-  as_user "$owner" "$bin/pg_ctl" -D "$data" -l "$(logfile postgres)" -w -t "$TIMEOUT" start >/dev/null || return 1
+  as_user "$owner" "$bin/pg_ctl" -D "$data" -l "$(logfile postgres)" -w -t "$TIMEOUT" start >/dev/null 8>&- || return 1
   head -1 "$data/postmaster.pid" >"$(pidfile postgres)"
   # role and database (idempotent)
   as_user "$owner" psql -qX -h "$sock" -p $PG_PORT -U postgres -d postgres -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || return 1
@@ -334,7 +334,7 @@ postgres_ports() { echo "$PG_PORT"; }
 
 # ---------------------------------------------------------------------------
 # JVM brokers
-for f in "$ASSETS"/*.sh; do [ -f "$f" ] && . "$f"; done
+for f in kafka sqs artemis pulsar; do . "$ASSETS/$f.sh"; done
 
 # ---------------------------------------------------------------------------
 # commands
@@ -430,6 +430,16 @@ cmd_env() {
   fi
 }
 
+# One `up`/`down` at a time per state dir: a second caller waits, then finds the brokers up.
+take_lock() {
+  mkdir -p "$STATE"
+  exec 8>"$STATE/.lock"
+  if ! flock -n 8; then
+    say "brokers.sh: another brokers.sh up/down is running on $STATE; waiting for it"
+    flock -w 1800 8 || die "gave up waiting for the lock $STATE/.lock"
+  fi
+}
+
 main() {
   local cmd=${1:-}; shift || true
   local names=() explicit=0 n
@@ -444,8 +454,8 @@ main() {
   fi
   BQ_EXPLICIT=$explicit
   case $cmd in
-    up) cmd_up "${names[@]}" ;;
-    down) cmd_down "${names[@]}" ;;
+    up) take_lock; cmd_up "${names[@]}" ;;
+    down) take_lock; cmd_down "${names[@]}" ;;
     status) cmd_status "${names[@]}" ;;
     env) cmd_env "${names[@]}" ;;
     *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
