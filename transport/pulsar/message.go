@@ -1,0 +1,110 @@
+package pulsar
+
+import (
+	"strconv"
+	"time"
+
+	pc "github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// The message properties of the Pulsar binding (SPEC §7.5). All are strings.
+const (
+	PropJob           = "bq-job"            // the URN
+	PropTraceID       = "bq-trace-id"       // trace_id
+	PropMessageID     = "bq-message-id"     // meta.id
+	PropSchemaVersion = "bq-schema-version" // meta.schema_version, as a decimal string
+	PropSourceLang    = "bq-source-lang"    // meta.lang
+	PropAttempts      = "bq-attempts"       // attempts, as a decimal string
+)
+
+// projected reports whether name is one of the binding's own properties; they never
+// appear in [transport.Delivery.Headers] and a header never replaces one.
+func projected(name string) bool {
+	switch name {
+	case PropJob, PropTraceID, PropMessageID, PropSchemaVersion, PropSourceLang, PropAttempts:
+		return true
+	}
+	return false
+}
+
+// Properties returns the Pulsar message properties a write of m carries: the projection
+// of m's envelope fields (only those known, for a raw write), bq-attempts from
+// m.Attempts, and m's out-of-band headers beside them.
+func Properties(m *transport.Message) map[string]string {
+	props := make(map[string]string, 6+len(m.Headers))
+	for k, v := range m.Headers {
+		if !projected(k) {
+			props[k] = v
+		}
+	}
+	p := m.Projection
+	if p.URN != "" {
+		props[PropJob] = p.URN
+	}
+	if p.TraceID != "" {
+		props[PropTraceID] = p.TraceID
+	}
+	if p.MessageID != "" {
+		props[PropMessageID] = p.MessageID
+	}
+	if p.SchemaVersion != 0 {
+		props[PropSchemaVersion] = strconv.Itoa(p.SchemaVersion)
+	}
+	if p.Lang != "" {
+		props[PropSourceLang] = p.Lang
+	}
+	props[PropAttempts] = strconv.Itoa(max(m.Attempts, 0))
+	return props
+}
+
+// producerMessage builds the Pulsar write of m. The payload is m.Body unchanged. A
+// non-empty key becomes the message key; the Pulsar Go client cannot send an empty
+// key, so an empty key is written as no key.
+func producerMessage(m *transport.Message) *pc.ProducerMessage {
+	pm := &pc.ProducerMessage{
+		Payload:    m.Body,
+		Properties: Properties(m),
+	}
+	if len(m.Key) > 0 {
+		pm.Key = string(m.Key)
+	}
+	if m.Delay > 0 {
+		pm.DeliverAfter = m.Delay
+	}
+	if m.Projection.CreatedAt > 0 {
+		pm.EventTime = time.UnixMilli(m.Projection.CreatedAt)
+	}
+	return pm
+}
+
+// deliveryFields fills d from a received message: body, key, out-of-band headers,
+// redelivery count and attempts header. Nothing in msg can make it panic.
+func deliveryFields(d *transport.Delivery, msg pc.Message) {
+	if p := msg.Payload(); p != nil {
+		d.Body = p
+	} else {
+		d.Body = []byte{}
+	}
+	if k := msg.Key(); k != "" {
+		d.Key = []byte(k)
+	}
+	for k, v := range msg.Properties() {
+		if k == PropAttempts {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+				d.AttemptsHeader = n
+				d.HasAttemptsHeader = true
+			}
+			continue
+		}
+		if projected(k) {
+			continue
+		}
+		if d.Headers == nil {
+			d.Headers = map[string]string{}
+		}
+		d.Headers[k] = v
+	}
+	d.Redeliveries = int(msg.RedeliveryCount())
+}

@@ -1,0 +1,541 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pc "github.com/apache/pulsar-client-go/pulsar"
+	pclog "github.com/apache/pulsar-client-go/pulsar/log"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+func init() {
+	transport.Register("pulsar", openURL)
+	transport.Register("pulsar+ssl", openURL)
+}
+
+func openURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
+	return OpenURL(ctx, u)
+}
+
+// DefaultSubscription is the subscription name used when the URL names none.
+const DefaultSubscription = "babelqueue"
+
+// SubscriptionType is the Pulsar subscription type consumers attach with.
+type SubscriptionType string
+
+// The subscription types a pulsar:// URL accepts in its subscription_type parameter.
+const (
+	// Shared lets every consumer of the subscription receive messages round-robin; it is
+	// the default and the only type (with KeyShared) on which delays are honoured.
+	Shared SubscriptionType = "shared"
+	// Exclusive admits one consumer on the subscription.
+	Exclusive SubscriptionType = "exclusive"
+	// Failover admits several consumers, one active at a time.
+	Failover SubscriptionType = "failover"
+	// KeyShared spreads messages over consumers by key, in order per key.
+	KeyShared SubscriptionType = "key_shared"
+)
+
+func (s SubscriptionType) native() (pc.SubscriptionType, bool) {
+	switch s {
+	case Shared, "":
+		return pc.Shared, true
+	case Exclusive:
+		return pc.Exclusive, true
+	case Failover:
+		return pc.Failover, true
+	case KeyShared:
+		return pc.KeyShared, true
+	}
+	return 0, false
+}
+
+// delays reports whether the broker honours DeliverAfter on this subscription type.
+func (s SubscriptionType) delays() bool { return s == Shared || s == KeyShared || s == "" }
+
+// Option configures a [Transport].
+type Option func(*options)
+
+type options struct {
+	logger          *slog.Logger
+	subscription    string
+	subType         SubscriptionType
+	nackDelay       time.Duration
+	sendTimeout     time.Duration
+	batching        bool
+	closeClient     bool
+	producerOptions func(*pc.ProducerOptions)
+	consumerOptions func(*pc.ConsumerOptions)
+}
+
+// WithLogger sets the logger of the transport (default slog.Default()). A transport
+// opened from a URL hands it to the Pulsar client too.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
+
+// WithSubscription sets the subscription name consumers attach with (default
+// [DefaultSubscription]). The URL parameter subscription sets the same.
+func WithSubscription(name string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.subscription = name
+		}
+	}
+}
+
+// WithSubscriptionType sets the subscription type (default [Shared]). The URL parameter
+// subscription_type sets the same. An unknown type makes [New] fail.
+func WithSubscriptionType(t SubscriptionType) Option {
+	return func(o *options) { o.subType = t }
+}
+
+// WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a delivery
+// that was rewound (negatively acknowledged). Default 1s.
+func WithNackRedeliveryDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.nackDelay = d
+		}
+	}
+}
+
+// WithSendTimeout bounds the wait for the broker to confirm a write when the caller's
+// context has no deadline (default 30s).
+func WithSendTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.sendTimeout = d
+		}
+	}
+}
+
+// WithBatching turns on the Pulsar producer's batching. It is off by default: every
+// write is confirmed on its own, so a single synchronous send does not wait for a batch
+// to fill. Turn it on when many goroutines publish at once.
+func WithBatching(on bool) Option {
+	return func(o *options) { o.batching = on }
+}
+
+// WithProducerOptions lets fn adjust the options every producer is created with, after
+// the transport set the topic and its own defaults.
+func WithProducerOptions(fn func(*pc.ProducerOptions)) Option {
+	return func(o *options) { o.producerOptions = fn }
+}
+
+// WithConsumerOptions lets fn adjust the options every consumer subscribes with, after
+// the transport set the topic, the subscription and its own defaults.
+func WithConsumerOptions(fn func(*pc.ConsumerOptions)) Option {
+	return func(o *options) { o.consumerOptions = fn }
+}
+
+// WithCloseClient makes [Transport.Close] close the client given to [New] as well. A
+// transport opened from a URL always closes the client it built.
+func WithCloseClient() Option {
+	return func(o *options) { o.closeClient = true }
+}
+
+func buildOptions(opts []Option) options {
+	o := options{
+		logger:       slog.Default(),
+		subscription: DefaultSubscription,
+		subType:      Shared,
+		nackDelay:    time.Second,
+		sendTimeout:  30 * time.Second,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Config is what a pulsar:// URL says, parsed by [ParseURL].
+type Config struct {
+	// ServiceURL is the URL handed to the Pulsar client: pulsar://host:port[,host:port]
+	// or pulsar+ssl://…, without the query.
+	ServiceURL string
+	// Subscription is the subscription name.
+	Subscription string
+	// SubscriptionType is the subscription type.
+	SubscriptionType SubscriptionType
+}
+
+// ParseURL reads a pulsar:// or pulsar+ssl:// URL. Errors match [transport.ErrBadURL]
+// and name the part at fault.
+func ParseURL(u *url.URL) (Config, error) {
+	scheme := strings.ToLower(u.Scheme)
+	bad := func(param, reason string) (Config, error) {
+		return Config{}, &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
+	}
+	defPort := "6650"
+	switch scheme {
+	case "pulsar":
+	case "pulsar+ssl":
+		defPort = "6651"
+	default:
+		return bad("scheme", "want pulsar:// or pulsar+ssl://")
+	}
+	if u.Opaque != "" {
+		return bad("host", "want pulsar://host:port")
+	}
+	if u.User != nil {
+		return bad("user", "pulsar:// URLs carry no credentials; build a client with token or TLS authentication and use pulsar.New")
+	}
+	if err := transport.CheckParams(u, "subscription", "subscription_type"); err != nil {
+		return Config{}, err
+	}
+	if u.Path != "" && u.Path != "/" {
+		return bad("path", "pulsar:// takes no path (topics are named by the queue)")
+	}
+	if u.Fragment != "" {
+		return bad("fragment", "pulsar:// takes no fragment")
+	}
+	if u.Host == "" {
+		return bad("host", "missing (want pulsar://host:port)")
+	}
+	var hosts []string
+	for _, hp := range strings.Split(u.Host, ",") {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			if strings.Contains(err.Error(), "missing port") {
+				host, port, err = hp, defPort, nil
+				if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+					host = host[1 : len(host)-1]
+				}
+			}
+		}
+		if err != nil || host == "" {
+			return bad("host", "want host[:port][,host[:port]…]")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("port", "not a port number")
+		}
+		hosts = append(hosts, net.JoinHostPort(host, port))
+	}
+	q := u.Query()
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return bad(k, "given more than once")
+		}
+	}
+	c := Config{
+		ServiceURL:       scheme + "://" + strings.Join(hosts, ","),
+		Subscription:     DefaultSubscription,
+		SubscriptionType: Shared,
+	}
+	if q.Has("subscription") {
+		c.Subscription = q.Get("subscription")
+		if strings.TrimSpace(c.Subscription) == "" {
+			return bad("subscription", "empty")
+		}
+	}
+	if q.Has("subscription_type") {
+		st := SubscriptionType(strings.ToLower(q.Get("subscription_type")))
+		if _, ok := st.native(); !ok || st == "" {
+			return bad("subscription_type", "want shared, exclusive, failover or key_shared")
+		}
+		c.SubscriptionType = st
+	}
+	return c, nil
+}
+
+// OpenURL builds a transport from a pulsar:// or pulsar+ssl:// URL. The options are
+// applied after the URL's parameters. The client it builds is closed by
+// [Transport.Close].
+func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
+	cfg, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	all := append([]Option{WithSubscription(cfg.Subscription), WithSubscriptionType(cfg.SubscriptionType)}, opts...)
+	o := buildOptions(all)
+	client, err := pc.NewClient(pc.ClientOptions{
+		URL:               cfg.ServiceURL,
+		Logger:            pclog.NewLoggerWithSlog(o.logger.With("component", "pulsar-client")),
+		OperationTimeout:  30 * time.Second,
+		ConnectionTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pulsar: client for %s: %w", transport.RedactURL(u), err)
+	}
+	t, err := newTransport(client, o)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	t.ownsClient = true
+	_ = ctx // the Pulsar client connects lazily, on the first producer or consumer
+	return t, nil
+}
+
+// New builds a transport around a client you built yourself (TLS, token or OAuth2
+// authentication, a listener name). By default [Transport.Close] leaves the client open;
+// see [WithCloseClient].
+func New(client pc.Client, opts ...Option) (*Transport, error) {
+	if client == nil {
+		return nil, errors.New("pulsar: New needs a client")
+	}
+	o := buildOptions(opts)
+	t, err := newTransport(client, o)
+	if err != nil {
+		return nil, err
+	}
+	t.ownsClient = o.closeClient
+	return t, nil
+}
+
+func newTransport(client pc.Client, o options) (*Transport, error) {
+	if _, ok := o.subType.native(); !ok {
+		return nil, fmt.Errorf("pulsar: unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(o.subType))
+	}
+	return &Transport{
+		client:    client,
+		opts:      o,
+		log:       o.logger,
+		producers: map[string]*producerSlot{},
+		consumers: map[*consumer]struct{}{},
+	}, nil
+}
+
+// Transport is a connection to a Pulsar cluster. It is safe for concurrent use.
+type Transport struct {
+	client     pc.Client
+	opts       options
+	log        *slog.Logger
+	ownsClient bool
+
+	mu        sync.Mutex
+	closed    bool
+	producers map[string]*producerSlot
+	consumers map[*consumer]struct{}
+}
+
+// producerSlot holds one topic's producer; ready is closed once p or err is set, so
+// concurrent first writes to a topic create one producer.
+type producerSlot struct {
+	ready chan struct{}
+	p     pc.Producer
+	err   error
+}
+
+// Client returns the Pulsar client the transport uses.
+func (t *Transport) Client() pc.Client { return t.client }
+
+// Capabilities reports the Pulsar binding: attempts are the larger of the body's and
+// the broker's 0-based redelivery count, delays are honoured on Shared and Key_Shared
+// subscriptions only, and the dead-letter suffix is ".dlq".
+func (t *Transport) Capabilities() transport.Capabilities {
+	return transport.Capabilities{
+		Attempts:         transport.AttemptsMaxNative,
+		Delay:            t.opts.subType.delays(),
+		DeadLetterSuffix: ".dlq",
+	}
+}
+
+// producer returns the cached producer of topic, creating it on first use.
+func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, transport.ErrClosed
+	}
+	slot, ok := t.producers[topic]
+	if !ok {
+		slot = &producerSlot{ready: make(chan struct{})}
+		t.producers[topic] = slot
+		t.mu.Unlock()
+		po := pc.ProducerOptions{
+			Topic:           topic,
+			DisableBatching: !t.opts.batching,
+			SendTimeout:     t.opts.sendTimeout,
+		}
+		if t.opts.producerOptions != nil {
+			t.opts.producerOptions(&po)
+		}
+		p, err := t.client.CreateProducer(po)
+		t.mu.Lock()
+		if err != nil {
+			// Forget the failed slot so a later write tries again.
+			delete(t.producers, topic)
+			slot.err = err
+		} else if t.closed {
+			slot.err = transport.ErrClosed
+			go p.Close()
+		} else {
+			slot.p = p
+		}
+		close(slot.ready)
+		t.mu.Unlock()
+		return slot.p, slot.err
+	}
+	t.mu.Unlock()
+	select {
+	case <-slot.ready:
+		return slot.p, slot.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// send writes m and waits for the broker to confirm it.
+func (t *Transport) send(ctx context.Context, m *transport.Message) error {
+	if m == nil || m.Queue == "" {
+		return errors.New("pulsar: message has no queue")
+	}
+	p, err := t.producer(ctx, m.Queue)
+	if err != nil {
+		return err
+	}
+	if _, has := ctx.Deadline(); !has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.opts.sendTimeout)
+		defer cancel()
+	}
+	_, err = p.Send(ctx, producerMessage(m))
+	return err
+}
+
+// Publish writes one message to the topic m.Queue and waits for the broker to confirm
+// it.
+func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
+	if err := t.send(ctx, m); err != nil {
+		q := ""
+		if m != nil {
+			q = m.Queue
+		}
+		return fmt.Errorf("pulsar: publish to %q: %w", q, err)
+	}
+	return nil
+}
+
+// Consume subscribes to the topic queue with the transport's subscription. Messages
+// published before the subscription first existed are received too (the initial
+// position is the earliest message).
+func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	if queue == "" {
+		return nil, errors.New("pulsar: Consume needs a queue")
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, transport.ErrClosed
+	}
+	prefetch := max(opts.Prefetch, 1)
+	st, _ := t.opts.subType.native()
+	co := pc.ConsumerOptions{
+		Topic:                       queue,
+		SubscriptionName:            t.opts.subscription,
+		Type:                        st,
+		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest,
+		ReceiverQueueSize:           prefetch,
+		NackRedeliveryDelay:         t.opts.nackDelay,
+	}
+	if t.opts.consumerOptions != nil {
+		t.opts.consumerOptions(&co)
+	}
+	type result struct {
+		c   pc.Consumer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := t.client.Subscribe(co)
+		done <- result{c, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("pulsar: subscribe %q to %q: %w", t.opts.subscription, queue, r.err)
+	}
+	c := &consumer{
+		t:     t,
+		queue: queue,
+		pc:    r.c,
+		slots: make(chan struct{}, prefetch),
+		done:  make(chan struct{}),
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		r.c.Close()
+		return nil, transport.ErrClosed
+	}
+	t.consumers[c] = struct{}{}
+	t.mu.Unlock()
+	return c, nil
+}
+
+func (t *Transport) forget(c *consumer) {
+	t.mu.Lock()
+	delete(t.consumers, c)
+	t.mu.Unlock()
+}
+
+// Close flushes and closes every producer, closes the consumers still open (their
+// unsettled deliveries go back to the broker) and, when the transport owns it, the
+// client.
+func (t *Transport) Close(ctx context.Context) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	slots := make([]*producerSlot, 0, len(t.producers))
+	for _, s := range t.producers {
+		slots = append(slots, s)
+	}
+	consumers := make([]*consumer, 0, len(t.consumers))
+	for c := range t.consumers {
+		consumers = append(consumers, c)
+	}
+	t.mu.Unlock()
+	for _, c := range consumers {
+		_ = c.Close(ctx)
+	}
+	var errs []error
+	for _, s := range slots {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			continue
+		}
+		if s.p != nil {
+			if err := s.p.FlushWithCtx(ctx); err != nil {
+				errs = append(errs, err)
+			}
+			s.p.Close()
+		}
+	}
+	if t.ownsClient {
+		t.client.Close()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("pulsar: close: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package pulsar_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/pulsar"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// brokerURL is the Pulsar standalone the integration tests run against.
+func brokerURL(t testing.TB) string {
+	t.Helper()
+	return transporttest.BrokerURL(t, "BQ_PULSAR_URL", "pulsar")
+}
+
+// quietLogger keeps the Pulsar client's chatter out of the test log unless
+// BQ_TEST_DEBUG=1.
+func quietLogger() *slog.Logger {
+	if os.Getenv("BQ_TEST_DEBUG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// openTransport opens a transport on the test broker with extra URL query and options.
+func openTransport(t testing.TB, query string, opts ...pulsar.Option) *pulsar.Transport {
+	t.Helper()
+	raw := brokerURL(t)
+	if query != "" {
+		raw += "?" + query
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]pulsar.Option{pulsar.WithLogger(quietLogger())}, opts...)
+	tr, err := pulsar.OpenURL(context.Background(), u, opts...)
+	if err != nil {
+		t.Fatalf("OpenURL: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	return tr
+}
+
+func kitConfig() transporttest.Config {
+	return transporttest.Config{
+		Open: func(t *testing.T) transport.Transport {
+			return openTransport(t, "")
+		},
+		NativeRedeliveries: true,
+		QuietPeriod:        2 * time.Second,
+	}
+}
+
+func TestTransport(t *testing.T) {
+	transporttest.Run(t, kitConfig())
+}
