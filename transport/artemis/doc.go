@@ -36,11 +36,18 @@
 //
 // # The message (binding §7)
 //
-// The body is the envelope bytes in a single AMQP data section, never re-encoded, with
-// content-type application/json so a JMS peer reading through Artemis sees a
-// TextMessage. On produce the envelope is projected onto what a JMS peer reads:
+// The body is the envelope bytes, never re-encoded. A body that is valid UTF-8 (every
+// envelope is) rides as an AMQP string value section: that is how the Python SDK
+// 1.24.0 sends its body and the only section it reads (a data section reaches its
+// worker as a Python memoryview, not text), and a JMS peer reading through Artemis
+// sees a TextMessage. Bytes that are not UTF-8 (a poison body being dead-lettered) ride
+// as one data section, kept exactly (a JMS BytesMessage). On consume either section is
+// accepted. On produce the envelope is projected onto what a JMS peer reads:
 //
-//	x-opt-jms-type message annotation  the URN (JMSType)
+//	x-opt-jms-type message annotation  the URN (the manifest's JMSType slot)
+//	properties.subject                 the URN again: Artemis gives a JMS consumer its
+//	                                   JMSType from the subject; the annotation reaches
+//	                                   it only as JMS_AMQP_MA_x-opt-jms-type
 //	properties.correlation-id          trace_id (JMSCorrelationID), a string
 //	properties.message-id              meta.id, a string
 //	properties.creation-time           meta.created_at (JMSTimestamp)

@@ -73,6 +73,10 @@ func toAMQP(m *transport.Message) *amqp.Message {
 	}
 	if p.URN != "" {
 		msg.Annotations[AnnotationJMSType] = p.URN
+		// Artemis hands properties.subject to JMS consumers as JMSType (the annotation
+		// reaches them only as the property JMS_AMQP_MA_x-opt-jms-type), so the URN
+		// rides in both.
+		msg.Properties.Subject = ptr(p.URN)
 	}
 	if p.TraceID != "" {
 		msg.Properties.CorrelationID = p.TraceID

@@ -118,6 +118,9 @@ func TestToAMQPProjection(t *testing.T) {
 	if msg.Annotations[AnnotationDeliveryDelay] != int64(1501) {
 		t.Errorf("delay annotation = %#v, want 1501 (rounded up)", msg.Annotations[AnnotationDeliveryDelay])
 	}
+	if msg.Properties.Subject == nil || *msg.Properties.Subject != m.Projection.URN || msg.Annotations[AnnotationJMSType] != m.Projection.URN {
+		t.Errorf("URN not in subject and annotation: %v %v", msg.Properties.Subject, msg.Annotations)
+	}
 	if !msg.Header.Durable {
 		t.Error("message not durable")
 	}
@@ -127,7 +130,7 @@ func TestToAMQPProjection(t *testing.T) {
 	if _, ok := raw.Annotations[AnnotationJMSType]; ok {
 		t.Error("raw write carries a JMS type")
 	}
-	if raw.Properties.CorrelationID != nil || raw.Properties.MessageID != nil || raw.Properties.CreationTime != nil {
+	if raw.Properties.CorrelationID != nil || raw.Properties.MessageID != nil || raw.Properties.CreationTime != nil || raw.Properties.Subject != nil {
 		t.Errorf("raw write properties = %+v", raw.Properties)
 	}
 	if _, ok := raw.ApplicationProperties[PropSchemaVersion]; ok {
