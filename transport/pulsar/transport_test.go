@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	pclog "github.com/apache/pulsar-client-go/pulsar/log"
+
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -66,3 +68,6 @@ func kitConfig() transporttest.Config {
 func TestTransport(t *testing.T) {
 	transporttest.Run(t, kitConfig())
 }
+
+// silentPulsarLog is the raw client's logger in tests.
+func silentPulsarLog() pclog.Logger { return pclog.NewLoggerWithSlog(quietLogger()) }
