@@ -189,7 +189,7 @@ mvn_fetch() {
   mkdir -p "$CACHE"
   (
     flock 9
-    mvn -B -q ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$pom" -DoutputDirectory="$out" "$@" dependency:copy-dependencies
+    mvn -B -q -Dstyle.color=never ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$pom" -DoutputDirectory="$out" "$@" dependency:copy-dependencies
   ) 9>"$CACHE/.mvn.lock"
 }
 
@@ -199,7 +199,7 @@ mvn_copy() {
   mkdir -p "$CACHE" "$out"
   (
     flock 9
-    mvn -B -q ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$ASSETS/empty-pom.xml" dependency:copy -Dartifact="$gav" -DoutputDirectory="$out" -Dmdep.useBaseVersion=true
+    mvn -B -q -Dstyle.color=never ${BQ_M2_REPO:+-Dmaven.repo.local="$BQ_M2_REPO"} -f "$ASSETS/empty-pom.xml" dependency:copy -Dartifact="$gav" -DoutputDirectory="$out" -Dmdep.useBaseVersion=true
   ) 9>"$CACHE/.mvn.lock"
 }
 

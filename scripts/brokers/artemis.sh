@@ -27,7 +27,11 @@ artemis_prepare() {
     touch "$home/.complete"
   fi
   local inst; inst=$(artemis_instance)
-  [ -f "$inst/etc/broker.xml" ] && return 0
+  if [ -f "$inst/etc/broker.xml" ]; then
+    # the instance names the distribution it was created from; point it at this cache
+    sed -i "s#^ARTEMIS_HOME=.*#ARTEMIS_HOME='$home'#" "$inst/etc/artemis.profile" "$inst/etc/artemis-utility.profile"
+    return 0
+  fi
   say "artemis: creating the broker instance in $inst"
   mkdir -p "$STATE/artemis"
   JAVA_HOME=${BQ_ARTEMIS_JAVA_HOME:-${JAVA_HOME:-}} "$home/bin/artemis" create "$inst" --silent --force \
