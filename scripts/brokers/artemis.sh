@@ -24,6 +24,7 @@ artemis_prepare() {
     rm -rf "$home"
     tar -xzf "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz" -C "$CACHE" || return 1
     [ -x "$home/bin/artemis" ] || { say "artemis: $home/bin/artemis missing after unpacking"; return 1; }
+    rm -f "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"
     touch "$home/.complete"
   fi
   local inst; inst=$(artemis_instance)

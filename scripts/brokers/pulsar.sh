@@ -1,6 +1,7 @@
 # Apache Pulsar standalone: the server distribution from Maven Central
 # (org.apache.pulsar:pulsar-server-distribution:<v>:tar.gz:bin), run as `pulsar standalone`
-# with the RocksDB metadata store, one in-process bookie, no functions worker, no stream storage.
+# with the RocksDB metadata store, one in-process bookie (on a random loopback port), no functions
+# worker, no stream storage.
 # Opt-in: not in the default set (see docs/brokers.md). Sourced by scripts/brokers.sh.
 
 pulsar_home() { echo "$CACHE/apache-pulsar-$PULSAR_VERSION"; }
@@ -12,7 +13,7 @@ pulsar_probe() {
     && curl -fsS -m 3 "http://127.0.0.1:$PULSAR_HTTP_PORT/admin/v2/namespaces/public" 2>/dev/null | grep -q 'public/default'
 }
 pulsar_died() { ! pid_alive pulsar; }
-pulsar_ports() { echo "$PULSAR_PORT $PULSAR_HTTP_PORT $PULSAR_BOOKIE_PORT"; }
+pulsar_ports() { echo "$PULSAR_PORT $PULSAR_HTTP_PORT"; }
 pulsar_url() { echo "BQ_PULSAR_URL=pulsar://127.0.0.1:$PULSAR_PORT"; }
 
 pulsar_prepare() {
@@ -57,7 +58,7 @@ CONF
     PULSAR_STANDALONE_CONF="$conf" \
     "$home/bin/pulsar" standalone --no-functions-worker --no-stream-storage \
       --advertised-address 127.0.0.1 \
-      --bookkeeper-dir "$dir/data/bookkeeper" --bookkeeper-port $PULSAR_BOOKIE_PORT \
+      --bookkeeper-dir "$dir/data/bookkeeper" \
       --metadata-dir "$dir/data/metadata"
 }
 
