@@ -73,9 +73,21 @@ java_bin() {
 pidfile() { echo "$STATE/$1.pid"; }
 logfile() { echo "$STATE/$1.log"; }
 
-pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs
+pid_running() { # pid_running NAME -> 0 when the pid in its pid file runs (during start-up)
   local f; f=$(pidfile "$1")
   [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs and is that broker
+  local f pid pat; f=$(pidfile "$1")
+  [ -s "$f" ] || return 1
+  pid=$(cat "$f")
+  kill -0 "$pid" 2>/dev/null || return 1
+  case $1 in  # a pid file left from before a reboot may name some other process now
+    redis) pat=redis-server ;; rabbitmq) pat=rabbitmq ;; postgres) pat=postgres ;;
+    kafka) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis) pat=artemis ;; pulsar) pat=pulsar ;;
+  esac
+  [ -z "${pat:-}" ] || grep -qa "$pat" "/proc/$pid/cmdline" 2>/dev/null || [ ! -r "/proc/$pid/cmdline" ]
 }
 
 tcp_open() { # tcp_open PORT
@@ -206,7 +218,7 @@ mvn_copy() {
 # redis
 
 redis_probe() { [ "$(timeout 3 redis-cli -h 127.0.0.1 -p $REDIS_PORT ping 2>/dev/null)" = PONG ]; }
-redis_died() { ! pid_alive redis; }
+redis_died() { ! pid_running redis; }
 redis_start() {
   mkdir -p "$STATE/redis"
   : >>"$(logfile redis)"
@@ -247,7 +259,7 @@ rabbit_env() { # the environment the rabbitmq server and CLI tools share
 
 # AMQP 0-9-1: send the protocol header, expect a Connection.Start method frame (type 1, channel 0).
 rabbitmq_probe() { [ "$(tcp_exchange $AMQP_PORT 414d515000000901 3)" = 010000 ]; }
-rabbitmq_died() { ! pid_alive rabbitmq; }
+rabbitmq_died() { ! pid_running rabbitmq; }
 rabbitmq_start() {
   mkdir -p "$STATE/rabbitmq/mnesia" "$STATE/rabbitmq/log"
   [ -f "$STATE/rabbitmq/enabled_plugins" ] || echo '[].' >"$STATE/rabbitmq/enabled_plugins"
@@ -284,7 +296,7 @@ postgres_probe() {
   PGPASSWORD=babelqueue PGCONNECT_TIMEOUT=3 psql -qtAX -h 127.0.0.1 -p $PG_PORT -U babelqueue -d babelqueue \
     -c 'select 1' >/dev/null 2>&1
 }
-postgres_died() { ! pid_alive postgres; }
+postgres_died() { ! pid_running postgres; }
 postgres_start() {
   local bin owner data sock
   bin=$(pg_bin); owner=$(pg_owner); data=$(PGDATA_DIR); sock=$(PGSOCK_DIR)

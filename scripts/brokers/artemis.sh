@@ -9,9 +9,9 @@ artemis_instance() { echo "$STATE/artemis/instance"; }
 # and the broker log must say the server is live.
 artemis_probe() {
   [ "$(tcp_exchange $ARTEMIS_AMQP_PORT 414d515003010000 8)" = 414d515003010000 ] || return 1
-  grep -q 'AMQ221007' "$(logfile artemis)" 2>/dev/null || ! pid_alive artemis
+  grep -q 'AMQ221007' "$(logfile artemis)" 2>/dev/null || ! pid_running artemis
 }
-artemis_died() { ! pid_alive artemis; }
+artemis_died() { ! pid_running artemis; }
 artemis_ports() { echo "$ARTEMIS_AMQP_PORT $ARTEMIS_CORE_PORT"; }
 artemis_url() { echo "BQ_ARTEMIS_URL=artemis://artemis:artemis@127.0.0.1:$ARTEMIS_AMQP_PORT"; }
 

@@ -9,7 +9,7 @@ kafka_probe() {
   local r; r=$(tcp_exchange $KAFKA_PORT 00000011000300040000bb0100026271ffffffff00 16 2>/dev/null) || return 1
   [ "${r:8:8}" = 0000bb01 ] && [ "${r:24:8}" != 00000000 ] && [ ${#r} -eq 32 ]
 }
-kafka_died() { ! pid_alive kafka; }
+kafka_died() { ! pid_running kafka; }
 kafka_ports() { echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT"; }
 kafka_url() { echo "BQ_KAFKA_URL=kafka://127.0.0.1:$KAFKA_PORT"; }
 

@@ -12,7 +12,7 @@ pulsar_probe() {
     && tcp_open $PULSAR_PORT \
     && curl -fsS -m 3 "http://127.0.0.1:$PULSAR_HTTP_PORT/admin/v2/namespaces/public" 2>/dev/null | grep -q 'public/default'
 }
-pulsar_died() { ! pid_alive pulsar; }
+pulsar_died() { ! pid_running pulsar; }
 pulsar_ports() { echo "$PULSAR_PORT $PULSAR_HTTP_PORT"; }
 pulsar_url() { echo "BQ_PULSAR_URL=pulsar://127.0.0.1:$PULSAR_PORT"; }
 

@@ -8,7 +8,7 @@ sqs_probe() {
     --data 'Action=ListQueues&Version=2012-11-05' "http://127.0.0.1:$SQS_PORT/" 2>/dev/null \
     | grep -q ListQueuesResponse
 }
-sqs_died() { ! pid_alive sqs; }
+sqs_died() { ! pid_running sqs; }
 sqs_ports() { echo "$SQS_PORT"; }
 sqs_url() { echo "BQ_SQS_URL=sqs://us-east-1?endpoint=http://127.0.0.1:$SQS_PORT"; }
 
