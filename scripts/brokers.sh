@@ -376,8 +376,13 @@ up_one() {
     fi
   done
   say "$name: starting"
-  "${name}_start" || { say "$name: start failed"; tail_log "$name"; return 1; }
-  wait_for "$name" || return 1
+  if ! "${name}_start"; then
+    say "$name: start failed"; tail_log "$name"; pid_running "$name" && "${name}_stop"; return 1
+  fi
+  if ! wait_for "$name"; then
+    pid_running "$name" && { say "$name: stopping the failed start"; "${name}_stop" >/dev/null 2>&1; }
+    return 1
+  fi
   say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
 }
 
