@@ -30,6 +30,7 @@ Usage:
   babelqueue demo                               run a producer and workers on memory:// and show how each message settled
   babelqueue publish [flags] URL                publish one envelope
   babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
+  babelqueue redrive [flags] URL                move dead-lettered messages back to their queue
   babelqueue version                            print the SDK version
 
 Run "babelqueue <command> -h" for a command's flags.
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = publish(ctx, args[1:], stdout, stderr)
 	case "consume":
 		err = consume(ctx, args[1:], stdout, stderr)
+	case "redrive":
+		err = redrive(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		err = version(stdout)
 	case "help", "-h", "-help", "--help":
