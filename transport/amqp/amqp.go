@@ -364,6 +364,7 @@ type Transport struct {
 	conn      *amqp091.Connection
 	userConn  *amqp091.Connection // the caller's connection, never closed by us
 	gen       uint64              // bumped for every new connection
+	lostGen   uint64              // the generation whose loss was logged
 	declared  map[string]bool     // queues declared on the current connection
 	idle      []*pubChan          // idle confirm channels of the current connection
 	closed    bool
@@ -401,7 +402,8 @@ func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	if t.conn != nil {
+	if t.conn != nil && t.lostGen != t.gen {
+		t.lostGen = t.gen // log each lost connection once, not every redial attempt
 		t.log.Warn("amqp: connection lost, reconnecting")
 	}
 	conn, err := t.dial(ctx)
