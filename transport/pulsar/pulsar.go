@@ -391,10 +391,18 @@ func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, er
 	}
 }
 
+// ErrEmptyBody is returned for a write with an empty body: the Pulsar Go client
+// discards a received message with an empty payload as corrupt, so such a write would be
+// lost.
+var ErrEmptyBody = errors.New("pulsar: empty message body (Pulsar Go consumers discard empty payloads)")
+
 // send writes m and waits for the broker to confirm it.
 func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if m == nil || m.Queue == "" {
 		return errors.New("pulsar: message has no queue")
+	}
+	if len(m.Body) == 0 {
+		return ErrEmptyBody
 	}
 	p, err := t.producer(ctx, m.Queue)
 	if err != nil {

@@ -71,3 +71,7 @@ func TestTransport(t *testing.T) {
 
 // silentPulsarLog is the raw client's logger in tests.
 func silentPulsarLog() pclog.Logger { return pclog.NewLoggerWithSlog(quietLogger()) }
+
+func TestRuntime(t *testing.T) {
+	transporttest.RunRuntime(t, kitConfig())
+}
