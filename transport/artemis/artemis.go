@@ -90,6 +90,9 @@ func buildOptions(opts []Option) options {
 	return o
 }
 
+// dialTimeout bounds one reconnection attempt.
+const dialTimeout = 15 * time.Second
+
 // Config is what an artemis:// URL says, parsed by [ParseURL].
 type Config struct {
 	// Addr is the amqp:// or amqps:// address dialled, without credentials.
@@ -341,7 +344,10 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 		}
 	}
 	t.lastDial = time.Now()
-	conn, err := t.opts.dial(ctx)
+	// Bounded, so a black-holed broker cannot hold the transport (and Close) forever.
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	conn, err := t.opts.dial(dctx)
 	if err != nil {
 		t.failures++
 		return nil, fmt.Errorf("artemis: reconnect to %s: %w", t.desc, err)

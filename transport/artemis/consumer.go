@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -107,6 +108,7 @@ func (c *consumer) unlink(r *amqp.Receiver, err error) {
 // backing off between attempts, until ctx ends or the consumer is closed.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 	backoff := 50 * time.Millisecond
+	failures := 0
 	for {
 		if err := c.stopped(ctx); err != nil {
 			return nil, err
@@ -132,7 +134,12 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		} else if stop := c.stopped(ctx); stop != nil {
 			return nil, stop
 		} else {
-			c.t.log.Warn("artemis: cannot attach receiver; retrying", "queue", c.queue, "err", err)
+			level := slog.LevelWarn
+			if failures > 0 {
+				level = slog.LevelDebug // said once per outage
+			}
+			c.t.log.Log(ctx, level, "artemis: cannot attach receiver; retrying", "queue", c.queue, "err", err)
+			failures++
 		}
 		timer := time.NewTimer(backoff)
 		select {
