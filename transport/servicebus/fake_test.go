@@ -27,6 +27,7 @@ type fakeBroker struct {
 	seq              int64
 	failSend         func(queue string, m *azservicebus.Message) error
 	failSettle       func(op string, rm *azservicebus.ReceivedMessage) error
+	failReceive      func() error
 	renewals         int
 }
 
@@ -283,6 +284,14 @@ func (r *fakeReceiver) ReceiveMessages(ctx context.Context, maxMessages int, _ *
 		return nil, errors.New("maxMessages out of range")
 	}
 	b := r.b
+	b.mu.Lock()
+	if b.failReceive != nil {
+		if err := b.failReceive(); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+	}
+	b.mu.Unlock()
 	for {
 		b.mu.Lock()
 		q := b.queueLocked(r.queue, !b.strict)
