@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/Azure/go-amqp"
-
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -245,6 +243,122 @@ func TestInteropPythonWireShape(t *testing.T) {
 			t.Errorf("python %s = %#v, want a string", k, msg.ApplicationProperties[k])
 		}
 	}
-	_ = amqp.Message{}
-	_ = strings.TrimSpace
+}
+
+// A Python worker fails a Go-produced message until max_attempts and dead-letters it;
+// Go reads Python's retries and dead-letter over Artemis: the DLQ body keeps the Go
+// envelope and carries Python's dead_letter block.
+func TestInteropPythonDeadLettersGo(t *testing.T) {
+	pyinterop.Python(t)
+	q := transporttest.UniqueName("bqtest-py-dlq")
+	a := openApp(t, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, err := a.Publish(ctx, "urn:babel:orders:created", map[string]any{"order_id": 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := peer(t, nil, "consume", brokerURL(t), q, "--fail", "urn:babel:orders:created", "--dead-letter", "--max-attempts", "2", "--max-messages", "2")
+	if len(lines) != 2 {
+		t.Fatalf("python handled %d times, want 2 (max_attempts 2): %s", len(lines), bytes.Join(lines, []byte("\n")))
+	}
+	tr := openTransport(t)
+	c, err := tr.Consume(ctx, a.DeadLetterQueue(), transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	d := transporttest.Receive(t, c, 30*time.Second)
+	var dl struct {
+		Job  string `json:"job"`
+		Meta struct {
+			ID   string `json:"id"`
+			Lang string `json:"lang"`
+		} `json:"meta"`
+		Attempts   int `json:"attempts"`
+		DeadLetter struct {
+			Reason        string `json:"reason"`
+			Lang          string `json:"lang"`
+			OriginalQueue string `json:"original_queue"`
+			Error         string `json:"error"`
+		} `json:"dead_letter"`
+	}
+	if err := json.Unmarshal(d.Body, &dl); err != nil {
+		t.Fatalf("DLQ body %q: %v", d.Body, err)
+	}
+	if dl.Job != "urn:babel:orders:created" || dl.Meta.ID != id || dl.Meta.Lang != "go" {
+		t.Errorf("the dead-lettered envelope is not Go's: %s", d.Body)
+	}
+	if dl.DeadLetter.Reason != "failed" || dl.DeadLetter.Lang != "python" || dl.DeadLetter.OriginalQueue != q || !strings.Contains(dl.DeadLetter.Error, "python says no") {
+		t.Errorf("dead_letter block = %+v", dl.DeadLetter)
+	}
+	t.Logf("python dead-lettered a Go message on Artemis: %s (bq_attempts header %d present %v, delivery-count %d)", d.Body, d.AttemptsHeader, d.HasAttemptsHeader, d.Redeliveries)
+	_ = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack})
+}
+
+// The Go runtime fails a Python-produced message until max_attempts and dead-letters
+// it; the Python SDK reads the dead-letter queue.
+func TestInteropGoDeadLettersPython(t *testing.T) {
+	pyinterop.Python(t)
+	q := transporttest.UniqueName("bqtest-go-dlq")
+	lines := peer(t, []byte(`{"urn":"urn:babel:orders:created","data":{"order_id":88}}`+"\n"), "publish", brokerURL(t), q)
+	if len(lines) != 1 {
+		t.Fatalf("python published %d", len(lines))
+	}
+	var pub struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(lines[0], &pub)
+	a := openApp(t, q, babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(2))
+	var mu sync.Mutex
+	var seen []int
+	a.Handle("urn:babel:orders:created", func(_ context.Context, m *babelqueue.Message) error {
+		mu.Lock()
+		seen = append(seen, m.Attempts)
+		mu.Unlock()
+		return fmt.Errorf("go says no")
+	})
+	stop := runApp(t, a)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // let the dead-letter write settle
+	stop()
+	mu.Lock()
+	if len(seen) != 2 || seen[0] != 0 || seen[1] != 1 {
+		t.Errorf("Go handler saw attempts %v, want [0 1]", seen)
+	}
+	mu.Unlock()
+	out := peer(t, nil, "drain", brokerURL(t), a.DeadLetterQueue())
+	if len(out) != 1 {
+		t.Fatalf("python drained %d messages from the DLQ, want 1: %s", len(out), bytes.Join(out, []byte("\n")))
+	}
+	var got struct {
+		Body string `json:"body"`
+	}
+	_ = json.Unmarshal(out[0], &got)
+	var env struct {
+		Meta struct {
+			ID   string `json:"id"`
+			Lang string `json:"lang"`
+		} `json:"meta"`
+		DeadLetter struct {
+			Reason string `json:"reason"`
+			Lang   string `json:"lang"`
+			Error  string `json:"error"`
+		} `json:"dead_letter"`
+	}
+	if err := json.Unmarshal([]byte(got.Body), &env); err != nil {
+		t.Fatalf("python read DLQ body %q: %v", got.Body, err)
+	}
+	if env.Meta.ID != pub.ID || env.Meta.Lang != "python" || env.DeadLetter.Reason != "failed" || env.DeadLetter.Lang != "go" || env.DeadLetter.Error != "go says no" {
+		t.Errorf("python read the Go dead-letter as %s", got.Body)
+	}
 }
