@@ -134,6 +134,8 @@ func TestJMSPeerReadsGo(t *testing.T) {
 		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		// the manifest's annotation, as Artemis hands it to a JMS client
 		"JMS_AMQP_MA_x-opt-jms-type": "urn:babel:orders:created",
+		// routed to an anycast queue (Artemis RoutingType ANYCAST = 1)
+		"_AMQ_ROUTING_TYPE": "1",
 	}
 	for k, v := range want {
 		if props[k] != v {
