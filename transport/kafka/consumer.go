@@ -60,6 +60,7 @@ type record struct {
 	state int
 	slot  bool // holds one of the consumer's prefetch slots
 	due   time.Time
+	d     transport.Delivery // what Receive hands out
 }
 
 type consumer struct {
@@ -180,7 +181,7 @@ func (c *consumer) pollLoop() {
 		room := c.buffer - c.readyLenLocked()
 		seek := c.seekWanted
 		c.mu.Unlock()
-		if room <= 0 && !seek {
+		if room < c.buffer/2 && !seek {
 			select {
 			case <-c.pollSig:
 			case <-c.ctx.Done():
@@ -218,6 +219,9 @@ func (c *consumer) pollLoop() {
 			}
 		})
 		for _, p := range c.parts {
+			if !delayed {
+				break
+			}
 			if p.tier > 0 && !p.paused && len(p.delayed) >= pauseAt {
 				p.paused = true
 				if pause == nil {
@@ -226,8 +230,14 @@ func (c *consumer) pollLoop() {
 				pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
 			}
 		}
-		seeks := map[string]map[int32]kgo.EpochOffset{}
+		var seeks map[string]map[int32]kgo.EpochOffset
 		for _, p := range c.parts {
+			if !c.seekWanted {
+				break
+			}
+			if seeks == nil {
+				seeks = map[string]map[int32]kgo.EpochOffset{}
+			}
 			if p.seek != nil {
 				if seeks[p.tp.topic] == nil {
 					seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
@@ -367,8 +377,11 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		if rec != nil {
 			rec.state = stHanded
 			rec.slot = true
+			low := len(c.ready) < c.buffer/2
 			c.mu.Unlock()
-			signal(c.pollSig)
+			if low {
+				signal(c.pollSig)
+			}
 			return c.delivery(rec), nil
 		}
 		wake := c.wake
@@ -386,17 +399,39 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 	}
 }
 
-// delivery builds what the runtime sees of a record.
+// schemaOne is the common schema-version value, boxed once.
+var schemaOne any = "1"
+
+// isReserved reports whether name is one of the binding's own headers.
+func isReserved(name string) bool {
+	if len(name) < 6 || name[:3] != "bq-" {
+		return false
+	}
+	switch name {
+	case HeaderJob, HeaderTraceID, HeaderMessageID, HeaderSchemaVersion, HeaderSourceLang,
+		HeaderAttempts, HeaderDueAt, HeaderOriginalTopic:
+		return true
+	}
+	return false
+}
+
+// delivery builds what the runtime sees of a record; it lives inside the record.
 func (c *consumer) delivery(rec *record) *transport.Delivery {
 	r := rec.r
-	d := &transport.Delivery{Queue: c.queue, Body: r.Value, Key: r.Key, Handle: rec}
+	d := &rec.d
+	*d = transport.Delivery{Queue: c.queue, Body: r.Value, Key: r.Key, Handle: rec}
 	var seenSchema, seenAttempts bool
-	for _, h := range r.Headers {
+	for i := range r.Headers {
+		h := &r.Headers[i]
 		switch h.Key {
 		case HeaderSchemaVersion:
 			if !seenSchema {
 				seenSchema = true
-				if h.Value != nil {
+				switch {
+				case h.Value == nil:
+				case len(h.Value) == 1 && h.Value[0] == '1':
+					d.SchemaVersion = schemaOne
+				default:
 					d.SchemaVersion = string(h.Value)
 				}
 			}
@@ -408,7 +443,7 @@ func (c *consumer) delivery(rec *record) *transport.Delivery {
 				}
 			}
 		default:
-			if reserved[h.Key] {
+			if isReserved(h.Key) {
 				continue
 			}
 			if d.Headers == nil {
@@ -560,6 +595,14 @@ func (c *consumer) commitLoop() {
 		}
 		if err := c.commit(c.ctx, nil); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("kafka: offset commit failed; it is retried with the next settle", "err", err)
+		}
+		// Settles during the pause are coalesced into the next commit.
+		if iv := c.t.cfg.commitInterval; iv > 0 {
+			select {
+			case <-time.After(iv):
+			case <-c.ctx.Done():
+				return
+			}
 		}
 	}
 }

@@ -75,11 +75,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -106,13 +106,6 @@ const DefaultGroup = "babelqueue"
 
 // DefaultDeliveryTimeout bounds the wait for a settle write's delivery report.
 const DefaultDeliveryTimeout = 30 * time.Second
-
-// reserved are the header names the binding owns: they never appear in
-// [transport.Delivery.Headers] and a user header never replaces them.
-var reserved = map[string]bool{
-	HeaderJob: true, HeaderTraceID: true, HeaderMessageID: true, HeaderSchemaVersion: true,
-	HeaderSourceLang: true, HeaderAttempts: true, HeaderDueAt: true, HeaderOriginalTopic: true,
-}
 
 // ErrDelivery matches every [DeliveryError].
 var ErrDelivery = errors.New("kafka: delivery not confirmed")
@@ -163,6 +156,7 @@ type config struct {
 	logger          *slog.Logger
 	metadataMaxAge  time.Duration
 	buffer          int
+	commitInterval  time.Duration
 }
 
 // Option configures a [Transport].
@@ -192,8 +186,16 @@ func WithMetadataRefresh(d time.Duration) Option {
 }
 
 // WithBuffer sets how many fetched records a consumer holds ready beyond those handed
-// out (default 256).
+// out (default 1024).
 func WithBuffer(n int) Option { return func(c *config) { c.buffer = n } }
+
+// WithCommitInterval sets the shortest pause between two background offset commits
+// (default 100 ms); settles made meanwhile are committed together. Revokes and Close
+// always commit at once. A crash redelivers at most what was settled since the last
+// commit.
+func WithCommitInterval(d time.Duration) Option {
+	return func(c *config) { c.commitInterval = d }
+}
 
 func defaults() config {
 	return config{
@@ -201,7 +203,8 @@ func defaults() config {
 		deliveryTimeout: DefaultDeliveryTimeout,
 		autoCreate:      true,
 		metadataMaxAge:  10 * time.Second,
-		buffer:          256,
+		buffer:          1024,
+		commitInterval:  100 * time.Millisecond,
 	}
 }
 
@@ -217,6 +220,10 @@ type Transport struct {
 	closed    bool
 	consumers map[*consumer]struct{}
 	known     map[string]bool // topics this transport has written to successfully
+	seen      sync.Map        // lock-free copy of known, for the delivery callbacks
+	shut      atomic.Bool     // closed, for the publish fast path
+
+	onPublished func(*kgo.Record, error) // t.published, bound once
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -253,7 +260,7 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Transport{
+	t := &Transport{
 		prod:      producer,
 		ownProd:   own,
 		factory:   factory,
@@ -261,7 +268,9 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 		log:       log.With("transport", "kafka"),
 		consumers: map[*consumer]struct{}{},
 		known:     map[string]bool{},
-	}, nil
+	}
+	t.onPublished = t.published
+	return t, nil
 }
 
 // Capabilities reports the Kafka binding: the bq-attempts header is authoritative,
@@ -288,14 +297,20 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err != nil {
 		return err
 	}
-	t.prod.Produce(context.WithoutCancel(ctx), rec, func(r *kgo.Record, err error) {
-		if err != nil {
-			t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
-			return
-		}
-		t.delivered(r.Topic)
-	})
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	t.prod.Produce(ctx, rec, t.onPublished)
 	return nil
+}
+
+// published is the delivery callback of Publish.
+func (t *Transport) published(r *kgo.Record, err error) {
+	if err != nil {
+		t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
+		return
+	}
+	t.delivered(r.Topic)
 }
 
 // produceConfirmed writes msgs and waits for every delivery report, up to the delivery
@@ -410,6 +425,10 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 // delivered notes a topic the transport wrote to; the first time, local consumers that
 // consume it refresh their metadata so they see a topic that was just created.
 func (t *Transport) delivered(topic string) {
+	if _, seen := t.seen.Load(topic); seen {
+		return
+	}
+	t.seen.Store(topic, struct{}{})
 	t.mu.Lock()
 	if t.known[topic] {
 		t.mu.Unlock()
@@ -428,11 +447,14 @@ func (t *Transport) delivered(topic string) {
 	}
 }
 
-// legalTopic matches what Kafka accepts as a topic name.
-var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
-
+// checkTopic accepts what Kafka accepts as a topic name: 1 to 249 of [a-zA-Z0-9._-].
 func checkTopic(name string) error {
-	if !legalTopic.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 249
+	for i := 0; ok && i < len(name); i++ {
+		ch := name[i]
+		ok = ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-'
+	}
+	if !ok {
 		return fmt.Errorf("kafka: %q is not a valid topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')", name)
 	}
 	return nil
@@ -482,7 +504,7 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 	if len(m.Headers) > 0 {
 		keys := make([]string, 0, len(m.Headers))
 		for k := range m.Headers {
-			if !reserved[k] {
+			if !isReserved(k) {
 				keys = append(keys, k)
 			}
 		}
@@ -505,11 +527,7 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 	return rec, nil
 }
 
-func (t *Transport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
-}
+func (t *Transport) isClosed() bool { return t.shut.Load() }
 
 // Close closes every consumer of the transport, then flushes buffered publishes (until
 // ctx ends) and, when the transport built the producer, closes it.
@@ -520,6 +538,7 @@ func (t *Transport) Close(ctx context.Context) error {
 		return nil
 	}
 	t.closed = true
+	t.shut.Store(true)
 	cs := make([]*consumer, 0, len(t.consumers))
 	for c := range t.consumers {
 		cs = append(cs, c)
@@ -555,6 +574,20 @@ func (t *Transport) DeliveryTimeout() time.Duration { return t.cfg.deliveryTimeo
 // digits (single underscores between digits allowed). Anything else is unreadable.
 // Values beyond the int range are clamped.
 func parseAttempts(v []byte) (int, bool) {
+	// Fast path: plain decimal digits.
+	if len(v) > 0 && len(v) < 10 {
+		n := 0
+		for _, ch := range v {
+			if ch < '0' || ch > '9' {
+				n = -1
+				break
+			}
+			n = n*10 + int(ch-'0')
+		}
+		if n >= 0 {
+			return n, true
+		}
+	}
 	s := strings.Trim(string(v), " \t\n\v\f\r")
 	neg := false
 	if s != "" && (s[0] == '+' || s[0] == '-') {

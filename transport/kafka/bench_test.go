@@ -1,0 +1,168 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// The benchmarks run each pair in the same process against the same broker: the raw
+// franz-go client doing the same work, then the transport. Compare ratios, not absolute
+// timings (see docs/transports/kafka.md).
+
+var benchBody = []byte(`{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042,"lines":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}]},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}`)
+
+var benchProjection = transport.Projection{
+	URN: "urn:babel:orders:created", TraceID: "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+	MessageID: "f1e2d3c4-b5a6-4789-90ab-cdef01234567", Lang: "go", SchemaVersion: 1, CreatedAt: 1749132727000,
+}
+
+// rawHeaders is what the transport projects, so the raw producer writes the same bytes.
+func rawHeaders() []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: "bq-job", Value: []byte(benchProjection.URN)},
+		{Key: "bq-trace-id", Value: []byte(benchProjection.TraceID)},
+		{Key: "bq-message-id", Value: []byte(benchProjection.MessageID)},
+		{Key: "bq-schema-version", Value: []byte("1")},
+		{Key: "bq-source-lang", Value: []byte("go")},
+		{Key: "bq-attempts", Value: []byte("0")},
+	}
+}
+
+// BenchmarkPublish runs the raw producer and the transport side by side (sub-benchmarks
+// Raw and Transport), so -count interleaves them on a noisy machine.
+func BenchmarkPublish(b *testing.B) {
+	b.Run("Raw", benchRawPublish)
+	b.Run("Transport", benchTransportPublish)
+}
+
+// BenchmarkConsumeCommit runs the raw group consumer and the transport side by side.
+func BenchmarkConsumeCommit(b *testing.B) {
+	b.Run("Raw", benchRawConsumeCommit)
+	b.Run("Transport", benchTransportConsumeCommit)
+}
+
+// benchRawPublish: franz-go Produce (fire-and-forget, callback) of b.N records with the
+// binding's headers, flushed at the end.
+func benchRawPublish(b *testing.B) {
+	cl := rawClient(b, kgo.AllowAutoTopicCreation())
+	q := transporttest.UniqueName("bqbench-rawpub")
+	createTopic(b, q, 1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r := &kgo.Record{Topic: q, Value: append([]byte{}, benchBody...), Headers: rawHeaders(), Timestamp: time.UnixMilli(benchProjection.CreatedAt)}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchTransportPublish: Transport.Publish of b.N messages, flushed at the end.
+func benchTransportPublish(b *testing.B) {
+	tr := openKafka(b)
+	q := transporttest.UniqueName("bqbench-trpub")
+	createTopic(b, q, 1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: benchBody, Projection: benchProjection}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tr.Producer().Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// fill writes n records to a new topic, outside the timer.
+func fill(b *testing.B, prefix string, n int) string {
+	b.Helper()
+	b.StopTimer()
+	defer b.StartTimer()
+	q := transporttest.UniqueName(prefix)
+	createTopic(b, q, 1)
+	cl := rawClient(b)
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: q, Value: benchBody, Headers: rawHeaders()}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return q
+}
+
+// benchRawConsumeCommit: a franz-go group consumer with auto-commit off polls b.N
+// records and commits each polled batch synchronously, then leaves the group.
+func benchRawConsumeCommit(b *testing.B) {
+	q := fill(b, "bqbench-rawcons", b.N)
+	b.ReportAllocs()
+	cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(q),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	got := 0
+	for got < b.N {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			b.Fatalf("consumed %d of %d: %v", got, b.N, err)
+		}
+		fs.EachRecord(func(*kgo.Record) { got++ })
+		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cl.Close()
+}
+
+// benchTransportConsumeCommit: a transport consumer (prefetch 64) hands out b.N
+// records one by one and each is settled with Ack; closing it commits the last offsets.
+func benchTransportConsumeCommit(b *testing.B) {
+	q := fill(b, "bqbench-trcons", b.N)
+	b.ReportAllocs()
+	tr := openKafka(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		d, err := c.Receive(ctx)
+		if err != nil {
+			b.Fatalf("received %d of %d: %v", i, b.N, err)
+		}
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := c.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// Example opens a worker's transport from a URL.
+func Example() {
+	ctx := context.Background()
+	tr, err := transport.Open(ctx, "kafka://127.0.0.1:9092?group=billing&delivery_timeout=10s")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tr.Close(ctx)
+	fmt.Println(tr.Capabilities().DeadLetterSuffix)
+}
