@@ -75,3 +75,6 @@ func silentPulsarLog() pclog.Logger { return pclog.NewLoggerWithSlog(quietLogger
 func TestRuntime(t *testing.T) {
 	transporttest.RunRuntime(t, kitConfig())
 }
+
+// fastNack makes rewound deliveries come back quickly in tests.
+func fastNack() pulsar.Option { return pulsar.WithNackRedeliveryDelay(200 * time.Millisecond) }
