@@ -1,0 +1,159 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/kafka"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// breaker is a dialer that can cut every connection it made and refuse new ones: the
+// broker becomes unreachable for the clients using it, as in a broker outage, without
+// stopping the shared test broker.
+type breaker struct {
+	mu     sync.Mutex
+	broken bool
+	conns  []net.Conn
+}
+
+func (b *breaker) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken {
+		return nil, errors.New("test: broker unreachable")
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, host)
+	if err == nil {
+		b.conns = append(b.conns, c)
+	}
+	return c, err
+}
+
+func (b *breaker) set(broken bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.broken = broken
+	if broken {
+		for _, c := range b.conns {
+			_ = c.Close()
+		}
+		b.conns = nil
+	}
+}
+
+// TestOutageLosesNothing cuts the transport off the broker mid-run: settle writes fail
+// with a typed delivery error within the delivery timeout, the deliveries are rewound,
+// and once the broker is reachable again every record is settled, its write is on the
+// output topic, and the group's offsets cover everything.
+func TestOutageLosesNothing(t *testing.T) {
+	brokerURL(t)
+	q := transporttest.UniqueName("bqtest-outage")
+	out := q + ".out"
+	createTopic(t, q, 1)
+	createTopic(t, out, 1)
+	group := transporttest.UniqueName("bqtest-outage")
+	br := &breaker{}
+	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
+	prod, err := kgo.NewClient(base...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(group), kafka.WithDeliveryTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	const n = 20
+	for i := range n {
+		publishOK(t, tr, &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i), Key: fmt.Appendf(nil, "k%d", i)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := consumeOn(t, tr, q, 4)
+	settled := map[string]bool{}
+	write := func(d *transport.Delivery) transport.Settlement {
+		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: out, Body: d.Body, Key: d.Key}}}
+	}
+	for len(settled) < n/4 {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		settleOK(t, c, d, write(d))
+		settled[string(d.Body)] = true
+	}
+
+	br.set(true)
+	d := transporttest.Receive(t, c, 30*time.Second) // already fetched
+	err = c.Settle(ctx, d, write(d))
+	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, kafka.ErrDelivery) {
+		t.Fatalf("settle write during the outage: %v, want a delivery error", err)
+	}
+	rewind(t, c, d)
+	time.Sleep(2 * time.Second)
+	br.set(false)
+
+	failed := 0
+	for len(settled) < n && ctx.Err() == nil {
+		d := transporttest.Receive(t, c, 60*time.Second)
+		err := c.Settle(ctx, d, write(d))
+		switch {
+		case err == nil:
+			settled[string(d.Body)] = true
+		case errors.Is(err, transport.ErrSettleWrite):
+			failed++
+			rewind(t, c, d)
+		case errors.Is(err, kafka.ErrRevoked):
+		default:
+			t.Fatalf("Settle after the outage: %v", err)
+		}
+	}
+	if len(settled) != n {
+		t.Fatalf("settled %d of %d records", len(settled), n)
+	}
+	t.Logf("settle writes that failed after reconnecting: %d", failed)
+	seen := map[string]bool{}
+	for _, r := range readTopic(t, out, n) {
+		seen[string(r.Value)] = true
+		if want := "k" + string(r.Value[5:len(r.Value)-1]); string(r.Key) != want {
+			t.Errorf("output %s has key %q, want %q", r.Value, r.Key, want)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("output topic holds %d distinct records, want %d", len(seen), n)
+	}
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer closeCancel()
+	if err := c.Close(closeCtx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	c2 := consumeOn(t, tr, q, 4)
+	transporttest.ExpectNothing(t, c2, 5*time.Second)
+}
+
+// rewind gives d back; when its partition was lost meanwhile (the group session broke
+// during the outage) the record comes back through the rejoin instead, which Settle
+// reports with ErrRevoked.
+func rewind(t *testing.T, c transport.Consumer, d *transport.Delivery) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil && !errors.Is(err, kafka.ErrRevoked) {
+		t.Fatalf("Rewind: %v", err)
+	}
+}
