@@ -385,3 +385,71 @@ func kgoClientNoBroker(t testing.TB) *kgo.Client {
 	t.Cleanup(cl.Close)
 	return cl
 }
+
+// TestDelayKeepsRecord: a delayed message comes back on its queue with its key, body and
+// out-of-band headers, without the parking headers, and the parked record is committed.
+func TestDelayKeepsRecord(t *testing.T) {
+	group := transporttest.UniqueName("bqtest-delay")
+	tr := openKafka(t, "group", group)
+	q := transporttest.UniqueName("bqtest-delay")
+	c := consumeOn(t, tr, q, 2)
+	body := []byte(`{"job":"urn:babel:t:delay","x":1e400}`)
+	publishOK(t, tr, &transport.Message{Queue: q, Body: body, Key: []byte{}, Attempts: 2, Headers: map[string]string{"x-tenant": "acme"}, Delay: 1500 * time.Millisecond})
+	d := transporttest.Receive(t, c, 60*time.Second)
+	if !bytes.Equal(d.Body, body) || d.Key == nil || len(d.Key) != 0 {
+		t.Errorf("delayed record: body %q key %#v", d.Body, d.Key)
+	}
+	if len(d.Headers) != 1 || d.Headers["x-tenant"] != "acme" {
+		t.Errorf("delayed record headers = %v, want only x-tenant", d.Headers)
+	}
+	if !d.HasAttemptsHeader || d.AttemptsHeader != 2 {
+		t.Errorf("delayed record attempts header = %d (%v), want 2", d.AttemptsHeader, d.HasAttemptsHeader)
+	}
+	settleOK(t, c, d, transport.Settlement{Outcome: transport.Ack})
+	r := readTopic(t, q, 1)[0]
+	for _, h := range r.Headers {
+		if h.Key == kafka.HeaderDueAt || h.Key == kafka.HeaderOriginalTopic {
+			t.Errorf("parking header %s left on the re-injected record", h.Key)
+		}
+	}
+	// Both the queue and its delay topic are committed: a new member gets nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c2 := consumeOn(t, tr, q, 2)
+	transporttest.ExpectNothing(t, c2, 5*time.Second)
+	if n := countTopic(t, q, 2*time.Second); n != 1 {
+		t.Errorf("queue holds %d records after one delayed publish, want 1 (re-injected twice?)", n)
+	}
+}
+
+// TestHostileRecords: a tombstone (null value), a header with a null value and a huge
+// attempts value are handed over as data, never a panic.
+func TestHostileRecords(t *testing.T) {
+	tr := openKafka(t)
+	q := transporttest.UniqueName("bqtest-hostile")
+	produceRaw(t,
+		&kgo.Record{Topic: q, Value: nil, Key: []byte("tomb")},
+		&kgo.Record{Topic: q, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: "x-null", Value: nil}, {Key: "", Value: []byte("v")}, {Key: "bq-attempts", Value: []byte("99999999999999999999")}}},
+	)
+	c := consumeOn(t, tr, q, 2)
+	for range 2 {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		switch string(d.Key) {
+		case "tomb":
+			if len(d.Body) != 0 {
+				t.Errorf("tombstone body = %q", d.Body)
+			}
+		default:
+			if !d.HasAttemptsHeader || d.AttemptsHeader <= 0 {
+				t.Errorf("huge attempts header read as %d (%v), want a large positive count", d.AttemptsHeader, d.HasAttemptsHeader)
+			}
+			if v, ok := d.Headers["x-null"]; !ok || v != "" {
+				t.Errorf("null-valued header = %q (%v)", v, ok)
+			}
+		}
+		settleOK(t, c, d, transport.Settlement{Outcome: transport.Ack})
+	}
+}
