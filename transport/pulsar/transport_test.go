@@ -78,3 +78,13 @@ func TestRuntime(t *testing.T) {
 
 // fastNack makes rewound deliveries come back quickly in tests.
 func fastNack() pulsar.Option { return pulsar.WithNackRedeliveryDelay(200 * time.Millisecond) }
+
+// The runtime's retry is a re-publish, so max_attempts bounds it on an Exclusive
+// subscription too, where the broker does not count redeliveries and delays are off.
+func TestRuntimeExclusiveSubscription(t *testing.T) {
+	cfg := kitConfig()
+	cfg.Open = func(t *testing.T) transport.Transport {
+		return openTransport(t, "subscription_type=exclusive")
+	}
+	transporttest.RunRuntime(t, cfg)
+}
