@@ -346,7 +346,8 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// producer returns the cached producer of topic, creating it on first use.
+// producer returns the cached producer of topic, creating it on first use. Creation
+// runs in its own goroutine so a caller whose context ends stops waiting for it.
 func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, error) {
 	t.mu.Lock()
 	if t.closed {
@@ -357,30 +358,7 @@ func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, er
 	if !ok {
 		slot = &producerSlot{ready: make(chan struct{})}
 		t.producers[topic] = slot
-		t.mu.Unlock()
-		po := pc.ProducerOptions{
-			Topic:           topic,
-			DisableBatching: !t.opts.batching,
-			SendTimeout:     t.opts.sendTimeout,
-		}
-		if t.opts.producerOptions != nil {
-			t.opts.producerOptions(&po)
-		}
-		p, err := t.client.CreateProducer(po)
-		t.mu.Lock()
-		if err != nil {
-			// Forget the failed slot so a later write tries again.
-			delete(t.producers, topic)
-			slot.err = err
-		} else if t.closed {
-			slot.err = transport.ErrClosed
-			go p.Close()
-		} else {
-			slot.p = p
-		}
-		close(slot.ready)
-		t.mu.Unlock()
-		return slot.p, slot.err
+		go t.createProducer(topic, slot)
 	}
 	t.mu.Unlock()
 	select {
@@ -389,6 +367,34 @@ func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, er
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (t *Transport) createProducer(topic string, slot *producerSlot) {
+	po := pc.ProducerOptions{
+		Topic:           topic,
+		DisableBatching: !t.opts.batching,
+		SendTimeout:     t.opts.sendTimeout,
+	}
+	if t.opts.producerOptions != nil {
+		t.opts.producerOptions(&po)
+	}
+	p, err := t.client.CreateProducer(po)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil:
+		// Forget the failed slot so a later write tries again.
+		if t.producers[topic] == slot {
+			delete(t.producers, topic)
+		}
+		slot.err = err
+	case t.closed:
+		slot.err = transport.ErrClosed
+		go p.Close()
+	default:
+		slot.p = p
+	}
+	close(slot.ready)
 }
 
 // ErrEmptyBody is returned for a write with an empty body: the Pulsar Go client
