@@ -107,6 +107,11 @@ func unframe(el []byte) (body []byte, headers map[string]string, ok bool) {
 			return nil, nil, false
 		}
 	}
+	for k, v := range headers {
+		if k == "" || v == "" {
+			delete(headers, k)
+		}
+	}
 	if len(headers) == 0 {
 		headers = nil
 	}
