@@ -64,7 +64,7 @@ func TestTransportKit(t *testing.T) {
 			raw := brokerURL(t)
 			c := client(t)
 			cleanKeys(t, c, "*bqtest-*")
-			transporttest.Run(t, transporttest.Config{
+			cfg := transporttest.Config{
 				Open: func(t *testing.T) transport.Transport {
 					tr, err := transport.Open(ctxT(t), raw+layout.query)
 					if err != nil {
@@ -73,7 +73,9 @@ func TestTransportKit(t *testing.T) {
 					return tr
 				},
 				NoKeys: true,
-			})
+			}
+			t.Run("Transport", func(t *testing.T) { transporttest.Run(t, cfg) })
+			t.Run("Runtime", func(t *testing.T) { transporttest.RunRuntime(t, cfg) })
 		})
 	}
 }
