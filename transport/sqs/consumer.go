@@ -133,6 +133,11 @@ func (c *consumer) poll() {
 	defer c.wg.Done()
 	backoff := time.Duration(0)
 	for {
+		select {
+		case <-c.done:
+			return
+		default:
+		}
 		// One credit to start, then as many more as are free, up to a batch.
 		select {
 		case c.credits <- struct{}{}:
@@ -352,7 +357,8 @@ func (c *consumer) giveBack(hs []*held) {
 }
 
 // Close stops the poller and the heartbeat and makes every unsettled message visible
-// again, so another consumer receives it at once.
+// again, so another consumer receives it at once. It waits for a long poll in progress
+// (at most the wait time) unless ctx ends first.
 func (c *consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -362,13 +368,16 @@ func (c *consumer) Close(ctx context.Context) error {
 	c.closed = true
 	c.mu.Unlock()
 	c.closeOne.Do(func() { close(c.done) })
-	c.cancel()
+	// Let a long poll in progress finish (at most the wait time) rather than cancel it:
+	// SQS may already have handed it messages, which a cancelled call would leave
+	// invisible until their visibility timeout. What it receives is given back below.
 	waited := make(chan struct{})
 	go func() { c.wg.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-ctx.Done():
 	}
+	c.cancel()
 	c.mu.Lock()
 	hs := make([]*held, 0, len(c.live))
 	for h := range c.live {

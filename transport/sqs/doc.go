@@ -18,7 +18,8 @@
 //   - fifo=1: every logical queue is a FIFO queue named <queue>.fifo.
 //   - group_id: the MessageGroupId of every FIFO write (default: the message key, else
 //     the consumed delivery's group for a settle write, else "babelqueue").
-//   - wait_time: the long-poll wait of ReceiveMessage in seconds, 0 to 20 (default 20).
+//   - wait_time: the long-poll wait of ReceiveMessage in seconds, 0 to 20 (default 10;
+//     closing a consumer waits for a poll in progress, so it also bounds Close).
 //
 // Any other query parameter, user information in the URL, or an invalid value is an
 // error matching transport.ErrBadURL that names the parameter. Credentials come from the

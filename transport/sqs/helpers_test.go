@@ -24,7 +24,8 @@ func testURL(t testing.TB) string {
 func openTest(t testing.TB, opts ...Option) *Transport {
 	t.Helper()
 	raw := testURL(t)
-	return openTestURL(t, raw, opts...)
+	// A short long-poll keeps consumer Close (which waits for it) quick in tests.
+	return openTestURL(t, raw, append([]Option{WithWaitTime(time.Second)}, opts...)...)
 }
 
 func openTestURL(t testing.TB, raw string, opts ...Option) *Transport {

@@ -73,7 +73,8 @@ func WithGroupID(id string) Option {
 }
 
 // WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time),
-// clamped to SQS's 0 to 20 seconds. The default is 20 seconds.
+// clamped to SQS's 0 to 20 seconds. The default is 10 seconds. Closing a consumer waits
+// for a poll in progress, so the wait time also bounds how long Close takes.
 func WithWaitTime(d time.Duration) Option {
 	return func(t *Transport) { t.waitTime = int32(min(max(d, 0), 20*time.Second) / time.Second) }
 }
@@ -121,7 +122,7 @@ func newTransport(client api, opts ...Option) *Transport {
 	t := &Transport{
 		client:    client,
 		log:       slog.Default(),
-		waitTime:  20,
+		waitTime:  10,
 		create:    true,
 		urls:      map[string]string{},
 		consumers: map[*consumer]struct{}{},
@@ -342,9 +343,11 @@ func (t *Transport) Close(ctx context.Context) error {
 		cs = append(cs, c)
 	}
 	t.mu.Unlock()
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, c.Close(ctx))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { errs[i] = c.Close(ctx) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -11,7 +11,7 @@ import (
 func TestTransportKit(t *testing.T) {
 	transporttest.Run(t, transporttest.Config{
 		Open: func(t *testing.T) transport.Transport {
-			return openTest(t)
+			return openTest(t, WithWaitTime(time.Second))
 		},
 		TextBodiesOnly:     true,
 		NativeRedeliveries: true,

@@ -113,7 +113,7 @@ func TestStandardCapabilities(t *testing.T) {
 	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
 		t.Errorf("DLQ of orders = %q, want orders-dlq", got)
 	}
-	if tr.waitTime != 20 {
-		t.Errorf("default wait time = %ds, want 20s", tr.waitTime)
+	if tr.waitTime != 10 {
+		t.Errorf("default wait time = %ds, want 10s", tr.waitTime)
 	}
 }
