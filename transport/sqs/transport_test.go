@@ -18,3 +18,14 @@ func TestTransportKit(t *testing.T) {
 		ReceiveTimeout:     20 * time.Second,
 	})
 }
+
+func TestRuntimeSettlement(t *testing.T) {
+	transporttest.RunRuntime(t, transporttest.Config{
+		Open: func(t *testing.T) transport.Transport {
+			return openTest(t)
+		},
+		TextBodiesOnly:     true,
+		NativeRedeliveries: true,
+		ReceiveTimeout:     20 * time.Second,
+	})
+}
