@@ -78,16 +78,14 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 			}
 			defer consB.Close(ctx)
 			dB := transporttest.Receive(t, consB, 15*time.Second)
-			want := body
 			if layout.name == "laravel" {
 				// Laravel migrates the reserved copy, whose attempts is one higher: a
 				// recovered reservation counts as an attempt there.
-				want = bytes.Replace(body, []byte(`"attempts":0`), []byte(`"attempts":1`), 1)
 				if !bytes.Contains(dB.Body, []byte(`"attempts":1`)) {
 					t.Fatalf("B got %q, want the reserved copy with attempts 1", dB.Body)
 				}
-			} else if !bytes.Equal(dB.Body, want) {
-				t.Fatalf("B got %q, want %q", dB.Body, want)
+			} else if !bytes.Equal(dB.Body, body) {
+				t.Fatalf("B got %q, want %q", dB.Body, body)
 			}
 
 			// A comes back from the dead (a new connection, the old delivery) and settles

@@ -1,0 +1,28 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
+)
+
+// Build the transport around a go-redis client you configured (TLS, ACL user, pool size);
+// the transport never closes it.
+func ExampleNew() {
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	tr := bqredis.New(client, bqredis.WithRetryAfter(0), bqredis.WithLaravel("queues:"))
+	fmt.Println(tr.Capabilities().PoisonAlwaysDeadLetter, tr.Capabilities().DeadLetterSuffix)
+	// Output: true .dlq
+}
+
+// A bad query parameter is an error that names it.
+func Example_badURL() {
+	_, err := transport.Open(context.Background(), "redis://:secret@127.0.0.1:6379/0?retry_after=soon")
+	fmt.Println(err)
+	// Output: transport: bad redis:// URL: retry_after: want a positive number of seconds (or a duration such as 1500ms), or null; got "soon"
+}
