@@ -38,6 +38,7 @@ type consumer struct {
 	askVis   int32         // VisibilityTimeout asked of ReceiveMessage; 0: the queue's
 	credits  chan struct{} // one per unsettled message (buffered or handed out)
 	ready    chan *transport.Delivery
+	wake     chan struct{} // Receive took a delivery: the poller re-checks the buffer
 	done     chan struct{}
 	ctx      context.Context // cancelled by Close; bounds the poller's calls
 	cancel   context.CancelFunc
@@ -89,6 +90,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		askVis:  ask,
 		credits: make(chan struct{}, prefetch),
 		ready:   make(chan *transport.Delivery, prefetch),
+		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		ctx:     cctx,
 		cancel:  cancel,
@@ -120,6 +122,10 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 	}
 	select {
 	case d := <-c.ready:
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 		return d, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -145,14 +151,8 @@ func (c *consumer) poll() {
 			return
 		}
 		n := 1
-	fill:
-		for n < maxBatch {
-			select {
-			case c.credits <- struct{}{}:
-				n++
-			default:
-				break fill
-			}
+		if !c.gather(&n) {
+			return
 		}
 		out, err := c.t.client.ReceiveMessage(c.ctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(c.url),
@@ -188,6 +188,39 @@ func (c *consumer) poll() {
 		}
 	}
 }
+
+// gather takes more credits for the next batch: every free one at once, and, while
+// the workers still have deliveries buffered, waits for more, so a busy consumer
+// receives full batches instead of one message per acknowledgement. It reports false
+// when the consumer closed.
+func (c *consumer) gather(n *int) bool {
+	target := min(cap(c.credits), maxBatch)
+	for *n < target {
+		select {
+		case c.credits <- struct{}{}:
+			*n++
+			continue
+		default:
+		}
+		if len(c.ready) <= lowWater(target) {
+			return true
+		}
+		select {
+		case c.credits <- struct{}{}:
+			*n++
+		case <-c.wake:
+		case <-c.done:
+			for range *n {
+				<-c.credits
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// lowWater is how few buffered deliveries make the poller receive at once.
+func lowWater(target int) int { return target / 2 }
 
 // accept turns a received message into a delivery on the ready channel. A message
 // without a receipt handle cannot be settled and is skipped.

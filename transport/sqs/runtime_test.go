@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -106,15 +109,16 @@ func TestRuntimeFailingHandlerCountsNativeReceives(t *testing.T) {
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 		t.Fatal(err)
 	}
-	// Two receives that are never settled: SQS redelivers after the visibility timeout.
-	raw := consumeT(t, tr, q, 1)
-	for range 2 {
-		d := transporttest.Receive(t, raw, 20*time.Second)
-		if err := raw.Settle(ctx, d, transport.Settlement{Outcome: transport.HandOff}); err != nil {
+	// Two receives by a worker that never settles (the raw client, so nothing else
+	// polls in between): SQS redelivers after the visibility timeout.
+	url := queueURL(t, tr, q)
+	for got := 0; got < 2; {
+		out, err := rawClient(t, tr).ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 5})
+		if err != nil {
 			t.Fatal(err)
 		}
+		got += len(out.Messages)
 	}
-	_ = raw.Close(ctx)
 	a, err := babelqueue.New(tr, babelqueue.WithQueue(q), babelqueue.WithShutdownGrace(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
