@@ -1,0 +1,142 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// fakeSQS hands out the messages it is given once, then answers empty receives; every
+// other call succeeds. It stands in for a broker that sends garbage.
+type fakeSQS struct {
+	mu       sync.Mutex
+	batches  [][]types.Message
+	deleted  []string
+	visAttrs map[string]string
+}
+
+func (f *fakeSQS) SendMessage(context.Context, *awssqs.SendMessageInput, ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error) {
+	return &awssqs.SendMessageOutput{}, nil
+}
+
+func (f *fakeSQS) ReceiveMessage(ctx context.Context, _ *awssqs.ReceiveMessageInput, _ ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
+	f.mu.Lock()
+	if len(f.batches) > 0 {
+		b := f.batches[0]
+		f.batches = f.batches[1:]
+		f.mu.Unlock()
+		return &awssqs.ReceiveMessageOutput{Messages: b}, nil
+	}
+	f.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(50 * time.Millisecond):
+		return nil, nil // a nil output is garbage too
+	}
+}
+
+func (f *fakeSQS) DeleteMessage(_ context.Context, in *awssqs.DeleteMessageInput, _ ...func(*awssqs.Options)) (*awssqs.DeleteMessageOutput, error) {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, aws.ToString(in.ReceiptHandle))
+	f.mu.Unlock()
+	return &awssqs.DeleteMessageOutput{}, nil
+}
+
+func (f *fakeSQS) ChangeMessageVisibility(context.Context, *awssqs.ChangeMessageVisibilityInput, ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error) {
+	return &awssqs.ChangeMessageVisibilityOutput{}, nil
+}
+
+func (f *fakeSQS) ChangeMessageVisibilityBatch(context.Context, *awssqs.ChangeMessageVisibilityBatchInput, ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+	return nil, errors.New("batch refused")
+}
+
+func (f *fakeSQS) GetQueueUrl(context.Context, *awssqs.GetQueueUrlInput, ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
+	return &awssqs.GetQueueUrlOutput{QueueUrl: aws.String("http://fake/q")}, nil
+}
+
+func (f *fakeSQS) CreateQueue(context.Context, *awssqs.CreateQueueInput, ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error) {
+	return &awssqs.CreateQueueOutput{}, nil
+}
+
+func (f *fakeSQS) GetQueueAttributes(context.Context, *awssqs.GetQueueAttributesInput, ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error) {
+	return &awssqs.GetQueueAttributesOutput{Attributes: f.visAttrs}, nil
+}
+
+func TestHostileBroker(t *testing.T) {
+	f := &fakeSQS{
+		visAttrs: map[string]string{"VisibilityTimeout": "forever"},
+		batches: [][]types.Message{{
+			{}, // nothing at all: no handle, skipped
+			{ReceiptHandle: aws.String("h-nil-body")},
+			{ReceiptHandle: aws.String("h-garbage"), Body: aws.String("\x00not text"),
+				Attributes: map[string]string{"ApproximateReceiveCount": "-7", "MessageGroupId": ""},
+				MessageAttributes: map[string]types.MessageAttributeValue{
+					AttrSchemaVersion: {},                                                                 // no value: absent
+					AttrAttempts:      {DataType: aws.String("Number"), StringValue: aws.String("1e999")}, // unreadable
+					AttrKey:           {DataType: aws.String("Binary")},                                   // no bytes
+					"x-binary":        {DataType: aws.String("Binary"), BinaryValue: []byte{0xff}},
+					"x-nothing":       {},
+				}},
+			{ReceiptHandle: aws.String("h-huge"), Body: aws.String(`{}`),
+				Attributes: map[string]string{"ApproximateReceiveCount": "99999999999999999999999"}},
+		}},
+	}
+	tr := newTransport(f, WithWaitTime(0))
+	defer tr.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := tr.Consume(ctx, "q", transport.ConsumeOptions{Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*transport.Delivery
+	for range 3 {
+		d, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatalf("Receive: %v", err)
+		}
+		got = append(got, d)
+		if d.Redeliveries < 0 {
+			t.Errorf("Redeliveries = %d from a garbage count", d.Redeliveries)
+		}
+		if d.HasAttemptsHeader {
+			t.Errorf("an unreadable bq-attempts read as %d", d.AttemptsHeader)
+		}
+		if d.SchemaVersion != nil {
+			t.Errorf("a bq-schema-version without a value read as %#v", d.SchemaVersion)
+		}
+		if d.Body == nil {
+			t.Error("nil body")
+		}
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+	}
+	if len(got[2].Headers) != 0 || got[2].Redeliveries != 0 {
+		t.Errorf("overflowing count or binary headers leaked: %+v", got[2])
+	}
+	if _, ok := got[1].Headers["x-binary"]; ok {
+		t.Error("a Binary attribute became a string header")
+	}
+	// Nothing more: the handle-less message was skipped, not handed out.
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if d, err := c.Receive(short); err == nil {
+		t.Fatalf("a fourth delivery: %+v", d)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close with a refusing broker: %v", err)
+	}
+	if len(f.deleted) != 3 {
+		t.Errorf("deleted %v, want the three deliveries with a handle", f.deleted)
+	}
+}
