@@ -65,10 +65,6 @@ var projected = map[string]bool{
 	AttrSchemaVersion: true, AttrSourceLang: true, AttrCreatedAt: true,
 }
 
-func isReserved(name string) bool {
-	return projected[name] || name == AttrAttempts || name == AttrKey
-}
-
 func str(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }

@@ -3,6 +3,9 @@ package sqs
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +141,46 @@ func TestHostileBroker(t *testing.T) {
 	}
 	if len(f.deleted) != 3 {
 		t.Errorf("deleted %v, want the three deliveries with a handle", f.deleted)
+	}
+}
+
+// TestBrokerDown: with nothing listening, Publish fails with an error instead of
+// hanging, and a consumer keeps retrying in the background while Receive honours its
+// context and Close returns.
+func TestBrokerDown(t *testing.T) {
+	setTestCredentials(t)
+	// A loopback port nothing listens on: take one and close it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	ep := "http://" + addr
+	tr, err := Open(context.Background(), "sqs://us-east-1?endpoint="+ep+"&prefix="+ep+"/000000000000&wait_time=0",
+		WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.Publish(ctx, &transport.Message{Queue: "orders", Body: []byte(`{}`)}); err == nil {
+		t.Fatal("Publish to a broker that is down succeeded")
+	}
+	c, err := tr.Consume(ctx, "orders", transport.ConsumeOptions{Prefetch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	if _, err := c.Receive(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Receive with the broker down = %v, want the context's deadline", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := c.Receive(ctx); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Receive after Close = %v, want ErrClosed", err)
 	}
 }
