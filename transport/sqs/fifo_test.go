@@ -35,7 +35,9 @@ func (u uniqueIDs) Publish(ctx context.Context, m *transport.Message) error {
 }
 
 func TestFIFOTransportKit(t *testing.T) {
+	admin := openTest(t)
 	transporttest.Run(t, transporttest.Config{
+		NewQueue: kitQueues(admin),
 		Open: func(t *testing.T) transport.Transport {
 			return uniqueIDs{openTestURL(t, fifoURL(t, ""))}
 		},

@@ -1,15 +1,38 @@
 package sqs
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
+// kitQueues names the kit's queues and deletes them (standard and FIFO form) when each
+// case ends, so repeated runs leave nothing behind on the broker.
+func kitQueues(admin *Transport) func(t *testing.T) string {
+	return func(t *testing.T) string {
+		q := transporttest.UniqueName("bqtest")
+		t.Cleanup(func() {
+			for _, name := range []string{q, q + ".fifo"} {
+				out, err := rawClient(t, admin).GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+				if err == nil {
+					_, _ = rawClient(t, admin).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
+				}
+			}
+		})
+		return q
+	}
+}
+
 func TestTransportKit(t *testing.T) {
+	admin := openTest(t)
 	transporttest.Run(t, transporttest.Config{
+		NewQueue: kitQueues(admin),
 		Open: func(t *testing.T) transport.Transport {
 			return openTest(t, WithWaitTime(time.Second))
 		},
@@ -20,7 +43,9 @@ func TestTransportKit(t *testing.T) {
 }
 
 func TestRuntimeSettlement(t *testing.T) {
+	admin := openTest(t)
 	transporttest.RunRuntime(t, transporttest.Config{
+		NewQueue: kitQueues(admin),
 		Open: func(t *testing.T) transport.Transport {
 			return openTest(t)
 		},
