@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,7 +34,7 @@ type held struct {
 type consumer struct {
 	t        *Transport
 	queue    string
-	url      string
+	url      atomic.Pointer[string] // re-resolved when the queue vanished
 	vis      time.Duration // visibility timeout the heartbeat keeps up; 0: none
 	askVis   int32         // VisibilityTimeout asked of ReceiveMessage; 0: the queue's
 	credits  chan struct{} // one per unsettled message (buffered or handed out)
@@ -85,7 +86,6 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	c := &consumer{
 		t:       t,
 		queue:   queue,
-		url:     qurl,
 		vis:     vis,
 		askVis:  ask,
 		credits: make(chan struct{}, prefetch),
@@ -104,6 +104,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	}
 	t.consumers[c] = struct{}{}
 	t.mu.Unlock()
+	c.url.Store(&qurl)
 	c.wg.Add(1)
 	go c.poll()
 	if vis > 0 {
@@ -155,7 +156,7 @@ func (c *consumer) poll() {
 			return
 		}
 		out, err := c.t.client.ReceiveMessage(c.ctx, &awssqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(c.url),
+			QueueUrl:                    aws.String(c.queueURL()),
 			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             c.t.waitTime,
 			VisibilityTimeout:           c.askVis,
@@ -177,6 +178,14 @@ func (c *consumer) poll() {
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return
+			}
+			if isMissingQueue(err) {
+				// Deleted under us (or an emulator restarted): look it up again,
+				// which creates it when creating is on.
+				c.t.forgetURL(c.queue)
+				if u, rerr := c.t.QueueURL(c.ctx, c.queue); rerr == nil {
+					c.url.Store(&u)
+				}
 			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			c.t.log.Warn("sqs: receive failed; retrying", "queue", c.queue, "retry_in", backoff, "error", err)
@@ -221,6 +230,8 @@ func (c *consumer) gather(n *int) bool {
 
 // lowWater is how few buffered deliveries make the poller receive at once.
 func lowWater(target int) int { return target / 2 }
+
+func (c *consumer) queueURL() string { return *c.url.Load() }
 
 // accept turns a received message into a delivery on the ready channel. A message
 // without a receipt handle cannot be settled and is skipped.
@@ -276,7 +287,7 @@ func (c *consumer) heartbeat() {
 			h.mu.Lock()
 			if !h.settled {
 				_, err := c.t.client.ChangeMessageVisibility(c.ctx, &awssqs.ChangeMessageVisibilityInput{
-					QueueUrl:          aws.String(c.url),
+					QueueUrl:          aws.String(c.queueURL()),
 					ReceiptHandle:     aws.String(h.receipt),
 					VisibilityTimeout: secs,
 				})
@@ -328,14 +339,14 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 			}
 		}
 		if _, err := c.t.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{
-			QueueUrl:      aws.String(c.url),
+			QueueUrl:      aws.String(c.queueURL()),
 			ReceiptHandle: aws.String(h.receipt),
 		}); err != nil {
 			return fmt.Errorf("sqs: delete from %q: %w", c.queue, err)
 		}
 	case transport.Rewind:
 		if _, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-			QueueUrl:          aws.String(c.url),
+			QueueUrl:          aws.String(c.queueURL()),
 			ReceiptHandle:     aws.String(h.receipt),
 			VisibilityTimeout: 0,
 		}); err != nil {
@@ -380,7 +391,7 @@ func (c *consumer) giveBack(hs []*held) {
 			}
 		}
 		if _, err := c.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{
-			QueueUrl: aws.String(c.url),
+			QueueUrl: aws.String(c.queueURL()),
 			Entries:  entries,
 		}); err != nil {
 			c.t.log.Warn("sqs: could not give messages back; they return when their visibility timeout lapses", "queue", c.queue, "count", n, "error", err)

@@ -244,3 +244,27 @@ func TestWritesSQSCannotCarry(t *testing.T) {
 	ack(t, c, d)
 	transporttest.ExpectNothing(t, c, time.Second)
 }
+
+// TestQueueDeletedUnderConsumer: a queue deleted while a consumer and a publisher hold
+// its URL (an emulator restart looks the same) is looked up again and re-created; the
+// next message is delivered.
+func TestQueueDeletedUnderConsumer(t *testing.T) {
+	tr := openTest(t, WithWaitTime(time.Second))
+	q := transporttest.UniqueName("bqvanish")
+	deleteQueueLater(t, tr, q)
+	c := consumeT(t, tr, q, 1)
+	url := queueURL(t, tr, q)
+	if _, err := rawClient(t, tr).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"job":"urn:babel:test:back"}`)
+	// The publisher's cached URL is stale; Publish re-resolves it once.
+	if err := tr.Publish(ctxT(t, 30*time.Second), &transport.Message{Queue: q, Body: body}); err != nil {
+		t.Fatalf("Publish after the queue vanished: %v", err)
+	}
+	d := transporttest.Receive(t, c, 30*time.Second)
+	if !bytes.Equal(d.Body, body) {
+		t.Fatalf("body = %q", d.Body)
+	}
+	ack(t, c, d)
+}

@@ -246,10 +246,32 @@ func (t *Transport) send(ctx context.Context, m *transport.Message, dedupSeed st
 		secs := (min(m.Delay, MaxDelay) + time.Second - 1) / time.Second
 		in.DelaySeconds = int32(secs)
 	}
-	if _, err := t.client.SendMessage(ctx, in); err != nil {
+	_, err = t.client.SendMessage(ctx, in)
+	if err != nil && isMissingQueue(err) && t.prefix == "" {
+		// The cached URL names a queue that was deleted: resolve it again once.
+		t.forgetURL(m.Queue)
+		if qurl, rerr := t.QueueURL(ctx, m.Queue); rerr == nil {
+			in.QueueUrl = aws.String(qurl)
+			_, err = t.client.SendMessage(ctx, in)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("sqs: send to %q: %w", m.Queue, err)
 	}
 	return nil
+}
+
+// forgetURL drops the cached URL of a logical queue.
+func (t *Transport) forgetURL(queue string) {
+	t.urlMu.Lock()
+	delete(t.urls, t.QueueName(queue))
+	t.urlMu.Unlock()
+}
+
+// isMissingQueue reports an error saying the queue does not exist.
+func isMissingQueue(err error) bool {
+	var missing *types.QueueDoesNotExist
+	return errors.As(err, &missing)
 }
 
 func (t *Transport) warnFIFODelay(queue string) {
