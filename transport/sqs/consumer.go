@@ -35,9 +35,9 @@ type consumer struct {
 	t        *Transport
 	queue    string
 	url      atomic.Pointer[string] // re-resolved when the queue vanished
-	vis      time.Duration // visibility timeout the heartbeat keeps up; 0: none
-	askVis   int32         // VisibilityTimeout asked of ReceiveMessage; 0: the queue's
-	credits  chan struct{} // one per unsettled message (buffered or handed out)
+	vis      time.Duration          // visibility timeout the heartbeat keeps up; 0: none
+	askVis   int32                  // VisibilityTimeout asked of ReceiveMessage; 0: the queue's
+	credits  chan struct{}          // one per unsettled message (buffered or handed out)
 	ready    chan *transport.Delivery
 	wake     chan struct{} // Receive took a delivery: the poller re-checks the buffer
 	done     chan struct{}
