@@ -19,6 +19,10 @@ import (
 // maxBatch is the most messages one ReceiveMessage returns.
 const maxBatch = 10
 
+// idlePause is how long a short-polling consumer (wait_time=0) waits after an empty
+// receive.
+const idlePause = 250 * time.Millisecond
+
 // held is the bookkeeping of one received message (Delivery.Handle).
 type held struct {
 	c       *consumer
@@ -163,17 +167,36 @@ func (c *consumer) poll() {
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 		})
-		used := 0
+		used, got := 0, 0
 		if err == nil && out != nil {
 			backoff = 0
+			got = len(out.Messages)
+			var extra []*held
 			for i := range out.Messages {
-				if c.accept(&out.Messages[i]) {
+				m := &out.Messages[i]
+				if used == n {
+					// More than asked for: no credit to hold it, so give it back.
+					if m.ReceiptHandle != nil {
+						extra = append(extra, &held{receipt: *m.ReceiptHandle})
+					}
+					continue
+				}
+				if c.accept(m) {
 					used++
 				}
 			}
+			c.giveBack(extra)
 		}
 		for range n - used {
 			<-c.credits
+		}
+		if err == nil && got == 0 && c.t.waitTime == 0 {
+			// Short polling on an empty queue: do not spin on the broker.
+			select {
+			case <-time.After(idlePause):
+			case <-c.done:
+				return
+			}
 		}
 		if err != nil {
 			if c.ctx.Err() != nil {

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,10 +21,11 @@ import (
 // fakeSQS hands out the messages it is given once, then answers empty receives; every
 // other call succeeds. It stands in for a broker that sends garbage.
 type fakeSQS struct {
-	mu       sync.Mutex
-	batches  [][]types.Message
-	deleted  []string
-	visAttrs map[string]string
+	mu        sync.Mutex
+	batches   [][]types.Message
+	deleted   []string
+	givenBack []string
+	visAttrs  map[string]string
 }
 
 func (f *fakeSQS) SendMessage(context.Context, *awssqs.SendMessageInput, ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error) {
@@ -58,7 +60,12 @@ func (f *fakeSQS) ChangeMessageVisibility(context.Context, *awssqs.ChangeMessage
 	return &awssqs.ChangeMessageVisibilityOutput{}, nil
 }
 
-func (f *fakeSQS) ChangeMessageVisibilityBatch(context.Context, *awssqs.ChangeMessageVisibilityBatchInput, ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+func (f *fakeSQS) ChangeMessageVisibilityBatch(_ context.Context, in *awssqs.ChangeMessageVisibilityBatchInput, _ ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+	f.mu.Lock()
+	for _, e := range in.Entries {
+		f.givenBack = append(f.givenBack, aws.ToString(e.ReceiptHandle))
+	}
+	f.mu.Unlock()
 	return nil, errors.New("batch refused")
 }
 
@@ -72,6 +79,15 @@ func (f *fakeSQS) CreateQueue(context.Context, *awssqs.CreateQueueInput, ...func
 
 func (f *fakeSQS) GetQueueAttributes(context.Context, *awssqs.GetQueueAttributesInput, ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error) {
 	return &awssqs.GetQueueAttributesOutput{Attributes: f.visAttrs}, nil
+}
+
+// overflow is a batch larger than any request may ask for.
+func overflow(n int) []types.Message {
+	out := make([]types.Message, n)
+	for i := range out {
+		out[i] = types.Message{ReceiptHandle: aws.String(fmt.Sprintf("extra-%d", i)), Body: aws.String(`{}`)}
+	}
+	return out
 }
 
 func TestHostileBroker(t *testing.T) {
@@ -91,7 +107,7 @@ func TestHostileBroker(t *testing.T) {
 				}},
 			{ReceiptHandle: aws.String("h-huge"), Body: aws.String(`{}`),
 				Attributes: map[string]string{"ApproximateReceiveCount": "99999999999999999999999"}},
-		}},
+		}, overflow(12)},
 	}
 	tr := newTransport(f, WithWaitTime(0))
 	defer tr.Close(context.Background())
@@ -130,17 +146,29 @@ func TestHostileBroker(t *testing.T) {
 	if _, ok := got[1].Headers["x-binary"]; ok {
 		t.Error("a Binary attribute became a string header")
 	}
-	// Nothing more: the handle-less message was skipped, not handed out.
-	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelShort()
-	if d, err := c.Receive(short); err == nil {
-		t.Fatalf("a fourth delivery: %+v", d)
+	// A batch larger than asked for does not wedge the consumer: it takes what it has
+	// credits for and gives the rest back.
+	took := 0
+	for {
+		short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+		d, err := c.Receive(short)
+		cancelShort()
+		if err != nil {
+			break
+		}
+		took++
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took == 0 {
+		t.Error("nothing of the oversized batch was delivered")
 	}
 	if err := c.Close(ctx); err != nil {
 		t.Errorf("Close with a refusing broker: %v", err)
 	}
-	if len(f.deleted) != 3 {
-		t.Errorf("deleted %v, want the three deliveries with a handle", f.deleted)
+	if len(f.deleted) != 3+took || len(f.givenBack) != 12-took {
+		t.Errorf("deleted %d and gave back %d; want %d and %d", len(f.deleted), len(f.givenBack), 3+took, 12-took)
 	}
 }
 
