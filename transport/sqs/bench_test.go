@@ -3,6 +3,8 @@ package sqs
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -126,4 +128,74 @@ func BenchmarkTransportPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// The same work with 8 workers: raw, each worker receives batches and deletes; the
+// transport, one consumer with prefetch 8 and 8 workers doing Receive + Ack.
+
+func BenchmarkRawReceiveDelete8(b *testing.B) {
+	_, c, _, url := benchQueue(b)
+	fill(b, c, url, b.N)
+	ctx := context.Background()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for left.Load() > 0 {
+				out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+					MessageAttributeNames:       []string{"All"},
+					MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, m := range out.Messages {
+					if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+						b.Error(err)
+						return
+					}
+					left.Add(-1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkTransportReceiveAck8(b *testing.B) {
+	tr, c, q, url := benchQueue(b)
+	fill(b, c, url, b.N)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cons.Close(context.Background())
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				d, err := cons.Receive(ctx)
+				if err != nil {
+					return
+				}
+				if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+					b.Error(err)
+					return
+				}
+				if left.Add(-1) == 0 {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
