@@ -179,3 +179,16 @@ func TestFIFOSettleWriteKeepsGroup(t *testing.T) {
 		t.Error("the settle write invented a key")
 	}
 }
+
+func TestFIFORuntimeSettlement(t *testing.T) {
+	admin := openTest(t)
+	transporttest.RunRuntime(t, transporttest.Config{
+		NewQueue: kitQueues(admin),
+		Open: func(t *testing.T) transport.Transport {
+			return openTestURL(t, fifoURL(t, ""))
+		},
+		TextBodiesOnly:     true,
+		NativeRedeliveries: true,
+		ReceiveTimeout:     20 * time.Second,
+	})
+}

@@ -18,7 +18,7 @@ func kitQueues(admin *Transport) func(t *testing.T) string {
 	return func(t *testing.T) string {
 		q := transporttest.UniqueName("bqtest")
 		t.Cleanup(func() {
-			for _, name := range []string{q, q + ".fifo"} {
+			for _, name := range []string{q, q + ".fifo", q + "-dlq", q + "-dlq.fifo"} {
 				out, err := rawClient(t, admin).GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
 				if err == nil {
 					_, _ = rawClient(t, admin).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
