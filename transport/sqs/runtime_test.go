@@ -92,6 +92,7 @@ func TestRuntimePoisonWithDLQOffReachesNativeDLQ(t *testing.T) {
 		t.Error("a gated delivery reached its handler")
 	}
 	// Nothing was re-published onto the work queue or a runtime DLQ.
+	deleteQueueLater(t, tr, a.DeadLetterQueue())
 	for _, name := range []string{q, a.DeadLetterQueue()} {
 		rc := consumeT(t, tr, name, 1)
 		transporttest.ExpectNothing(t, rc, 2*time.Second)
