@@ -403,8 +403,8 @@ func TestKafkaLikePoisonWithoutTiersWarnsAtStart(t *testing.T) {
 func TestOpenAndOptionErrors(t *testing.T) {
 	ctx := context.Background()
 	if _, err := babelqueue.Open(ctx, "nats://127.0.0.1:4222"); !errors.Is(err, transport.ErrUnknownScheme) ||
-		!strings.Contains(err.Error(), "memory://") {
-		t.Errorf("unknown scheme: %v", err)
+		!strings.Contains(err.Error(), "memory://") || !strings.Contains(err.Error(), "redis:// (github.com/babelqueue-go/babelqueue/transport/redis)") {
+		t.Errorf("unknown scheme should name the registered schemes and the packages of the others: %v", err)
 	}
 	if _, err := babelqueue.Open(ctx, "kafka://u:hunter2@127.0.0.1:9092"); err == nil || strings.Contains(err.Error(), "hunter2") ||
 		!strings.Contains(err.Error(), "transport/kafka") {

@@ -111,14 +111,21 @@ func unknownScheme(scheme string) error {
 		}
 		b.WriteString(s + "://")
 	}
-	b.WriteString("; known schemes and their packages: ")
-	known := make([]string, 0, len(providers))
-	for s := range providers {
-		known = append(known, s)
+	registered := make(map[string]bool, len(reg))
+	for _, s := range reg {
+		registered[s] = true
 	}
-	sort.Strings(known)
-	for i, s := range known {
-		if i > 0 {
+	var other []string
+	for s := range providers {
+		if !registered[s] {
+			other = append(other, s)
+		}
+	}
+	sort.Strings(other)
+	for i, s := range other {
+		if i == 0 {
+			b.WriteString("; not imported: ")
+		} else {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%s:// (%s)", s, providers[s])
