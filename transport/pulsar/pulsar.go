@@ -265,7 +265,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	o := buildOptions(all)
 	client, err := pc.NewClient(pc.ClientOptions{
 		URL:               cfg.ServiceURL,
-		Logger:            pclog.NewLoggerWithSlog(o.logger.With("component", "pulsar-client")),
+		Logger:            pclog.NewLoggerWithSlog(slog.New(quietInfo{o.logger.Handler()}).With("component", "pulsar-client")),
 		OperationTimeout:  30 * time.Second,
 		ConnectionTimeout: 10 * time.Second,
 	})
@@ -552,4 +552,31 @@ func (t *Transport) Close(ctx context.Context) error {
 		return fmt.Errorf("pulsar: close: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// quietInfo lowers the Pulsar client's Info records (a line for every connection,
+// producer and consumer it opens or closes) to Debug; warnings and errors pass as
+// they are.
+type quietInfo struct{ slog.Handler }
+
+func (h quietInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, lower(l))
+}
+
+func (h quietInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = lower(r.Level)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietInfo) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietInfo{h.Handler.WithAttrs(as)}
+}
+
+func (h quietInfo) WithGroup(name string) slog.Handler { return quietInfo{h.Handler.WithGroup(name)} }
+
+func lower(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
+	}
+	return l
 }
