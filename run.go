@@ -110,6 +110,9 @@ func (a *App) Run(ctx context.Context) error {
 
 func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 	backoff := 50 * time.Millisecond
+	// Handlers and settlements outlive ctx (the shutdown grace, the settle timeout):
+	// they run under this context, made once per worker.
+	detached := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
 		d, err := c.Receive(ctx)
 		if err != nil {
@@ -129,7 +132,7 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		a.process(ctx, c, d)
+		a.process(ctx, detached, c, d)
 	}
 	return nil
 }
@@ -172,7 +175,9 @@ func (a *App) classify(d *transport.Delivery) delivery {
 	return x
 }
 
-func (a *App) process(ctx context.Context, c transport.Consumer, d *transport.Delivery) {
+// process handles one delivery and settles it. ctx ends when Run stops; detached is
+// context.WithoutCancel(ctx).
+func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *transport.Delivery) {
 	x := a.classify(d)
 	if x.env != nil {
 		h, ok := a.handler(x.env.Job)
@@ -180,12 +185,12 @@ func (a *App) process(ctx context.Context, c transport.Consumer, d *transport.De
 			x.facts.Kind = UnknownURN
 			x.cause = &UnknownURNError{URN: x.env.Job}
 		} else {
-			err := a.invoke(ctx, h, x.message)
+			err := a.invoke(ctx, detached, h, x.message)
 			switch {
 			case errors.Is(err, errAbandoned):
 				a.log.Warn("babelqueue: handler outlived the shutdown grace; giving the delivery back to the broker",
 					"queue", d.Queue, "urn", x.route, "id", x.env.Meta.ID)
-				a.settle(ctx, c, x, Decision{Action: ActRewind})
+				a.settle(detached, c, x, Decision{Action: ActRewind})
 				return
 			case err != nil:
 				x.facts.Kind = Failed
@@ -193,13 +198,13 @@ func (a *App) process(ctx context.Context, c transport.Consumer, d *transport.De
 			}
 		}
 	}
-	a.settle(ctx, c, x, Decide(x.facts, a.policy(), a.caps))
+	a.settle(detached, c, x, Decide(x.facts, a.policy(), a.caps))
 }
 
 // invoke runs h, turning a panic or a timeout into a failure. Once ctx ends the
 // handler has the shutdown grace to finish; its own context is cancelled after it.
-func (a *App) invoke(ctx context.Context, h Handler, m *Message) error {
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+func (a *App) invoke(ctx, detached context.Context, h Handler, m *Message) error {
+	hctx, cancel := context.WithCancel(detached)
 	defer cancel()
 	var timeout <-chan time.Time
 	if a.cfg.handlerTimeout > 0 {
@@ -240,8 +245,8 @@ func (a *App) invoke(ctx context.Context, h Handler, m *Message) error {
 
 // settle carries out a decision. A settlement whose writes were not confirmed is
 // rewound, so the broker delivers the message again: nothing is lost.
-func (a *App) settle(ctx context.Context, c transport.Consumer, x delivery, dec Decision) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.settleTimeout)
+func (a *App) settle(detached context.Context, c transport.Consumer, x delivery, dec Decision) {
+	sctx, cancel := context.WithTimeout(detached, a.cfg.settleTimeout)
 	defer cancel()
 	s, err := a.settlement(x, dec)
 	if err != nil {
@@ -278,7 +283,7 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 		}
 		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{m}}
 	}
-	dlq := transport.DeadLetterQueue(d.Queue, a.cfg.deadLetterQueue, a.cfg.deadLetterSuffix, a.caps)
+	dlq := a.deadLetterQueueOf(d.Queue)
 	switch dec.Action {
 	case ActAck, ActDrop:
 		return transport.Settlement{Outcome: transport.Ack}, nil
@@ -342,6 +347,17 @@ func exceptionName(err error) string {
 }
 
 func (a *App) logOutcome(x delivery, dec Decision) {
+	level := slog.LevelDebug
+	switch dec.Action {
+	case ActRetry, ActRelease, ActPoisonRetry, ActHandOff, ActRewind:
+		level = slog.LevelInfo
+	case ActDrop, ActDeadLetter, ActPoisonDeadLetter, ActRawDeadLetter:
+		level = slog.LevelWarn
+	}
+	ctx := context.Background()
+	if !a.log.Enabled(ctx, level) {
+		return // a handled message at the default level costs no attributes
+	}
 	attrs := []any{"queue", x.d.Queue, "urn", x.route, "action", dec.Action.String(), "attempts", x.facts.Attempts}
 	if x.env != nil {
 		attrs = append(attrs, "id", x.env.Meta.ID)
@@ -349,24 +365,29 @@ func (a *App) logOutcome(x delivery, dec Decision) {
 	if x.cause != nil {
 		attrs = append(attrs, "error", x.cause.Error())
 	}
-	level := slog.LevelDebug
 	switch dec.Action {
 	case ActRetry, ActRelease, ActPoisonRetry, ActHandOff, ActRewind:
-		level = slog.LevelInfo
 		if dec.Delay > 0 {
 			attrs = append(attrs, "delay", dec.Delay)
 		}
 	case ActDrop:
-		level = slog.LevelWarn
 		attrs = append(attrs, "reason", dec.Reason)
 	case ActDeadLetter, ActPoisonDeadLetter, ActRawDeadLetter:
-		level = slog.LevelWarn
-		attrs = append(attrs, "dead_letter_queue", transport.DeadLetterQueue(x.d.Queue, a.cfg.deadLetterQueue, a.cfg.deadLetterSuffix, a.caps))
+		attrs = append(attrs, "dead_letter_queue", a.deadLetterQueueOf(x.d.Queue))
 		if dec.Reason != "" {
 			attrs = append(attrs, "reason", dec.Reason)
 		}
 	}
-	a.log.Log(context.Background(), level, "babelqueue: settled "+x.facts.Kind.String(), attrs...)
+	a.log.Log(ctx, level, "babelqueue: settled "+x.facts.Kind.String(), attrs...)
+}
+
+// deadLetterQueueOf is the dead-letter queue of a delivery's queue: the app's own,
+// computed once, for the queue it consumes.
+func (a *App) deadLetterQueueOf(queue string) string {
+	if queue == a.cfg.queue {
+		return a.dlq
+	}
+	return transport.DeadLetterQueue(queue, a.cfg.deadLetterQueue, a.cfg.deadLetterSuffix, a.caps)
 }
 
 // GateSchemaVersion applies the schema-version gate of SPEC §6 to the raw value of a
