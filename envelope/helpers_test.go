@@ -5,47 +5,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 )
 
-// repoRoot walks up from the package directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance.
-// A missing directory fails the test under CI=true and skips it elsewhere.
+// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance; see
+// [pyinterop.ConformanceDir].
 func conformanceDir(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("BQ_CONFORMANCE_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(t), "..", "shared", "conformance")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR to the directory holding manifest.json (default ../shared/conformance from the repo root)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " (CI=true: this test never skips)")
-		}
-		t.Skip(msg)
-	}
-	return dir
+	return pyinterop.ConformanceDir(t)
 }
 
 // deadLetterFor is what the runtime writes to the DLQ for body when its

@@ -1,6 +1,7 @@
 // Package pyinterop finds and runs the Python SDK (babelqueue==1.24.0) that the
-// interop and differential tests use as their peer. scripts/pyenv.sh creates its
-// virtual environment; tests never install anything themselves.
+// interop and differential tests use as their peer, and finds the cross-SDK
+// conformance data. scripts/pyenv.sh creates the peer's virtual environment; tests
+// never install anything themselves.
 package pyinterop
 
 import (
@@ -31,6 +32,26 @@ func RepoRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
+}
+
+// ConformanceDir returns the directory of the cross-SDK conformance data:
+// $BQ_CONFORMANCE_DIR, else ../shared/conformance beside the repository root. When it
+// holds no manifest.json the test fails under CI=true and is skipped elsewhere, with a
+// message saying how to point the tests at the data.
+func ConformanceDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("BQ_CONFORMANCE_DIR")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(t), "..", "shared", "conformance")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR to the directory holding manifest.json (default ../shared/conformance from the repository root)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " (CI=true: conformance tests never skip)")
+		}
+		t.Skip(msg)
+	}
+	return dir
 }
 
 // Python returns the interpreter of the virtual environment: $BQ_PYTHON, else

@@ -10,29 +10,10 @@ import (
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
-
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance. Missing
-// data fails the test under CI=true and skips it elsewhere.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("BQ_CONFORMANCE_DIR")
-	if dir == "" {
-		dir = filepath.Join(pyinterop.RepoRoot(t), "..", "shared", "conformance")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " (CI=true: never skipped)")
-		}
-		t.Skip(msg)
-	}
-	return dir
-}
 
 // pulsarBlock is the manifest's "pulsar" block.
 type pulsarBlock struct {
@@ -52,45 +33,12 @@ type pulsarBlock struct {
 
 func loadBlock(t *testing.T) (pulsarBlock, string) {
 	t.Helper()
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		Pulsar *pulsarBlock `json:"pulsar"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
-	if m.Pulsar == nil || len(m.Pulsar.AttemptsReconciliation.Cases) == 0 || len(m.Pulsar.PropertyProjection.Properties) == 0 {
+	var m pulsarBlock
+	dir := transporttest.ManifestBlock(t, "pulsar", &m)
+	if len(m.AttemptsReconciliation.Cases) == 0 || len(m.PropertyProjection.Properties) == 0 {
 		t.Fatal("manifest.json has no usable pulsar block")
 	}
-	return *m.Pulsar, dir
-}
-
-// envelopeFacts reads the fields of an envelope the runtime projects, as the runtime
-// does before it publishes.
-func envelopeFacts(t *testing.T, body []byte) (transport.Projection, int) {
-	t.Helper()
-	var e struct {
-		Job     string `json:"job"`
-		TraceID string `json:"trace_id"`
-		Meta    struct {
-			ID            string `json:"id"`
-			Lang          string `json:"lang"`
-			SchemaVersion int    `json:"schema_version"`
-			CreatedAt     int64  `json:"created_at"`
-		} `json:"meta"`
-		Attempts int `json:"attempts"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	return transport.Projection{
-		URN: e.Job, TraceID: e.TraceID, MessageID: e.Meta.ID, Lang: e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion, CreatedAt: e.Meta.CreatedAt,
-	}, e.Attempts
+	return m, dir
 }
 
 // rawClient is a plain pulsar-client-go client on the test broker, to read and write
@@ -139,7 +87,7 @@ func TestManifestProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj, attempts := envelopeFacts(t, body)
+	proj, attempts := transporttest.FixtureProjection(t, body)
 	tr := openTransport(t, "")
 	q := transporttest.UniqueName("bqtest-manifest")
 	ctx := context.Background()
@@ -187,7 +135,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 			}
 			env["attempts"] = c.BodyAttempts
 			body, _ := json.Marshal(env)
-			proj, _ := envelopeFacts(t, body)
+			proj, _ := transporttest.FixtureProjection(t, body)
 			q := transporttest.UniqueName("bqtest-reconcile")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

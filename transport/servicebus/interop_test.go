@@ -19,6 +19,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // The interop tests put the Python SDK (babelqueue 1.24.0, AsbTransport on
@@ -79,7 +80,7 @@ func fromWire(t *testing.T, b []byte) *azservicebus.Message {
 // and reaches a Go handler unchanged.
 func TestInteropPythonToGo(t *testing.T) {
 	_, fixture := loadASB(t)
-	fixturePath := filepath.Join(conformanceDir(t), "fixtures", "order-created.json")
+	fixturePath := filepath.Join(transporttest.ConformanceDir(t), "fixtures", "order-created.json")
 	out := pyinterop.Run(t, 60*time.Second, nil, pyinterop.Script(t, "servicebus_wire.py"), "produce", fixturePath)
 	wire, err := hex.DecodeString(strings.TrimSpace(string(out)))
 	if err != nil {

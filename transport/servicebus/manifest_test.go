@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -15,28 +13,11 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance. A missing
-// directory fails the test under CI=true and skips it elsewhere.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("BQ_CONFORMANCE_DIR")
-	if dir == "" {
-		dir = filepath.Join(pyinterop.RepoRoot(t), "..", "shared", "conformance")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR to the directory holding manifest.json"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " (CI=true: this test never skips)")
-		}
-		t.Skip(msg)
-	}
-	return dir
-}
-
+// asbBlock is the manifest's "asb" block.
 type asbBlock struct {
 	PropertyProjection struct {
 		EnvelopeFile string `json:"envelope_file"`
@@ -61,25 +42,12 @@ type asbBlock struct {
 // loadASB reads the manifest's "asb" block and the envelope fixture it names.
 func loadASB(t *testing.T) (asbBlock, []byte) {
 	t.Helper()
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		ASB *asbBlock `json:"asb"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
-	if m.ASB == nil || len(m.ASB.AttemptsReconciliation.Cases) == 0 || m.ASB.PropertyProjection.EnvelopeFile == "" {
+	var m asbBlock
+	dir := transporttest.ManifestBlock(t, "asb", &m)
+	if len(m.AttemptsReconciliation.Cases) == 0 || m.PropertyProjection.EnvelopeFile == "" {
 		t.Fatal("manifest.json has no usable asb block")
 	}
-	fixture, err := os.ReadFile(filepath.Join(dir, m.ASB.PropertyProjection.EnvelopeFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return *m.ASB, fixture
+	return m, transporttest.Fixture(t, dir, m.PropertyProjection.EnvelopeFile)
 }
 
 // projectionOf is the projection the runtime hands a transport for a decoded envelope.

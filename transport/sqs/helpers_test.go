@@ -3,14 +3,12 @@ package sqs
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -68,15 +66,6 @@ func rawClient(t testing.TB, tr *Transport) *awssqs.Client {
 		t.Fatal("transport does not wrap an *sqs.Client")
 	}
 	return c
-}
-
-// conformanceDir is $BQ_CONFORMANCE_DIR or <repo>/../shared/conformance.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("BQ_CONFORMANCE_DIR"); d != "" {
-		return d
-	}
-	return filepath.Join(pyinterop.RepoRoot(t), "..", "shared", "conformance")
 }
 
 // queueURL resolves (and creates) a queue through the transport.

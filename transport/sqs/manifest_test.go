@@ -2,9 +2,6 @@ package sqs
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -17,77 +14,46 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-type sqsManifest struct {
-	SQS struct {
-		AttributeProjection struct {
-			EnvelopeFile      string `json:"envelope_file"`
-			MessageAttributes map[string]struct {
-				DataType    string `json:"DataType"`
-				StringValue string `json:"StringValue"`
-			} `json:"message_attributes"`
-		} `json:"attribute_projection"`
-		AttemptsReconciliation struct {
-			Cases []struct {
-				Name                    string  `json:"name"`
-				BodyAttempts            int     `json:"body_attempts"`
-				ApproximateReceiveCount *string `json:"approximate_receive_count"`
-				ExpectedAttempts        int     `json:"expected_attempts"`
-			} `json:"cases"`
-		} `json:"attempts_reconciliation"`
-	} `json:"sqs"`
+// sqsBlock is the manifest's "sqs" block.
+type sqsBlock struct {
+	AttributeProjection struct {
+		EnvelopeFile      string `json:"envelope_file"`
+		MessageAttributes map[string]struct {
+			DataType    string `json:"DataType"`
+			StringValue string `json:"StringValue"`
+		} `json:"message_attributes"`
+	} `json:"attribute_projection"`
+	AttemptsReconciliation struct {
+		Cases []struct {
+			Name                    string  `json:"name"`
+			BodyAttempts            int     `json:"body_attempts"`
+			ApproximateReceiveCount *string `json:"approximate_receive_count"`
+			ExpectedAttempts        int     `json:"expected_attempts"`
+		} `json:"cases"`
+	} `json:"attempts_reconciliation"`
 }
 
-func loadManifest(t *testing.T) (sqsManifest, string) {
+func loadManifest(t *testing.T) (sqsBlock, string) {
 	t.Helper()
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatalf("conformance manifest: %v (set BQ_CONFORMANCE_DIR)", err)
-	}
-	var m sqsManifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	if len(m.SQS.AttributeProjection.MessageAttributes) == 0 || len(m.SQS.AttemptsReconciliation.Cases) == 0 {
-		t.Fatal("manifest has no sqs block")
+	var m sqsBlock
+	dir := transporttest.ManifestBlock(t, "sqs", &m)
+	if len(m.AttributeProjection.MessageAttributes) == 0 || len(m.AttemptsReconciliation.Cases) == 0 {
+		t.Fatal("manifest has no usable sqs block")
 	}
 	return m, dir
-}
-
-// projectionOf reads the projected fields of an envelope the way the runtime does.
-func projectionOf(t *testing.T, body []byte) transport.Projection {
-	t.Helper()
-	var env struct {
-		Job     string `json:"job"`
-		TraceID string `json:"trace_id"`
-		Meta    struct {
-			ID            string `json:"id"`
-			Lang          string `json:"lang"`
-			SchemaVersion int    `json:"schema_version"`
-			CreatedAt     int64  `json:"created_at"`
-		} `json:"meta"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		t.Fatal(err)
-	}
-	return transport.Projection{URN: env.Job, TraceID: env.TraceID, MessageID: env.Meta.ID, Lang: env.Meta.Lang,
-		SchemaVersion: env.Meta.SchemaVersion, CreatedAt: env.Meta.CreatedAt}
 }
 
 // TestManifestAttributeProjection publishes the manifest's envelope and reads the
 // message back with the raw client: the MessageAttributes are exactly the manifest's.
 func TestManifestAttributeProjection(t *testing.T) {
 	m, dir := loadManifest(t)
-	want := m.SQS.AttributeProjection.MessageAttributes
-	body, err := os.ReadFile(filepath.Join(dir, m.SQS.AttributeProjection.EnvelopeFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := m.AttributeProjection.MessageAttributes
+	body := transporttest.Fixture(t, dir, m.AttributeProjection.EnvelopeFile)
 	tr := openTest(t)
 	q := transporttest.UniqueName("bqmanifest")
 	deleteQueueLater(t, tr, q)
 	ctx := context.Background()
-	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body, Projection: projectionOf(t, body)}); err != nil {
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body, Projection: projection(t, body)}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := rawClient(t, tr).ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
@@ -120,7 +86,7 @@ func TestManifestAttributeProjection(t *testing.T) {
 func TestManifestAttemptsReconciliation(t *testing.T) {
 	m, _ := loadManifest(t)
 	caps := (&Transport{}).Capabilities()
-	for _, c := range m.SQS.AttemptsReconciliation.Cases {
+	for _, c := range m.AttemptsReconciliation.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			msg := types.Message{Body: aws.String(`{"attempts":` + strconv.Itoa(c.BodyAttempts) + `}`), Attributes: map[string]string{}}
 			if c.ApproximateReceiveCount != nil {
@@ -141,7 +107,7 @@ func TestManifestReconciliationOnBroker(t *testing.T) {
 	m, _ := loadManifest(t)
 	tr := openTest(t)
 	caps := tr.Capabilities()
-	for _, c := range m.SQS.AttemptsReconciliation.Cases {
+	for _, c := range m.AttemptsReconciliation.Cases {
 		if c.ApproximateReceiveCount == nil {
 			continue
 		}
@@ -183,4 +149,10 @@ func TestManifestReconciliationOnBroker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// projection is the projection the runtime publishes body with.
+func projection(t *testing.T, body []byte) transport.Projection {
+	p, _ := transporttest.FixtureProjection(t, body)
+	return p
 }
