@@ -2,15 +2,21 @@ package amqp
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// The benchmarks come in pairs: the raw amqp091-go client doing the same work (same
-// properties and headers, persistent, confirms) beside the transport, in one run.
+// The benchmarks come in pairs, sub-benchmarks Raw and Transport: the raw amqp091-go
+// client doing the same work (same properties and headers, persistent, confirms) beside
+// the transport, in one run. go test's -count repeats each sub-benchmark back to back
+// (Raw, Raw, …, Transport, Transport, …), so drift on a shared machine lands on one side;
+// BenchmarkPublishConfirmAlternating takes it out by alternating the two publishes op by
+// op (see docs/transports/amqp.md).
 //
 //	go test -run '^$' -bench . -benchmem ./transport/amqp/
 
@@ -32,7 +38,7 @@ func rawPublishing() amqp091.Publishing {
 	}
 }
 
-func rawConfirmChannel(b *testing.B, q string) *amqp091.Channel {
+func rawConfirmChannel(b testing.TB, q string) *amqp091.Channel {
 	ch := rawChannel(b, rawConn(b))
 	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
 		b.Fatal(err)
@@ -43,8 +49,105 @@ func rawConfirmChannel(b *testing.B, q string) *amqp091.Channel {
 	return ch
 }
 
-// BenchmarkRawPublishConfirm: one persistent publish and its confirm per op, raw client.
-func BenchmarkRawPublishConfirm(b *testing.B) {
+// BenchmarkPublishConfirm: one persistent publish and its confirm per op.
+func BenchmarkPublishConfirm(b *testing.B) {
+	b.Run("Raw", benchRawPublishConfirm)
+	b.Run("Transport", benchTransportPublish)
+}
+
+// BenchmarkPublishConfirmParallel: four goroutines publishing, each waiting for its own
+// confirm.
+func BenchmarkPublishConfirmParallel(b *testing.B) {
+	b.Run("Raw", benchRawPublishConfirmParallel)
+	b.Run("Transport", benchTransportPublishParallel)
+}
+
+// BenchmarkConsumeAck: consume with a prefetch of 32 and ack every delivery.
+func BenchmarkConsumeAck(b *testing.B) {
+	b.Run("Raw", benchRawConsumeAck)
+	b.Run("Transport", benchTransportConsumeAck)
+}
+
+// BenchmarkSettleWithRetry: consume, write a confirmed retry, ack.
+func BenchmarkSettleWithRetry(b *testing.B) {
+	b.Run("Raw", benchRawSettleWithRetry)
+	b.Run("Transport", benchTransportSettleWithRetry)
+}
+
+// BenchmarkPublishConfirmAlternating: every op is one raw publish + confirm and one
+// Transport.Publish (to two fresh queues), in alternating order, each timed on its own.
+// Both sides see the same broker and machine at the same moment, so load from other
+// processes cancels out of the ratio. It reports the mean and the median of each side
+// and the ratio of the means (raw÷transport, ≥ 1 is as fast or faster); ns/op is the sum.
+func BenchmarkPublishConfirmAlternating(b *testing.B) {
+	qr, qt := newQueue(b), newQueue(b)
+	ch := rawConfirmChannel(b, qr)
+	tr := openT(b)
+	ctx := context.Background()
+	p := rawPublishing()
+	m := &transport.Message{Queue: qt, Body: benchBody, Projection: benchProjection}
+	raw := func() {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", qr, false, false, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			b.Fatal("not confirmed", err)
+		}
+	}
+	viaTransport := func() {
+		if err := tr.Publish(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	viaTransport() // the first Publish declares the queue; keep it out of the timings
+	var rawD, trD []time.Duration
+	i := 0
+	for b.Loop() {
+		t0 := time.Now()
+		if i%2 == 0 {
+			raw()
+		} else {
+			viaTransport()
+		}
+		t1 := time.Now()
+		if i%2 == 0 {
+			viaTransport()
+		} else {
+			raw()
+		}
+		t2 := time.Now()
+		if i%2 == 0 {
+			rawD, trD = append(rawD, t1.Sub(t0)), append(trD, t2.Sub(t1))
+		} else {
+			trD, rawD = append(trD, t1.Sub(t0)), append(rawD, t2.Sub(t1))
+		}
+		i++
+	}
+	rawMean, rawMed := meanMedian(rawD)
+	trMean, trMed := meanMedian(trD)
+	b.ReportMetric(rawMean, "raw-ns/op")
+	b.ReportMetric(trMean, "transport-ns/op")
+	b.ReportMetric(rawMed, "raw-p50-ns")
+	b.ReportMetric(trMed, "transport-p50-ns")
+	b.ReportMetric(rawMean/trMean, "raw/transport")
+}
+
+// meanMedian returns the mean and the median of ds in nanoseconds; it sorts ds.
+func meanMedian(ds []time.Duration) (mean, median float64) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	slices.Sort(ds)
+	return float64(sum) / float64(len(ds)), float64(ds[len(ds)/2])
+}
+
+// benchRawPublishConfirm: one persistent publish and its confirm per op, raw client.
+func benchRawPublishConfirm(b *testing.B) {
 	q := newQueue(b)
 	ch := rawConfirmChannel(b, q)
 	ctx := context.Background()
@@ -62,8 +165,8 @@ func BenchmarkRawPublishConfirm(b *testing.B) {
 	}
 }
 
-// BenchmarkTransportPublish: the same through Transport.Publish (projection, confirm).
-func BenchmarkTransportPublish(b *testing.B) {
+// benchTransportPublish: the same through Transport.Publish (projection, confirm).
+func benchTransportPublish(b *testing.B) {
 	q := newQueue(b)
 	tr := openT(b)
 	ctx := context.Background()
@@ -77,9 +180,9 @@ func BenchmarkTransportPublish(b *testing.B) {
 	}
 }
 
-// BenchmarkRawPublishConfirmParallel: concurrent publishers, each waiting for its own
+// benchRawPublishConfirmParallel: concurrent publishers, each waiting for its own
 // confirm, on one channel per goroutine (raw client).
-func BenchmarkRawPublishConfirmParallel(b *testing.B) {
+func benchRawPublishConfirmParallel(b *testing.B) {
 	q := newQueue(b)
 	conn := rawConn(b)
 	rawConfirmChannel(b, q)
@@ -113,8 +216,8 @@ func BenchmarkRawPublishConfirmParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkTransportPublishParallel: the same through Transport.Publish.
-func BenchmarkTransportPublishParallel(b *testing.B) {
+// benchTransportPublishParallel: the same through Transport.Publish.
+func benchTransportPublishParallel(b *testing.B) {
 	q := newQueue(b)
 	tr := openT(b)
 	ctx := context.Background()
@@ -153,8 +256,8 @@ func fill(b *testing.B, q string, n int) {
 	}
 }
 
-// BenchmarkRawConsumeAck: basic.consume with a prefetch of 32, one ack per delivery.
-func BenchmarkRawConsumeAck(b *testing.B) {
+// benchRawConsumeAck: basic.consume with a prefetch of 32, one ack per delivery.
+func benchRawConsumeAck(b *testing.B) {
 	q := newQueue(b)
 	fill(b, q, b.N)
 	ch := rawChannel(b, rawConn(b))
@@ -175,8 +278,8 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 	}
 }
 
-// BenchmarkTransportConsumeAck: the same through Consumer.Receive and Settle(Ack).
-func BenchmarkTransportConsumeAck(b *testing.B) {
+// benchTransportConsumeAck: the same through Consumer.Receive and Settle(Ack).
+func benchTransportConsumeAck(b *testing.B) {
 	q := newQueue(b)
 	fill(b, q, b.N)
 	tr := openT(b)
@@ -199,9 +302,9 @@ func BenchmarkTransportConsumeAck(b *testing.B) {
 	}
 }
 
-// BenchmarkRawSettleWithRetry: consume, re-publish to a retry queue, wait for the
+// benchRawSettleWithRetry: consume, re-publish to a retry queue, wait for the
 // confirm, then ack: what a retry costs with the raw client.
-func BenchmarkRawSettleWithRetry(b *testing.B) {
+func benchRawSettleWithRetry(b *testing.B) {
 	q, retry := newQueue(b), newQueue(b)
 	fill(b, q, b.N)
 	conn := rawConn(b)
@@ -235,8 +338,8 @@ func BenchmarkRawSettleWithRetry(b *testing.B) {
 	}
 }
 
-// BenchmarkTransportSettleWithRetry: the same through Settle(Ack, Writes: retry).
-func BenchmarkTransportSettleWithRetry(b *testing.B) {
+// benchTransportSettleWithRetry: the same through Settle(Ack, Writes: retry).
+func benchTransportSettleWithRetry(b *testing.B) {
 	q, retry := newQueue(b), newQueue(b)
 	fill(b, q, b.N)
 	tr := openT(b)

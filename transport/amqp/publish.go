@@ -31,6 +31,10 @@ type pubChan struct {
 	ch   *amqp091.Channel
 	conn *amqp091.Connection
 	gen  uint64
+	// timer bounds each confirm wait on this channel. It is stopped between waits and
+	// reused, so a confirmed write allocates no timer or context of its own (since Go
+	// 1.23, Reset and Stop leave no stale tick in timer.C).
+	timer *time.Timer
 }
 
 // getPub returns an idle confirm channel of the current connection, or opens one.
@@ -59,7 +63,9 @@ func (t *Transport) getPub(ctx context.Context) (*pubChan, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: confirm mode: %w", err)
 	}
-	return &pubChan{ch: ch, conn: conn, gen: gen}, nil
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	return &pubChan{ch: ch, conn: conn, gen: gen, timer: timer}, nil
 }
 
 // putPub returns a channel to the idle list, or closes it.
@@ -96,7 +102,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		t.putPub(pc)
 		return nil
 	}
-	err = t.waitConfirm(ctx, m.Queue, dc)
+	err = t.waitConfirm(ctx, pc, m.Queue, dc)
 	t.putPub(pc)
 	return err
 }
@@ -124,7 +130,7 @@ func (t *Transport) writeConfirmed(ctx context.Context, ms []*transport.Message)
 		dcs[i] = dc
 	}
 	for i, dc := range dcs {
-		if err := t.waitConfirm(ctx, ms[i].Queue, dc); err != nil {
+		if err := t.waitConfirm(ctx, pc, ms[i].Queue, dc); err != nil {
 			return &transport.SettleWriteError{Queue: ms[i].Queue, Err: err}
 		}
 	}
@@ -133,17 +139,30 @@ func (t *Transport) writeConfirmed(ctx context.Context, ms []*transport.Message)
 
 var errNacked = errors.New("amqp: broker nacked the write (or its channel closed before the confirm)")
 
-func (t *Transport) waitConfirm(ctx context.Context, queue string, dc *amqp091.DeferredConfirmation) error {
+// waitConfirm waits for the confirm of dc, published on pc, until ctx ends or the
+// confirm timeout passes (reported as context.DeadlineExceeded).
+func (t *Transport) waitConfirm(ctx context.Context, pc *pubChan, queue string, dc *amqp091.DeferredConfirmation) error {
 	if dc == nil {
 		return errors.New("amqp: channel is not in confirm mode")
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.s.confirmTimeout)
-	defer cancel()
-	acked, err := dc.WaitContext(ctx)
-	if err != nil {
-		return fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", queue, err)
+	select {
+	case <-dc.Done():
+	default:
+		pc.timer.Reset(t.s.confirmTimeout)
+		var err error
+		select {
+		case <-dc.Done():
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-pc.timer.C:
+			err = context.DeadlineExceeded
+		}
+		pc.timer.Stop()
+		if err != nil {
+			return fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", queue, err)
+		}
 	}
-	if !acked {
+	if !dc.Acked() {
 		return errNacked
 	}
 	return nil
