@@ -293,7 +293,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	rec, err := t.record(m, time.Now())
+	rec, err := t.record(m, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -465,7 +465,17 @@ func delayTopic(queue string, d time.Duration) string {
 	return queue + ".delay." + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// record projects m onto a Kafka record.
+// recordAlloc holds a record and room for its headers, so that projecting a message
+// takes one allocation for both.
+type recordAlloc struct {
+	rec kgo.Record
+	hs  [8]kgo.RecordHeader
+}
+
+// record projects m onto a Kafka record. The record owns its bytes: the value, the key
+// and every header value are copied into one buffer, so the caller may reuse m's
+// buffers as soon as record returns. now is the time a delay counts from; the zero time
+// means time.Now().
 func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, error) {
 	if m == nil {
 		return nil, errors.New("kafka: nil message")
@@ -474,52 +484,93 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 		return nil, err
 	}
 	p := m.Projection
-	hs := make([]kgo.RecordHeader, 0, 8+len(m.Headers))
-	add := func(k, v string) { hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)}) }
-	if p.URN != "" {
-		add(HeaderJob, p.URN)
-	}
-	if p.TraceID != "" {
-		add(HeaderTraceID, p.TraceID)
-	}
-	if p.MessageID != "" {
-		add(HeaderMessageID, p.MessageID)
-	}
-	if p.SchemaVersion != 0 {
-		add(HeaderSchemaVersion, strconv.Itoa(p.SchemaVersion))
-	}
-	if p.Lang != "" {
-		add(HeaderSourceLang, p.Lang)
-	}
-	add(HeaderAttempts, strconv.Itoa(m.Attempts))
 	topic := m.Queue
-	if m.Delay >= time.Millisecond {
+	delayed := m.Delay >= time.Millisecond
+	if delayed {
 		topic = delayTopic(m.Queue, m.Delay)
 		if err := checkTopic(topic); err != nil {
 			return nil, err
 		}
-		add(HeaderDueAt, strconv.FormatInt(now.Add(m.Delay).UnixMilli(), 10))
-		add(HeaderOriginalTopic, m.Queue)
+		if now.IsZero() {
+			now = time.Now()
+		}
 	}
+	const intLen = 20 // room for a formatted int64
+	size := len(m.Body) + len(m.Key) + len(p.URN) + len(p.TraceID) + len(p.MessageID) + len(p.Lang) + 2*intLen
+	nh := 6
+	if delayed {
+		size += intLen + len(m.Queue)
+		nh += 2
+	}
+	var keys []string
 	if len(m.Headers) > 0 {
-		keys := make([]string, 0, len(m.Headers))
-		for k := range m.Headers {
+		keys = make([]string, 0, len(m.Headers))
+		for k, v := range m.Headers {
 			if !isReserved(k) {
 				keys = append(keys, k)
+				size += len(v)
 			}
 		}
 		slices.Sort(keys)
-		for _, k := range keys {
-			add(k, m.Headers[k])
-		}
+		nh += len(keys)
 	}
-	rec := &kgo.Record{
-		Topic:   topic,
-		Value:   append([]byte{}, m.Body...),
-		Headers: hs,
+
+	// Every byte slice the record holds is a full slice expression of buf, so none can
+	// grow into the next. Should buf be outgrown, append moves it and the slices taken
+	// so far keep the old array: correct, only one allocation more.
+	buf := make([]byte, 0, size)
+	cut := func(from int) []byte { return buf[from:len(buf):len(buf)] }
+	putString := func(s string) []byte {
+		i := len(buf)
+		buf = append(buf, s...)
+		return cut(i)
 	}
+	putInt := func(n int64) []byte {
+		i := len(buf)
+		buf = strconv.AppendInt(buf, n, 10)
+		return cut(i)
+	}
+
+	ra := &recordAlloc{}
+	hs := ra.hs[:0]
+	if nh > len(ra.hs) {
+		hs = make([]kgo.RecordHeader, 0, nh)
+	}
+	add := func(k string, v []byte) { hs = append(hs, kgo.RecordHeader{Key: k, Value: v}) }
+	if p.URN != "" {
+		add(HeaderJob, putString(p.URN))
+	}
+	if p.TraceID != "" {
+		add(HeaderTraceID, putString(p.TraceID))
+	}
+	if p.MessageID != "" {
+		add(HeaderMessageID, putString(p.MessageID))
+	}
+	if p.SchemaVersion != 0 {
+		add(HeaderSchemaVersion, putInt(int64(p.SchemaVersion)))
+	}
+	if p.Lang != "" {
+		add(HeaderSourceLang, putString(p.Lang))
+	}
+	add(HeaderAttempts, putInt(int64(m.Attempts)))
+	if delayed {
+		add(HeaderDueAt, putInt(now.Add(m.Delay).UnixMilli()))
+		add(HeaderOriginalTopic, putString(m.Queue))
+	}
+	for _, k := range keys {
+		add(k, putString(m.Headers[k]))
+	}
+
+	rec := &ra.rec
+	rec.Topic = topic
+	rec.Headers = hs
+	i := len(buf)
+	buf = append(buf, m.Body...)
+	rec.Value = cut(i) // never nil: an empty body is an empty value, not a null one
 	if m.Key != nil {
-		rec.Key = append([]byte{}, m.Key...)
+		i = len(buf)
+		buf = append(buf, m.Key...)
+		rec.Key = cut(i) // an empty key stays empty, not null
 	}
 	if p.CreatedAt > 0 {
 		rec.Timestamp = time.UnixMilli(p.CreatedAt)
