@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,9 +19,17 @@ import (
 // sweepLimit bounds how many lapsed reservations one reserve call returns to the queue.
 const sweepLimit = 100
 
+// sweepEvery is how often, at most, a consumer's reserve call also migrates due delayed
+// messages and returns lapsed reservations (or the poll interval, if shorter). A
+// consumer waiting on an empty list sweeps when its wait ends, at most a poll interval
+// later, as before; a busy one saves two sorted-set reads on almost every reservation.
+const sweepEvery = 100 * time.Millisecond
+
 // consumer receives from one queue. Workers calling Receive at the same time share one
-// reserve script call: the first reserves for every waiting worker (up to the prefetch
-// and the batch size), the others take from what it brought back.
+// reserve script call: the first reserves for itself and every worker queued behind it
+// (up to the prefetch and the batch size) and hands each its message directly; a worker
+// that arrives while that call is in flight queues up for the next one, which the first
+// worker left waiting makes as soon as the call returns.
 type consumer struct {
 	t        *Transport
 	queue    string
@@ -28,13 +37,27 @@ type consumer struct {
 	prefetch int
 
 	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced when buf, out or closed change
 	done     chan struct{}
 	closed   bool
-	waiters  int
 	fetching bool
 	buf      []*handle        // reserved, not yet handed out
 	out      map[*handle]bool // handed out and not settled; true while a Settle runs
+	waiting  []*waiter        // Receive calls waiting, first come first served
+
+	swept   time.Time // when a reserve call last swept; guarded by fetching
+	settles committer[settleItem]
+}
+
+// waiter is a Receive call waiting for a message or for its turn to reserve.
+type waiter struct {
+	ch chan *handle // one send: a handle handed out to it, or nil to look again
+}
+
+// settleItem is one reservation to settle and how.
+type settleItem struct {
+	h      *handle
+	rewind bool
+	writes []*transport.Message
 }
 
 // handle is the transport's bookkeeping for one reservation.
@@ -46,20 +69,40 @@ type handle struct {
 }
 
 func newConsumer(t *Transport, queue string, prefetch int) *consumer {
-	return &consumer{
+	c := &consumer{
 		t:        t,
 		queue:    queue,
 		readyKey: t.ready(queue),
 		prefetch: prefetch,
-		changed:  make(chan struct{}),
 		done:     make(chan struct{}),
 		out:      map[*handle]bool{},
 	}
+	c.settles.run = c.settleGroup
+	return c
 }
 
-func (c *consumer) broadcastLocked() {
-	close(c.changed)
-	c.changed = make(chan struct{})
+// handOutLocked gives h to the first waiting Receive call, or keeps it in buf for the
+// next one when nobody waits.
+func (c *consumer) handOutLocked(h *handle) {
+	if len(c.waiting) == 0 {
+		c.buf = append(c.buf, h)
+		return
+	}
+	w := c.waiting[0]
+	c.waiting = slices.Delete(c.waiting, 0, 1)
+	c.out[h] = false
+	w.ch <- h
+}
+
+// nudgeLocked wakes the first waiting Receive call to reserve when nobody is reserving
+// and the prefetch allows another message.
+func (c *consumer) nudgeLocked() {
+	if c.fetching || len(c.waiting) == 0 || len(c.out)+len(c.buf) >= c.prefetch {
+		return
+	}
+	w := c.waiting[0]
+	c.waiting = slices.Delete(c.waiting, 0, 1)
+	w.ch <- nil
 }
 
 // Receive blocks until a message is reserved for the caller, ctx ends or the consumer
@@ -69,14 +112,10 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.waiters++
-	defer func() {
-		c.waiters--
-		c.mu.Unlock()
-	}()
 	backoff := 50 * time.Millisecond
 	for {
 		if c.closed {
+			c.mu.Unlock()
 			return nil, transport.ErrClosed
 		}
 		if len(c.buf) > 0 {
@@ -84,30 +123,41 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			c.buf[0] = nil
 			c.buf = c.buf[1:]
 			c.out[h] = false
+			c.mu.Unlock()
 			return c.delivery(h), nil
 		}
 		if !c.fetching && len(c.out)+len(c.buf) < c.prefetch {
-			n := min(c.waiters, c.prefetch-len(c.out)-len(c.buf), c.t.batch)
+			n := min(1+len(c.waiting), c.prefetch-len(c.out)-len(c.buf), c.t.batch)
 			c.fetching = true
 			c.mu.Unlock()
-			hs, err := c.reserve(ctx, n)
+			sweep := time.Since(c.swept) >= min(sweepEvery, c.t.poll)
+			hs, err := c.reserve(ctx, n, sweep)
 			if err == nil && len(hs) == 0 {
 				err = c.wait(ctx)
 			}
 			c.mu.Lock()
 			c.fetching = false
-			c.broadcastLocked()
 			if c.closed {
+				c.mu.Unlock()
 				if len(hs) > 0 {
-					c.mu.Unlock()
-					c.rewindAll(context.WithoutCancel(ctx), hs)
-					c.mu.Lock()
+					_ = c.rewindAll(context.WithoutCancel(ctx), hs)
 				}
 				return nil, transport.ErrClosed
 			}
-			c.buf = append(c.buf, hs...)
-			if err != nil && len(hs) == 0 {
+			if len(hs) > 0 {
+				mine := hs[0]
+				c.out[mine] = false
+				for _, h := range hs[1:] {
+					c.handOutLocked(h)
+				}
+				c.nudgeLocked() // workers still waiting: the first reserves for them now
+				c.mu.Unlock()
+				return c.delivery(mine), nil
+			}
+			if err != nil {
 				if ctxErr := ctx.Err(); ctxErr != nil {
+					c.nudgeLocked()
+					c.mu.Unlock()
 					return nil, ctxErr
 				}
 				c.t.log.Warn("redis: reserve failed; retrying", "queue", c.queue, "error", err, "backoff", backoff)
@@ -115,6 +165,8 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				serr := sleep(ctx, c.done, backoff)
 				c.mu.Lock()
 				if serr != nil {
+					c.nudgeLocked()
+					c.mu.Unlock()
 					return nil, serr
 				}
 				backoff = min(2*backoff, 2*time.Second)
@@ -123,18 +175,55 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			backoff = 50 * time.Millisecond
 			continue
 		}
-		ch := c.changed
+		w := &waiter{ch: make(chan *handle, 1)}
+		c.waiting = append(c.waiting, w)
 		c.mu.Unlock()
 		select {
-		case <-ch:
+		case h := <-w.ch:
 			c.mu.Lock()
+			if h != nil {
+				_, held := c.out[h]
+				c.mu.Unlock()
+				if !held { // Close took it back between the hand-out and now
+					return nil, transport.ErrClosed
+				}
+				return c.delivery(h), nil
+			}
+			// nudged: look again
 		case <-ctx.Done():
 			c.mu.Lock()
+			c.leaveLocked(w)
+			c.mu.Unlock()
 			return nil, ctx.Err()
 		case <-c.done:
 			c.mu.Lock()
+			c.leaveLocked(w)
 		}
 	}
+}
+
+// leaveLocked takes w out of the queue of waiting Receive calls. What was already sent
+// to it goes on: a handle to the next waiting call (or buf), a nudge to the next call.
+func (c *consumer) leaveLocked(w *waiter) {
+	if i := slices.Index(c.waiting, w); i >= 0 {
+		c.waiting = slices.Delete(c.waiting, i, i+1)
+		return
+	}
+	// Not queued any more, so something was sent to it (under c.mu, before we got it).
+	h := <-w.ch
+	if h == nil {
+		c.nudgeLocked()
+		return
+	}
+	if _, held := c.out[h]; !held {
+		return // Close took it back already
+	}
+	delete(c.out, h)
+	if len(c.waiting) > 0 {
+		c.handOutLocked(h)
+		return
+	}
+	c.buf = slices.Insert(c.buf, 0, h) // it was reserved first, so it goes first
 }
 
 func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) error {
@@ -169,8 +258,10 @@ func (c *consumer) delivery(h *handle) *transport.Delivery {
 	return d
 }
 
-// reserve runs the reserve script for up to n messages.
-func (c *consumer) reserve(ctx context.Context, n int) ([]*handle, error) {
+// reserve runs the reserve script for up to n messages, sweeping first when sweep is
+// set (the Laravel layout always migrates, as Laravel does). Only the fetching worker
+// calls it.
+func (c *consumer) reserve(ctx context.Context, n int, sweep bool) ([]*handle, error) {
 	now := time.Now()
 	t := c.t
 	if t.laravel {
@@ -197,8 +288,12 @@ func (c *consumer) reserve(ctx context.Context, n int) ([]*handle, error) {
 	if t.retryAfter > 0 {
 		deadline = unixSeconds(now.Add(t.retryAfter))
 	}
-	args := make([]any, 0, 3+n)
-	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit)
+	sweepArg := "0"
+	if sweep {
+		sweepArg = "1"
+	}
+	args := make([]any, 0, 4+n)
+	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg)
 	tokens := make([]string, n)
 	for i := range tokens {
 		tokens[i] = t.token()
@@ -209,6 +304,9 @@ func (c *consumer) reserve(ctx context.Context, n int) ([]*handle, error) {
 		[]string{q, processingKey(q), deadlinesKey(q), delayedKey(q)}, args...).StringSlice()
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, err
+	}
+	if sweep {
+		c.swept = now
 	}
 	hs := make([]*handle, len(res))
 	for i, raw := range res {
@@ -277,14 +375,27 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 	c.out[h] = true
 	c.mu.Unlock()
 
-	settled, err := c.runSettle(ctx, h, s.Outcome, s.Writes)
+	item := settleItem{h: h, rewind: s.Outcome == transport.Rewind, writes: s.Writes}
+	var settled bool
+	var err error
+	if len(s.Writes) == 0 {
+		// Acks and rewinds that several workers ask for at once go in one script call.
+		cl := &call[settleItem]{arg: item}
+		c.settles.do(ctx, cl)
+		settled, err = cl.ok, cl.err
+	} else {
+		// A settlement with writes goes alone, so a failed write fails only its own.
+		var res []bool
+		res, err = c.runSettle(ctx, []settleItem{item})
+		settled = err == nil && res[0]
+	}
 
 	c.mu.Lock()
 	if err != nil {
 		c.out[h] = false
 	} else {
 		delete(c.out, h)
-		c.broadcastLocked()
+		c.nudgeLocked() // a worker may be waiting for this slot of the prefetch
 	}
 	c.mu.Unlock()
 	switch {
@@ -298,12 +409,33 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 	return nil
 }
 
-// runSettle runs the settle script for h and reports whether the gate passed.
-func (c *consumer) runSettle(ctx context.Context, h *handle, o transport.Outcome, writes []*transport.Message) (bool, error) {
+// settleGroup runs the settle script for a group of Settle calls.
+func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
+	items := make([]settleItem, len(calls))
+	for i, cl := range calls {
+		items[i] = cl.arg
+	}
+	res, err := c.runSettle(ctx, items)
+	for i, cl := range calls {
+		if err != nil {
+			cl.err = err
+		} else {
+			cl.ok = res[i]
+		}
+	}
+}
+
+// runSettle runs the settle script once for items and reports, per item, whether its
+// gate passed.
+func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, error) {
 	t := c.t
 	ready := c.readyKey
-	keys := make([]string, 4, 4+2*len(writes))
-	args := make([]any, 4, 4+4*len(writes))
+	nw := 0
+	for _, it := range items {
+		nw += len(it.writes)
+	}
+	keys := make([]string, 4, 4+2*nw)
+	args := make([]any, 1, 1+4*len(items)+4*nw)
 	if t.laravel {
 		keys[0], keys[1], keys[2], keys[3] = reservedKey(ready), headersKey(ready), ready, notifyKey(ready)
 		args[0] = "l"
@@ -311,34 +443,52 @@ func (c *consumer) runSettle(ctx context.Context, h *handle, o transport.Outcome
 		keys[0], keys[1], keys[2], keys[3] = processingKey(c.queue), deadlinesKey(c.queue), ready, ready
 		args[0] = "d"
 	}
-	args[1], args[2] = h.member, h.raw
-	args[3] = "ack"
-	if o == transport.Rewind {
-		args[3] = "rewind"
-	}
 	now := time.Now()
-	for _, w := range writes {
-		op, score, value, hdr, wk := t.writeOp(w, now)
-		keys = append(keys, wk...)
-		args = append(args, op, score, value, hdr)
-	}
-	n, err := settle.Run(ctx, t.client, keys, args...).Int()
-	if err != nil {
-		return false, err
-	}
-	return n == 1, nil
-}
-
-// rewindAll gives reservations back to the head of the queue.
-func (c *consumer) rewindAll(ctx context.Context, hs []*handle) error {
-	var errs []error
-	for i := len(hs) - 1; i >= 0; i-- { // last first, so the first ends at the head
-		if _, err := c.runSettle(ctx, hs[i], transport.Rewind, nil); err != nil {
-			errs = append(errs, err)
+	for _, it := range items {
+		outcome := "ack"
+		if it.rewind {
+			outcome = "rewind"
+		}
+		args = append(args, it.h.member, it.h.raw, outcome, len(it.writes))
+		for _, w := range it.writes {
+			op, score, value, hdr, wk := t.writeOp(w, now)
+			keys = append(keys, wk...)
+			args = append(args, op, score, value, hdr)
 		}
 	}
+	res, err := settle.Run(ctx, t.client, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(items) {
+		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(items))
+	}
+	ok := make([]bool, len(res))
+	for i, n := range res {
+		ok[i] = n == 1
+	}
+	return ok, nil
+}
+
+// rewindAll gives reservations back to the head of the queue, in one script call per
+// [maxGroup] of them.
+func (c *consumer) rewindAll(ctx context.Context, hs []*handle) error {
+	items := make([]settleItem, 0, len(hs))
+	for i := len(hs) - 1; i >= 0; i-- { // last first, so the first ends at the head
+		items = append(items, settleItem{h: hs[i], rewind: true})
+	}
+	var errs []error
+	failed := 0
+	for len(items) > 0 {
+		n := min(len(items), maxGroup)
+		if _, err := c.runSettle(ctx, items[:n]); err != nil {
+			errs = append(errs, err)
+			failed += n
+		}
+		items = items[n:]
+	}
 	if len(errs) > 0 {
-		return fmt.Errorf("redis: rewinding %d reservation(s) on close (they come back after retry_after): %w", len(errs), errors.Join(errs...))
+		return fmt.Errorf("redis: rewinding %d reservation(s) on close (they come back after retry_after): %w", failed, errors.Join(errs...))
 	}
 	return nil
 }
@@ -360,7 +510,6 @@ func (c *consumer) Close(ctx context.Context) error {
 			delete(c.out, h)
 		}
 	}
-	c.broadcastLocked()
 	c.mu.Unlock()
 	c.t.forget(c)
 	return c.rewindAll(ctx, hs)

@@ -276,6 +276,14 @@ type Transport struct {
 	tokenMu  sync.Mutex
 	tokenPfx string
 	tokenN   uint64
+
+	pushes committer[push]
+}
+
+// push is one plain publish: RPUSH key value.
+type push struct {
+	key   string
+	value []byte
 }
 
 // New builds a transport around a client the caller constructed and keeps owning:
@@ -295,6 +303,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Transport {
 	for _, o := range opts {
 		o(t)
 	}
+	t.pushes.run = t.pushGroup
 	return t
 }
 
@@ -443,12 +452,60 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		}
 		err = pushNotify.Run(ctx, t.client, keys, value, hdr).Err()
 	default:
-		err = t.client.RPush(ctx, keys[0], value).Err()
+		// Plain publishes that several goroutines make at once go in one round trip.
+		cl := &call[push]{arg: push{key: keys[0], value: value}}
+		t.pushes.do(ctx, cl)
+		err = cl.err
 	}
 	if err != nil {
 		return fmt.Errorf("redis: publish to %q: %w", m.Queue, err)
 	}
 	return nil
+}
+
+// pushGroup writes a group of plain publishes: one RPUSH per run of publishes to the
+// same list, in the order they were made, pipelined when there is more than one run.
+func (t *Transport) pushGroup(ctx context.Context, calls []*call[push]) {
+	if len(calls) == 1 {
+		calls[0].err = t.client.RPush(ctx, calls[0].arg.key, calls[0].arg.value).Err()
+		return
+	}
+	type run struct {
+		from, to int // calls[from:to] share a key
+		cmd      *goredis.IntCmd
+	}
+	var runs []run
+	for i := 0; i < len(calls); {
+		j := i + 1
+		for j < len(calls) && calls[j].arg.key == calls[i].arg.key {
+			j++
+		}
+		runs = append(runs, run{from: i, to: j})
+		i = j
+	}
+	rpush := func(c goredis.Cmdable, r run) *goredis.IntCmd {
+		vals := make([]any, 0, r.to-r.from)
+		for _, cl := range calls[r.from:r.to] {
+			vals = append(vals, cl.arg.value)
+		}
+		return c.RPush(ctx, calls[r.from].arg.key, vals...)
+	}
+	if len(runs) == 1 {
+		runs[0].cmd = rpush(t.client, runs[0])
+	} else {
+		_, _ = t.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := range runs {
+				runs[i].cmd = rpush(p, runs[i])
+			}
+			return nil
+		})
+	}
+	for _, r := range runs {
+		err := r.cmd.Err()
+		for _, cl := range calls[r.from:r.to] {
+			cl.err = err
+		}
+	}
 }
 
 func sha1hex(b []byte) string {

@@ -12,35 +12,39 @@ import goredis "github.com/redis/go-redis/v9"
 // is the Unix time (seconds) at which the reservation lapses; token is 32 lowercase hex
 // characters.
 
-// reserveDefault migrates due delayed messages, returns lapsed reservations to the end of
-// the ready list, then reserves up to n elements.
+// reserveDefault reserves up to n elements. When asked to (ARGV[4] is "1"), it first
+// migrates due delayed messages and returns lapsed reservations to the end of the ready
+// list; the consumer asks for that at least every [sweepEvery] while it reserves, and
+// always before it waits.
 //
 //	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
 //	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
-//	ARGV[4..] one token per element wanted
+//	ARGV[4] "1" to sweep first, ARGV[5..] one token per element wanted
 //
 // It returns the raw elements reserved, in order, one per token used.
 var reserveDefault = goredis.NewScript(`
-local now = ARGV[1]
-local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
-for _, m in ipairs(due) do
-  redis.call('zrem', KEYS[4], m)
-  if #m >= 33 and string.byte(m, 33) == 58 then
-    redis.call('rpush', KEYS[1], string.sub(m, 34))
-  end
-end
-local lapsed = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'limit', 0, tonumber(ARGV[3]))
-for _, m in ipairs(lapsed) do
-  if #m >= 33 and string.byte(m, 33) == 58 then
-    local raw = string.sub(m, 34)
-    if redis.call('lrem', KEYS[2], 1, raw) == 1 then
-      redis.call('rpush', KEYS[1], raw)
+if ARGV[4] == '1' then
+  local now = ARGV[1]
+  local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
+  for _, m in ipairs(due) do
+    redis.call('zrem', KEYS[4], m)
+    if #m >= 33 and string.byte(m, 33) == 58 then
+      redis.call('rpush', KEYS[1], string.sub(m, 34))
     end
   end
-  redis.call('zrem', KEYS[3], m)
+  local lapsed = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'limit', 0, tonumber(ARGV[3]))
+  for _, m in ipairs(lapsed) do
+    if #m >= 33 and string.byte(m, 33) == 58 then
+      local raw = string.sub(m, 34)
+      if redis.call('lrem', KEYS[2], 1, raw) == 1 then
+        redis.call('rpush', KEYS[1], raw)
+      end
+    end
+    redis.call('zrem', KEYS[3], m)
+  end
 end
 local out = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
   if not raw then break end
   redis.call('zadd', KEYS[3], ARGV[2], ARGV[i] .. ':' .. raw)
@@ -92,56 +96,68 @@ end
 return out
 `)
 
-// settle finishes one reservation in one atomic step: it checks the reservation is still
-// ours (the gate), removes it, rewinds it or makes the settle writes.
+// settle finishes reservations of one queue, each in one atomic step: it checks the
+// reservation is still ours (the gate: removing its member is what checks it), removes it,
+// rewinds it or makes its settle writes. The consumer sends the acks and rewinds that
+// several workers ask for at once in one call; a settlement with writes goes alone.
 //
 //	KEYS[1] processing list (default) or reserved zset (laravel)
 //	KEYS[2] deadlines zset (default) or the Go-owned header hash (laravel)
 //	KEYS[3] ready list, KEYS[4] notify list (laravel; default: unused, the ready list again)
 //	KEYS[5..] the keys the writes touch, in order
-//	ARGV[1] layout "d" or "l", ARGV[2] reservation member, ARGV[3] raw element,
-//	ARGV[4] "ack" or "rewind", then per write: op, score, value, where op is
+//	ARGV[1] layout "d" or "l", then per reservation: its member, its raw element, "ack" or
+//	"rewind", and the number of writes, then per write: op, score, value, where op is
 //	"r" (RPUSH KEYS[k]), "n" (RPUSH KEYS[k], RPUSH KEYS[k+1] 1) or "z" (ZADD KEYS[k]),
 //	and a headers JSON object ("" for none); with headers the next key is the header hash
 //	(laravel), where they are stored under the SHA-1 of the value.
 //
-// It returns 1 when settled, 0 when the reservation was no longer ours (it lapsed and
-// was handed back to the queue): then nothing was written.
+// It returns one integer per reservation: 1 when settled, 0 when the reservation was no
+// longer ours (it lapsed and was handed back to the queue): then nothing was written for it.
 var settle = goredis.NewScript(`
-if ARGV[1] == 'd' then
-  if not redis.call('zscore', KEYS[2], ARGV[2]) then return 0 end
-  redis.call('zrem', KEYS[2], ARGV[2])
-  if redis.call('lrem', KEYS[1], 1, ARGV[3]) == 0 then return 0 end
-  if ARGV[4] == 'rewind' then redis.call('lpush', KEYS[3], ARGV[3]) end
-else
-  if redis.call('zrem', KEYS[1], ARGV[2]) == 0 then return 0 end
-  if ARGV[4] == 'rewind' then
-    redis.call('lpush', KEYS[3], ARGV[3])
-    redis.call('rpush', KEYS[4], 1)
-  else
-    redis.call('hdel', KEYS[2], redis.sha1hex(ARGV[3]))
-  end
-end
+local default = ARGV[1] == 'd'
+local out = {}
 local k = 5
-for i = 5, #ARGV, 4 do
-  local op = ARGV[i]
-  if op == 'z' then
-    redis.call('zadd', KEYS[k], ARGV[i + 1], ARGV[i + 2])
-    k = k + 1
-  elseif op == 'n' then
-    redis.call('rpush', KEYS[k], ARGV[i + 2])
-    redis.call('rpush', KEYS[k + 1], 1)
-    k = k + 2
+local i = 2
+while i <= #ARGV do
+  local member, raw, rewind, nw = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'rewind', tonumber(ARGV[i + 3])
+  i = i + 4
+  local ok
+  if default then
+    ok = redis.call('zrem', KEYS[2], member) == 1 and redis.call('lrem', KEYS[1], 1, raw) == 1
+    if ok and rewind then redis.call('lpush', KEYS[3], raw) end
   else
-    redis.call('rpush', KEYS[k], ARGV[i + 2])
-    k = k + 1
+    ok = redis.call('zrem', KEYS[1], member) == 1
+    if ok and rewind then
+      redis.call('lpush', KEYS[3], raw)
+      redis.call('rpush', KEYS[4], 1)
+    elseif ok then
+      redis.call('hdel', KEYS[2], redis.sha1hex(raw))
+    end
   end
-  if ARGV[i + 3] ~= '' then
-    redis.call('hset', KEYS[k], redis.sha1hex(ARGV[i + 2]), ARGV[i + 3])
-    k = k + 1
+  for _ = 1, nw do
+    local op, score, value, hdr = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    i = i + 4
+    if op == 'z' then
+      if ok then redis.call('zadd', KEYS[k], score, value) end
+      k = k + 1
+    elseif op == 'n' then
+      if ok then
+        redis.call('rpush', KEYS[k], value)
+        redis.call('rpush', KEYS[k + 1], 1)
+      end
+      k = k + 2
+    else
+      if ok then redis.call('rpush', KEYS[k], value) end
+      k = k + 1
+    end
+    if hdr ~= '' then
+      if ok then redis.call('hset', KEYS[k], redis.sha1hex(value), hdr) end
+      k = k + 1
+    end
   end
+  out[#out + 1] = ok and 1 or 0
 end
-return 1
+return out
 `)
 
 // pushNotify is Laravel's push: the job on the ready list and one notify token, and
