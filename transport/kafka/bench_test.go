@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func BenchmarkPublish(b *testing.B) {
 // BenchmarkConsumeCommit runs the raw group consumer and the transport side by side.
 func BenchmarkConsumeCommit(b *testing.B) {
 	b.Run("Raw", benchRawConsumeCommit)
+	b.Run("RawReadHeaders", benchRawConsumeCommitReadHeaders)
 	b.Run("Transport", benchTransportConsumeCommit)
 }
 
@@ -183,8 +185,34 @@ func fill(b *testing.B, prefix string, n int) string {
 }
 
 // benchRawConsumeCommit: a franz-go group consumer with auto-commit off polls b.N
-// records and commits each polled batch synchronously, then leaves the group.
-func benchRawConsumeCommit(b *testing.B) {
+// records and commits each polled batch synchronously, then leaves the group. It never
+// looks inside a record.
+func benchRawConsumeCommit(b *testing.B) { rawConsumeCommit(b, func(*kgo.Record) {}) }
+
+// benchRawConsumeCommitReadHeaders: the same, reading what the binding obliges every
+// consumer to read: the bq-attempts count and the bq-schema-version of each record.
+func benchRawConsumeCommitReadHeaders(b *testing.B) {
+	var attempts, v1 int
+	rawConsumeCommit(b, func(r *kgo.Record) {
+		for _, h := range r.Headers {
+			switch h.Key {
+			case "bq-attempts":
+				if n, err := strconv.Atoi(string(h.Value)); err == nil {
+					attempts += n
+				}
+			case "bq-schema-version":
+				if string(h.Value) == "1" {
+					v1++
+				}
+			}
+		}
+	})
+	if v1 < b.N {
+		b.Fatalf("read %d schema versions of %d records", v1, b.N)
+	}
+}
+
+func rawConsumeCommit(b *testing.B, each func(*kgo.Record)) {
 	q := fill(b, "bqbench-rawcons", b.N)
 	b.ReportAllocs()
 	cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(q),
@@ -197,7 +225,10 @@ func benchRawConsumeCommit(b *testing.B) {
 		if err := ctx.Err(); err != nil {
 			b.Fatalf("consumed %d of %d: %v", got, b.N, err)
 		}
-		fs.EachRecord(func(*kgo.Record) { got++ })
+		fs.EachRecord(func(r *kgo.Record) {
+			each(r)
+			got++
+		})
 		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 			b.Fatal(err)
 		}
