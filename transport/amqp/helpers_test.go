@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -102,28 +100,6 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return string(b)
-}
-
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("BQ_CONFORMANCE_DIR")
-	if dir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// transport/amqp -> repo root -> its parent
-		dir = filepath.Join(wd, "..", "..", "..", "shared", "conformance")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dir
 }
 
 // killer is a dialer that remembers its connections so a test can cut them, which is

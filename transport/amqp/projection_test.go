@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -13,61 +11,30 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-type manifestRabbit struct {
-	RabbitMQ struct {
-		PropertyProjection struct {
-			EnvelopeFile string                     `json:"envelope_file"`
-			Properties   map[string]string          `json:"properties"`
-			Headers      map[string]json.RawMessage `json:"headers"`
-		} `json:"property_projection"`
-	} `json:"rabbitmq"`
-}
-
-// fixtureProjection reads the envelope fields a runtime would project, with plain JSON.
-func fixtureProjection(t *testing.T, body []byte) (transport.Projection, int) {
-	t.Helper()
-	var e struct {
-		Job     string `json:"job"`
-		TraceID string `json:"trace_id"`
-		Meta    struct {
-			ID            string `json:"id"`
-			Lang          string `json:"lang"`
-			SchemaVersion int    `json:"schema_version"`
-			CreatedAt     int64  `json:"created_at"`
-		} `json:"meta"`
-		Attempts int `json:"attempts"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil {
-		t.Fatal(err)
-	}
-	return transport.Projection{URN: e.Job, TraceID: e.TraceID, MessageID: e.Meta.ID, Lang: e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion, CreatedAt: e.Meta.CreatedAt}, e.Attempts
+// rabbitBlock is the manifest's "rabbitmq" block.
+type rabbitBlock struct {
+	PropertyProjection struct {
+		EnvelopeFile string                     `json:"envelope_file"`
+		Properties   map[string]string          `json:"properties"`
+		Headers      map[string]json.RawMessage `json:"headers"`
+	} `json:"property_projection"`
 }
 
 // TestManifestRabbitMQProjection publishes the manifest's fixture through the
 // transport and reads it back with raw amqp091: every property and native-typed header
 // of the manifest's rabbitmq block, a persistent delivery and the body byte for byte.
 func TestManifestRabbitMQProjection(t *testing.T) {
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m manifestRabbit
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	pp := m.RabbitMQ.PropertyProjection
+	var m rabbitBlock
+	dir := transporttest.ManifestBlock(t, "rabbitmq", &m)
+	pp := m.PropertyProjection
 	if len(pp.Properties) == 0 || len(pp.Headers) == 0 {
 		t.Fatal("manifest has no rabbitmq.property_projection")
 	}
-	body, err := os.ReadFile(filepath.Join(dir, pp.EnvelopeFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proj, attempts := fixtureProjection(t, body)
+	body := transporttest.Fixture(t, dir, pp.EnvelopeFile)
+	proj, attempts := transporttest.FixtureProjection(t, body)
 
 	tr := openT(t)
 	q := newQueue(t)
