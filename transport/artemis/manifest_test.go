@@ -2,7 +2,6 @@ package artemis_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,29 +10,10 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/artemis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
-
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance. Missing
-// data fails the test under CI=true and skips it elsewhere.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("BQ_CONFORMANCE_DIR")
-	if dir == "" {
-		dir = filepath.Join(pyinterop.RepoRoot(t), "..", "shared", "conformance")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		msg := "conformance data not found at " + dir + ": set BQ_CONFORMANCE_DIR"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " (CI=true: never skipped)")
-		}
-		t.Skip(msg)
-	}
-	return dir
-}
 
 // artemisBlock is the manifest's "artemis" block.
 type artemisBlock struct {
@@ -56,44 +36,12 @@ type artemisBlock struct {
 
 func loadBlock(t *testing.T) (artemisBlock, string) {
 	t.Helper()
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		Artemis *artemisBlock `json:"artemis"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
-	if m.Artemis == nil || len(m.Artemis.AttemptsReconciliation.Cases) == 0 || len(m.Artemis.PropertyProjection.Properties) == 0 {
+	var m artemisBlock
+	dir := transporttest.ManifestBlock(t, "artemis", &m)
+	if len(m.AttemptsReconciliation.Cases) == 0 || len(m.PropertyProjection.Properties) == 0 {
 		t.Fatal("manifest.json has no usable artemis block")
 	}
-	return *m.Artemis, dir
-}
-
-// projectionOf reads the fields of an envelope the runtime projects.
-func projectionOf(t *testing.T, body []byte) (transport.Projection, int) {
-	t.Helper()
-	var e struct {
-		Job     string `json:"job"`
-		TraceID string `json:"trace_id"`
-		Meta    struct {
-			ID            string `json:"id"`
-			Lang          string `json:"lang"`
-			SchemaVersion int    `json:"schema_version"`
-			CreatedAt     int64  `json:"created_at"`
-		} `json:"meta"`
-		Attempts int `json:"attempts"`
-	}
-	if err := json.Unmarshal(body, &e); err != nil {
-		t.Fatalf("envelope: %v", err)
-	}
-	return transport.Projection{
-		URN: e.Job, TraceID: e.TraceID, MessageID: e.Meta.ID, Lang: e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion, CreatedAt: e.Meta.CreatedAt,
-	}, e.Attempts
+	return m, dir
 }
 
 // rawReceive reads one message from queue with plain go-amqp, accepting it, so a test
@@ -144,7 +92,7 @@ func TestManifestPropertyProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj, attempts := projectionOf(t, body)
+	proj, attempts := transporttest.FixtureProjection(t, body)
 	tr := openTransport(t)
 	q := transporttest.UniqueName("bqtest-manifest")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

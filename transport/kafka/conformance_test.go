@@ -11,20 +11,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// conformanceDir is $BQ_CONFORMANCE_DIR, else <repo>/../shared/conformance.
-func conformanceDir(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("BQ_CONFORMANCE_DIR"); d != "" {
-		return d
-	}
-	return filepath.Join(pyinterop.RepoRoot(t), "..", "shared", "conformance")
-}
-
+// kafkaBlock is the manifest's "kafka" block.
 type kafkaBlock struct {
 	PropertyProjection struct {
 		EnvelopeFile string            `json:"envelope_file"`
@@ -42,47 +33,12 @@ type kafkaBlock struct {
 
 func loadKafkaBlock(t testing.TB) (kafkaBlock, string) {
 	t.Helper()
-	dir := conformanceDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatalf("conformance manifest (set BQ_CONFORMANCE_DIR): %v", err)
-	}
-	var m struct {
-		Kafka *kafkaBlock `json:"kafka"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
-	if m.Kafka == nil {
-		t.Fatal("manifest.json has no kafka block")
-	}
-	if len(m.Kafka.PropertyProjection.Headers) == 0 || len(m.Kafka.AttemptsReconciliation.Cases) == 0 {
+	var m kafkaBlock
+	dir := transporttest.ManifestBlock(t, "kafka", &m)
+	if len(m.PropertyProjection.Headers) == 0 || len(m.AttemptsReconciliation.Cases) == 0 {
 		t.Fatal("manifest kafka block has no headers or no reconciliation cases")
 	}
-	return *m.Kafka, dir
-}
-
-// projectionOf reads the fields a producer projects from an envelope file.
-func projectionOf(t testing.TB, body []byte) (transport.Projection, int) {
-	t.Helper()
-	var env struct {
-		Job     string `json:"job"`
-		TraceID string `json:"trace_id"`
-		Meta    struct {
-			ID            string `json:"id"`
-			Lang          string `json:"lang"`
-			SchemaVersion int    `json:"schema_version"`
-			CreatedAt     int64  `json:"created_at"`
-		} `json:"meta"`
-		Attempts int `json:"attempts"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		t.Fatal(err)
-	}
-	return transport.Projection{
-		URN: env.Job, TraceID: env.TraceID, MessageID: env.Meta.ID, Lang: env.Meta.Lang,
-		SchemaVersion: env.Meta.SchemaVersion, CreatedAt: env.Meta.CreatedAt,
-	}, env.Attempts
+	return m, dir
 }
 
 // TestManifestProjection publishes the manifest's envelope and checks the record another
@@ -94,7 +50,7 @@ func TestManifestProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj, attempts := projectionOf(t, body)
+	proj, attempts := transporttest.FixtureProjection(t, body)
 	tr := openKafka(t)
 	q := transporttest.UniqueName("bqtest-manifest")
 	publishOK(t, tr, &transport.Message{Queue: q, Body: body, Attempts: attempts, Projection: proj})
