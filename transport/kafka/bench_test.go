@@ -236,6 +236,126 @@ func rawConsumeCommit(b *testing.B, each func(*kgo.Record)) {
 	cl.Close()
 }
 
+// consumeBlock is how many records each side of BenchmarkConsumeCommitAlternating
+// consumes before the other side's turn, and consumeWarm how many each consumes before
+// the timer starts.
+const (
+	consumeBlock = 100000
+	consumeWarm  = 1000
+)
+
+// BenchmarkConsumeCommitAlternating: a raw franz-go group consumer (auto-commit off,
+// committing each polled batch synchronously, reading bq-attempts and bq-schema-version
+// of each record as the binding obliges) and a transport consumer (prefetch 64, Receive
+// and Settle(Ack) per record, background commits, Close committing the last offsets)
+// each consume b.N records of their own topic, taking turns in blocks of consumeBlock
+// records, the order of the pair swapped every round. Both have joined their group and
+// consumed consumeWarm records before the timer starts. It reports each side's ns per
+// record and their ratio (raw÷transport, ≥ 1 is as fast or faster); ns/op is the sum
+// of both sides.
+//
+// Both clients keep fetching in the background while the other side is timed, so each
+// starts a block holding the rest of its last polled batch and up to one more fetch
+// (tens of thousands of these small, well compressed records) already decoded: the
+// same lookahead on both sides, since the raw side also leaves the rest of a polled
+// batch for its next turn (committing each batch once it is consumed).
+func BenchmarkConsumeCommitAlternating(b *testing.B) {
+	qr := fill(b, "bqbench-altrawcons", b.N+consumeWarm)
+	qt := fill(b, "bqbench-alttrcons", b.N+consumeWarm)
+	cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(qr),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	tr := openKafka(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := tr.Consume(ctx, qt, transport.ConsumeOptions{Prefetch: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := b.N + consumeWarm
+	var attempts, v1 int
+	rawGot := 0
+	var iter *kgo.FetchesRecordIter
+	// raw consumes until upTo records are consumed in all. What is left of a polled
+	// batch waits for its next turn, as the transport's ready list does, and each batch
+	// is committed once consumed.
+	raw := func(upTo int) time.Duration {
+		start := time.Now()
+		for rawGot < upTo {
+			if iter == nil || iter.Done() {
+				fs := cl.PollFetches(ctx)
+				if err := ctx.Err(); err != nil {
+					b.Fatalf("raw consumed %d of %d: %v", rawGot, total, err)
+				}
+				iter = fs.RecordIter()
+				continue
+			}
+			r := iter.Next()
+			for _, h := range r.Headers {
+				switch h.Key {
+				case "bq-attempts":
+					if n, err := strconv.Atoi(string(h.Value)); err == nil {
+						attempts += n
+					}
+				case "bq-schema-version":
+					if string(h.Value) == "1" {
+						v1++
+					}
+				}
+			}
+			rawGot++
+			if iter.Done() {
+				if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		return time.Since(start)
+	}
+	trGot := 0
+	viaTransport := func(upTo int) time.Duration {
+		start := time.Now()
+		for ; trGot < upTo; trGot++ {
+			d, err := c.Receive(ctx)
+			if err != nil {
+				b.Fatalf("transport received %d of %d: %v", trGot, total, err)
+			}
+			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if trGot == total {
+			if err := c.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	raw(consumeWarm) // both join their group and start fetching outside the timings
+	viaTransport(consumeWarm)
+	rawFrom, trFrom := rawGot, trGot
+	var rawD, trD time.Duration
+	b.ResetTimer()
+	for round := 0; rawGot < total || trGot < total; round++ {
+		rawTo, trTo := min(rawGot+consumeBlock, total), min(trGot+consumeBlock, total)
+		if round%2 == 0 {
+			rawD += raw(rawTo)
+			trD += viaTransport(trTo)
+		} else {
+			trD += viaTransport(trTo)
+			rawD += raw(rawTo)
+		}
+	}
+	b.StopTimer()
+	if v1 < total {
+		b.Fatalf("raw read %d schema versions of %d records", v1, total)
+	}
+	rawNs := float64(rawD) / float64(rawGot-rawFrom)
+	trNs := float64(trD) / float64(trGot-trFrom)
+	b.ReportMetric(rawNs, "raw-ns/op")
+	b.ReportMetric(trNs, "transport-ns/op")
+	b.ReportMetric(rawNs/trNs, "raw/transport")
+}
+
 // benchTransportConsumeCommit: a transport consumer (prefetch 64) hands out b.N
 // records one by one and each is settled with Ack; closing it commits the last offsets.
 func benchTransportConsumeCommit(b *testing.B) {

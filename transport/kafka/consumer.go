@@ -75,7 +75,7 @@ type consumer struct {
 		Error(string, ...any)
 	}
 
-	slots     chan struct{}
+	prefetch  int             // the most deliveries handed out and not settled
 	ctx       context.Context // lifetime of the background goroutines
 	cancel    context.CancelFunc
 	done      chan struct{} // closed by Close
@@ -90,8 +90,11 @@ type consumer struct {
 	closed     bool
 	parts      map[tp]*partition
 	ready      []*record
-	wake       chan struct{} // closed and replaced when records become ready
+	handed     int           // records holding a prefetch slot
+	wake       chan struct{} // closed and replaced when a waiting Receive may go on
+	waiting    bool          // a Receive waits on wake
 	pollCancel context.CancelFunc
+	batch      []record // the rest of the current slab of record structs (poll loop only)
 	seekWanted bool
 	buffer     int
 }
@@ -120,7 +123,7 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		queue:     queue,
 		pattern:   regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
 		log:       t.log.With("queue", queue, "group", t.cfg.group),
-		slots:     make(chan struct{}, prefetch),
+		prefetch:  prefetch,
 		done:      make(chan struct{}),
 		commitSig: make(chan struct{}, 1),
 		pollSig:   make(chan struct{}, 1),
@@ -173,6 +176,7 @@ func signal(ch chan struct{}) {
 // stable assignment.
 func (c *consumer) pollLoop() {
 	defer c.wg.Done()
+	var admits []admission
 	for {
 		if c.ctx.Err() != nil {
 			return
@@ -196,7 +200,10 @@ func (c *consumer) pollLoop() {
 			cancel() // enter the poll only to seek
 		}
 		c.mu.Unlock()
-		fetches := c.cl.PollRecords(pctx, max(room, 1))
+		// Take everything franz-go has buffered: it starts the next fetch only once a
+		// buffered fetch is drained, so taking part of one would leave the next fetch
+		// (and its decoding) waiting until the ready list is nearly empty.
+		fetches := c.cl.PollFetches(pctx)
 		c.mu.Lock()
 		c.pollCancel = nil
 		c.mu.Unlock()
@@ -210,14 +217,23 @@ func (c *consumer) pollLoop() {
 			}
 			c.log.Warn("kafka: fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		// Build each record's tracking struct and delivery before taking the lock, so
+		// Receive and Settle wait only for the linking below.
+		admits = admits[:0]
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) > 0 {
+				admits = append(admits, c.prepare(fp.Topic, fp.Partition, fp.Records))
+			}
+		})
 		var pause map[string][]int32
 		delayed := false
 		c.mu.Lock()
-		fetches.EachRecord(func(r *kgo.Record) {
-			if c.admitLocked(r) == stDelayed {
+		for i := range admits {
+			if c.admitLocked(&admits[i]) {
 				delayed = true
 			}
-		})
+			admits[i] = admission{}
+		}
 		for _, p := range c.parts {
 			if !delayed {
 				break
@@ -246,8 +262,7 @@ func (c *consumer) pollLoop() {
 			}
 		}
 		if len(c.ready) > 0 {
-			close(c.wake)
-			c.wake = make(chan struct{})
+			c.wakeLocked()
 		}
 		c.mu.Unlock()
 		if len(pause) > 0 {
@@ -283,32 +298,83 @@ func (c *consumer) readyLenLocked() int {
 	return len(c.ready)
 }
 
-// admitLocked starts tracking a fetched record and returns its state (-1 when dropped).
-func (c *consumer) admitLocked(r *kgo.Record) int {
-	key := tp{r.Topic, r.Partition}
-	p := c.parts[key]
+// slabSize is how many record structs the poll loop allocates at once. It bounds what one
+// record still referenced by the application keeps reachable.
+const slabSize = 128
+
+// admission is the fetched records of one partition, prepared for admitLocked.
+type admission struct {
+	key  tp
+	tier time.Duration
+	recs []record
+}
+
+// prepare builds the tracking structs of the records fetched from one partition, and
+// the deliveries of those of the queue itself (parked records are never handed out). It
+// touches no shared state, so the poll loop calls it without the lock.
+func (c *consumer) prepare(topic string, part int32, rs []*kgo.Record) admission {
+	a := admission{key: tp{topic, part}, tier: c.tierOf(topic)}
+	if len(c.batch) < len(rs) {
+		c.batch = make([]record, max(len(rs), slabSize))
+	}
+	a.recs = c.batch[:len(rs):len(rs)]
+	c.batch = c.batch[len(rs):]
+	for i, r := range rs {
+		rec := &a.recs[i]
+		rec.c, rec.r = c, r
+		if a.tier == 0 {
+			c.fillDelivery(rec)
+		}
+	}
+	return a
+}
+
+// admitLocked starts tracking the prepared records of one partition: those of a delay
+// topic are parked, the others join the ready list. Records fetched before a pending
+// seek, or already fetched, are dropped. It reports whether any record was parked.
+func (c *consumer) admitLocked(a *admission) bool {
+	p := c.parts[a.key]
 	if p == nil {
-		p = &partition{tp: key, next: -1, sent: -1, tier: c.tierOf(r.Topic)}
-		c.parts[key] = p
+		p = &partition{tp: a.key, next: -1, sent: -1, tier: a.tier}
+		c.parts[a.key] = p
 	}
 	if p.seek != nil {
-		return -1 // fetched before the seek: it comes again from the sought offset
+		return false // fetched before the seek: they come again from the sought offset
 	}
-	if p.next >= 0 && r.Offset < p.next {
-		return -1
+	parked := false
+	now := time.Time{}
+	for i := range a.recs {
+		rec := &a.recs[i]
+		r := rec.r
+		if p.next >= 0 && r.Offset < p.next {
+			continue
+		}
+		p.next = r.Offset + 1
+		rec.p = p
+		p.pending = append(p.pending, rec)
+		if p.tier > 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			rec.state = stDelayed
+			rec.due = dueAt(r, p.tier, now)
+			p.delayed = append(p.delayed, rec)
+			parked = true
+			continue
+		}
+		rec.state = stBuffered
+		c.ready = append(c.ready, rec)
 	}
-	p.next = r.Offset + 1
-	rec := &record{c: c, r: r, p: p}
-	p.pending = append(p.pending, rec)
-	if p.tier > 0 {
-		rec.state = stDelayed
-		rec.due = dueAt(r, p.tier, time.Now())
-		p.delayed = append(p.delayed, rec)
-		return stDelayed
+	return parked
+}
+
+// wakeLocked lets every waiting Receive look again.
+func (c *consumer) wakeLocked() {
+	if c.waiting {
+		c.waiting = false
+		close(c.wake)
+		c.wake = make(chan struct{})
 	}
-	rec.state = stBuffered
-	c.ready = append(c.ready, rec)
-	return stBuffered
 }
 
 // tierOf returns the delay of a delay topic of the queue, zero for the queue itself.
@@ -346,56 +412,52 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 
 // Receive hands out the next record of the queue.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	select {
-	case <-c.done:
-		return nil, transport.ErrClosed
-	default:
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.done:
-		return nil, transport.ErrClosed
-	}
+	c.mu.Lock()
 	for {
-		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			<-c.slots
 			return nil, transport.ErrClosed
 		}
-		var rec *record
-		for len(c.ready) > 0 && rec == nil {
-			r := c.ready[0]
-			c.ready[0] = nil
-			c.ready = c.ready[1:]
-			if r.state == stBuffered {
-				rec = r
+		if c.handed < c.prefetch {
+			var rec *record
+			for len(c.ready) > 0 && rec == nil {
+				r := c.ready[0]
+				c.ready[0] = nil
+				c.ready = c.ready[1:]
+				if r.state == stBuffered {
+					rec = r
+				}
 			}
-		}
-		if rec != nil {
-			rec.state = stHanded
-			rec.slot = true
-			low := len(c.ready) < c.buffer/2
-			c.mu.Unlock()
-			if low {
-				signal(c.pollSig)
+			if rec != nil {
+				rec.state = stHanded
+				rec.slot = true
+				c.handed++
+				low := len(c.ready) < c.buffer/2
+				c.mu.Unlock()
+				if low {
+					signal(c.pollSig)
+				}
+				return &rec.d, nil
 			}
-			return c.delivery(rec), nil
 		}
 		wake := c.wake
+		c.waiting = true
+		empty := len(c.ready) == 0
 		c.mu.Unlock()
-		signal(c.pollSig)
+		if empty {
+			signal(c.pollSig)
+		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			<-c.slots
 			return nil, ctx.Err()
 		case <-c.done:
-			<-c.slots
 			return nil, transport.ErrClosed
 		}
+		c.mu.Lock()
 	}
 }
 
@@ -415,8 +477,8 @@ func isReserved(name string) bool {
 	return false
 }
 
-// delivery builds what the runtime sees of a record; it lives inside the record.
-func (c *consumer) delivery(rec *record) *transport.Delivery {
+// fillDelivery builds what the runtime sees of a record; it lives inside the record.
+func (c *consumer) fillDelivery(rec *record) {
 	r := rec.r
 	d := &rec.d
 	*d = transport.Delivery{Queue: c.queue, Body: r.Value, Key: r.Key, Handle: rec}
@@ -454,14 +516,14 @@ func (c *consumer) delivery(rec *record) *transport.Delivery {
 			}
 		}
 	}
-	return d
 }
 
 // releaseLocked gives back the prefetch slot a record holds.
 func (c *consumer) releaseLocked(rec *record) {
 	if rec.slot {
 		rec.slot = false
-		<-c.slots
+		c.handed--
+		c.wakeLocked()
 	}
 }
 
