@@ -246,8 +246,9 @@ const (
 
 // BenchmarkConsumeCommitAlternating: a raw franz-go group consumer (auto-commit off,
 // committing each polled batch synchronously, reading bq-attempts and bq-schema-version
-// of each record as the binding obliges) and a transport consumer (prefetch 64, Receive
-// and Settle(Ack) per record, background commits, Close committing the last offsets)
+// of each record as the binding obliges, closed at the end) and a transport consumer
+// (prefetch 64, Receive and Settle(Ack) per record, background commits, Close
+// committing the last offsets)
 // each consume b.N records of their own topic, taking turns in blocks of consumeBlock
 // records, the order of the pair swapped every round. Both have joined their group and
 // consumed consumeWarm records before the timer starts. It reports each side's ns per
@@ -308,6 +309,9 @@ func BenchmarkConsumeCommitAlternating(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		}
+		if rawGot == total {
+			cl.Close() // leaves the group, as the transport's Close does
 		}
 		return time.Since(start)
 	}

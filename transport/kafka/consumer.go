@@ -42,7 +42,7 @@ type tp struct {
 type partition struct {
 	tp       tp
 	tier     time.Duration // the delay of a delay topic; zero for the queue itself
-	pending  []*record     // tracked records in offset order, the first one unsettled
+	pending  queue         // tracked records in offset order, the first one unsettled
 	next     int64         // the lowest offset accepted next; -1 before the first record
 	commitAt kgo.EpochOffset
 	hasMark  bool  // commitAt is set
@@ -57,10 +57,54 @@ type record struct {
 	c     *consumer
 	r     *kgo.Record
 	p     *partition
-	state int
+	state uint8
 	slot  bool // holds one of the consumer's prefetch slots
 	due   time.Time
 	d     transport.Delivery // what Receive hands out
+}
+
+// queue is a FIFO of records that reuses its backing array, so a steady flow of records
+// through it allocates nothing.
+type queue struct {
+	s    []*record
+	head int // s[head:] are the queued records
+}
+
+func (q *queue) len() int { return len(q.s) - q.head }
+
+// items returns the queued records, oldest first; they stay valid until the next push.
+func (q *queue) items() []*record { return q.s[q.head:] }
+
+func (q *queue) front() *record { return q.s[q.head] }
+
+func (q *queue) push(r *record) {
+	if len(q.s) == cap(q.s) && q.head >= len(q.s)/2 {
+		// At least half the array is popped: move the queued records down instead of
+		// growing it.
+		n := copy(q.s, q.s[q.head:])
+		clear(q.s[n:])
+		q.s, q.head = q.s[:n], 0
+	}
+	q.s = append(q.s, r)
+}
+
+func (q *queue) pop() *record {
+	r := q.s[q.head]
+	q.s[q.head] = nil
+	q.head++
+	if q.head == len(q.s) {
+		q.s, q.head = q.s[:0], 0
+	}
+	return r
+}
+
+// truncate keeps the n oldest records.
+func (q *queue) truncate(n int) {
+	clear(q.s[q.head+n:])
+	q.s = q.s[:q.head+n]
+	if n == 0 {
+		q.s, q.head = q.s[:0], 0
+	}
 }
 
 type consumer struct {
@@ -86,17 +130,18 @@ type consumer struct {
 	pollSig   chan struct{}
 	delaySig  chan struct{}
 
-	mu         sync.Mutex
-	closed     bool
-	parts      map[tp]*partition
-	ready      []*record
-	handed     int           // records holding a prefetch slot
-	wake       chan struct{} // closed and replaced when a waiting Receive may go on
-	waiting    bool          // a Receive waits on wake
-	pollCancel context.CancelFunc
-	batch      []record // the rest of the current slab of record structs (poll loop only)
-	seekWanted bool
-	buffer     int
+	mu           sync.Mutex
+	closed       bool
+	parts        map[tp]*partition
+	ready        queue
+	handed       int           // records holding a prefetch slot
+	wake         chan struct{} // closed and replaced when a waiting Receive may go on
+	waiting      bool          // a Receive waits on wake
+	pollCancel   context.CancelFunc
+	batch        []record // the rest of the current slab of record structs (poll loop only)
+	seekWanted   bool
+	commitQueued bool // commitSig is signalled and the commit loop has not yet taken it
+	buffer       int
 }
 
 var _ transport.Consumer = (*consumer)(nil)
@@ -176,7 +221,6 @@ func signal(ch chan struct{}) {
 // stable assignment.
 func (c *consumer) pollLoop() {
 	defer c.wg.Done()
-	var admits []admission
 	for {
 		if c.ctx.Err() != nil {
 			return
@@ -217,23 +261,27 @@ func (c *consumer) pollLoop() {
 			}
 			c.log.Warn("kafka: fetch error", "topic", topic, "partition", p, "err", err)
 		})
-		// Build each record's tracking struct and delivery before taking the lock, so
-		// Receive and Settle wait only for the linking below.
-		admits = admits[:0]
+		// Admit the records in slabs: each slab's tracking structs and deliveries are
+		// built without the lock, then linked under it, and Receive may hand them out
+		// while the next slab is built.
+		delayed := false
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if len(fp.Records) > 0 {
-				admits = append(admits, c.prepare(fp.Topic, fp.Partition, fp.Records))
+			for rs := fp.Records; len(rs) > 0; {
+				n := min(len(rs), slabSize)
+				a := c.prepare(fp.Topic, fp.Partition, rs[:n])
+				rs = rs[n:]
+				c.mu.Lock()
+				if c.admitLocked(&a) {
+					delayed = true
+				}
+				if c.ready.len() > 0 {
+					c.wakeLocked()
+				}
+				c.mu.Unlock()
 			}
 		})
 		var pause map[string][]int32
-		delayed := false
 		c.mu.Lock()
-		for i := range admits {
-			if c.admitLocked(&admits[i]) {
-				delayed = true
-			}
-			admits[i] = admission{}
-		}
 		for _, p := range c.parts {
 			if !delayed {
 				break
@@ -260,9 +308,6 @@ func (c *consumer) pollLoop() {
 				}
 				seeks[p.tp.topic][p.tp.partition] = *p.seek
 			}
-		}
-		if len(c.ready) > 0 {
-			c.wakeLocked()
 		}
 		c.mu.Unlock()
 		if len(pause) > 0 {
@@ -295,14 +340,15 @@ func (c *consumer) pollLoop() {
 }
 
 func (c *consumer) readyLenLocked() int {
-	return len(c.ready)
+	return c.ready.len()
 }
 
-// slabSize is how many record structs the poll loop allocates at once. It bounds what one
-// record still referenced by the application keeps reachable.
+// slabSize is how many record structs the poll loop allocates and admits at once. It
+// bounds what one record still referenced by the application keeps reachable.
 const slabSize = 128
 
-// admission is the fetched records of one partition, prepared for admitLocked.
+// admission is up to slabSize fetched records of one partition, prepared for
+// admitLocked.
 type admission struct {
 	key  tp
 	tier time.Duration
@@ -315,7 +361,7 @@ type admission struct {
 func (c *consumer) prepare(topic string, part int32, rs []*kgo.Record) admission {
 	a := admission{key: tp{topic, part}, tier: c.tierOf(topic)}
 	if len(c.batch) < len(rs) {
-		c.batch = make([]record, max(len(rs), slabSize))
+		c.batch = make([]record, slabSize)
 	}
 	a.recs = c.batch[:len(rs):len(rs)]
 	c.batch = c.batch[len(rs):]
@@ -351,7 +397,7 @@ func (c *consumer) admitLocked(a *admission) bool {
 		}
 		p.next = r.Offset + 1
 		rec.p = p
-		p.pending = append(p.pending, rec)
+		p.pending.push(rec)
 		if p.tier > 0 {
 			if now.IsZero() {
 				now = time.Now()
@@ -363,7 +409,7 @@ func (c *consumer) admitLocked(a *admission) bool {
 			continue
 		}
 		rec.state = stBuffered
-		c.ready = append(c.ready, rec)
+		c.ready.push(rec)
 	}
 	return parked
 }
@@ -423,11 +469,8 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		}
 		if c.handed < c.prefetch {
 			var rec *record
-			for len(c.ready) > 0 && rec == nil {
-				r := c.ready[0]
-				c.ready[0] = nil
-				c.ready = c.ready[1:]
-				if r.state == stBuffered {
+			for c.ready.len() > 0 && rec == nil {
+				if r := c.ready.pop(); r.state == stBuffered {
 					rec = r
 				}
 			}
@@ -435,7 +478,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				rec.state = stHanded
 				rec.slot = true
 				c.handed++
-				low := len(c.ready) < c.buffer/2
+				low := c.ready.len() < c.buffer/2
 				c.mu.Unlock()
 				if low {
 					signal(c.pollSig)
@@ -445,7 +488,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		}
 		wake := c.wake
 		c.waiting = true
-		empty := len(c.ready) == 0
+		empty := c.ready.len() == 0
 		c.mu.Unlock()
 		if empty {
 			signal(c.pollSig)
@@ -597,15 +640,14 @@ func (c *consumer) ackLocked(rec *record) {
 	c.releaseLocked(rec)
 	p := rec.p
 	moved := false
-	for len(p.pending) > 0 && p.pending[0].state == stSettled {
-		h := p.pending[0]
+	for p.pending.len() > 0 && p.pending.front().state == stSettled {
+		h := p.pending.pop()
 		p.commitAt = kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset + 1}
 		p.hasMark = true
-		p.pending[0] = nil
-		p.pending = p.pending[1:]
 		moved = true
 	}
-	if moved {
+	if moved && !c.commitQueued {
+		c.commitQueued = true
 		signal(c.commitSig)
 	}
 }
@@ -614,8 +656,9 @@ func (c *consumer) ackLocked(rec *record) {
 // to seek the partition back to rec.
 func (c *consumer) rewindLocked(rec *record) {
 	p := rec.p
-	i := len(p.pending) - 1
-	for i >= 0 && p.pending[i] != rec {
+	pending := p.pending.items()
+	i := len(pending) - 1
+	for i >= 0 && pending[i] != rec {
 		i--
 	}
 	if i < 0 { // not tracked: the partition was revoked meanwhile
@@ -623,7 +666,7 @@ func (c *consumer) rewindLocked(rec *record) {
 		c.releaseLocked(rec)
 		return
 	}
-	for _, r := range p.pending[i:] {
+	for _, r := range pending[i:] {
 		if r != rec {
 			r.state = stDropped
 			c.releaseLocked(r)
@@ -631,8 +674,7 @@ func (c *consumer) rewindLocked(rec *record) {
 	}
 	rec.state = stRewound
 	c.releaseLocked(rec)
-	clear(p.pending[i:])
-	p.pending = p.pending[:i]
+	p.pending.truncate(i)
 	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
 	if p.seek == nil || at.Offset < p.seek.Offset {
 		p.seek = &at
@@ -655,6 +697,9 @@ func (c *consumer) commitLoop() {
 		case <-c.ctx.Done():
 			return
 		}
+		c.mu.Lock()
+		c.commitQueued = false // a settle from now on signals again
+		c.mu.Unlock()
 		if err := c.commit(c.ctx, nil); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("kafka: offset commit failed; it is retried with the next settle", "err", err)
 		}
@@ -757,7 +802,7 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		if p == nil {
 			continue
 		}
-		for _, r := range p.pending {
+		for _, r := range p.pending.items() {
 			if r.state != stSettled {
 				r.state = stDropped
 				c.releaseLocked(r)
