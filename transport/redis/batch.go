@@ -75,9 +75,13 @@ func (g *committer[T]) do(ctx context.Context, cl *call[T]) {
 	g.queue = slices.Delete(g.queue, 0, n)
 	g.mu.Unlock()
 
-	gctx, cancel := groupContext(group)
-	g.run(gctx, group)
-	cancel()
+	if len(group) == 1 {
+		g.run(ctx, group)
+	} else {
+		gctx, cancel := groupContext(group)
+		g.run(gctx, group)
+		cancel()
+	}
 	for _, f := range group[1:] {
 		f.wake <- false
 	}
@@ -94,13 +98,10 @@ func (g *committer[T]) do(ctx context.Context, cl *call[T]) {
 	next.wake <- true
 }
 
-// groupContext is the context a group is sent under: the first call's (values included)
-// when the group is that call alone; otherwise one that ends only when every call's
-// context has ended, so one caller giving up does not fail the others.
+// groupContext is the context a group of several calls is sent under: one with the
+// first call's values that ends only when every call's context has ended, so one caller
+// giving up does not fail the others. (A call alone is sent under its own context.)
 func groupContext[T any](group []*call[T]) (context.Context, context.CancelFunc) {
-	if len(group) == 1 {
-		return group[0].ctx, func() {}
-	}
 	base := context.WithoutCancel(group[0].ctx)
 	for _, cl := range group {
 		if cl.ctx.Done() == nil { // this caller never gives up, so neither does the group

@@ -35,6 +35,8 @@ type consumer struct {
 	queue    string
 	readyKey string
 	prefetch int
+	// The keys of the default layout: reserve script keys, then settle script keys.
+	reserveKeys, settleKeys []string
 
 	mu       sync.Mutex
 	done     chan struct{}
@@ -77,6 +79,8 @@ func newConsumer(t *Transport, queue string, prefetch int) *consumer {
 		done:     make(chan struct{}),
 		out:      map[*handle]bool{},
 	}
+	c.reserveKeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
+	c.settleKeys = []string{processingKey(queue), deadlinesKey(queue), c.readyKey, c.readyKey}
 	c.settles.run = c.settleGroup
 	return c
 }
@@ -299,9 +303,7 @@ func (c *consumer) reserve(ctx context.Context, n int, sweep bool) ([]*handle, e
 		tokens[i] = t.token()
 		args = append(args, tokens[i])
 	}
-	q := c.queue
-	res, err := reserveDefault.Run(ctx, t.client,
-		[]string{q, processingKey(q), deadlinesKey(q), delayedKey(q)}, args...).StringSlice()
+	res, err := reserveDefault.Run(ctx, t.client, c.reserveKeys, args...).StringSlice()
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, err
 	}
@@ -440,7 +442,7 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 		keys[0], keys[1], keys[2], keys[3] = reservedKey(ready), headersKey(ready), ready, notifyKey(ready)
 		args[0] = "l"
 	} else {
-		keys[0], keys[1], keys[2], keys[3] = processingKey(c.queue), deadlinesKey(c.queue), ready, ready
+		copy(keys, c.settleKeys)
 		args[0] = "d"
 	}
 	now := time.Now()
