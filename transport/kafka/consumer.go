@@ -50,6 +50,7 @@ type partition struct {
 	seek     *kgo.EpochOffset
 	delayed  []*record // parked records, due order (delay topics only)
 	paused   bool
+	revoking bool // being revoked: its buffered records are no longer handed out
 }
 
 // record is one fetched record and its state; it is the Handle of its delivery.
@@ -470,7 +471,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		if c.handed < c.prefetch {
 			var rec *record
 			for c.ready.len() > 0 && rec == nil {
-				if r := c.ready.pop(); r.state == stBuffered {
+				if r := c.ready.pop(); r.state == stBuffered && !r.p.revoking {
 					rec = r
 				}
 			}
@@ -763,9 +764,15 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 	return rerr
 }
 
+// revokeGrace bounds how long a revoke waits for the deliveries handed out from the
+// revoked partitions to be settled.
+const revokeGrace = 5 * time.Second
+
 // revoked commits what was settled on the revoked partitions and forgets them: records
-// handed out from them are dropped (their Settle returns ErrRevoked) and the new owner
-// resumes from the committed offset.
+// handed out from them and not settled within revokeGrace are dropped (their Settle
+// returns ErrRevoked) and the new owner resumes from the committed offset. The wait keeps
+// a record acknowledged out of order, behind one still being handled, from being
+// redelivered and settled again by the new owner.
 func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	only := map[tp]bool{}
 	for topic, ps := range revoked {
@@ -773,12 +780,52 @@ func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string]
 			only[tp{topic, p}] = true
 		}
 	}
+	c.awaitHanded(only, revokeGrace)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.commit(ctx, only); err != nil {
 		c.log.Warn("kafka: commit on revoke failed; settled records may be redelivered", "err", err)
 	}
 	c.forget(only, "revoked")
+}
+
+// awaitHanded stops handing out the buffered records of parts and waits, at most grace
+// and not after Close, until none of their records is handed out and unsettled.
+func (c *consumer) awaitHanded(parts map[tp]bool, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	c.mu.Lock()
+	for k := range parts {
+		if p := c.parts[k]; p != nil {
+			p.revoking = true
+		}
+	}
+	for !c.closed && c.handedLocked(parts) && time.Now().Before(deadline) {
+		c.mu.Unlock()
+		select {
+		case <-tick.C:
+		case <-c.done:
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+}
+
+// handedLocked reports whether a record of parts is handed out and not yet settled.
+func (c *consumer) handedLocked(parts map[tp]bool) bool {
+	for k := range parts {
+		p := c.parts[k]
+		if p == nil {
+			continue
+		}
+		for _, r := range p.pending.items() {
+			if r.state == stHanded || r.state == stSettling {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lost forgets partitions lost without a clean revoke (session expiry): nothing can be
