@@ -230,7 +230,7 @@ func (c *consumer) pollLoop() {
 		room := c.buffer - c.readyLenLocked()
 		seek := c.seekWanted
 		c.mu.Unlock()
-		if room < c.buffer/2 && !seek {
+		if room < max(c.buffer/2, 1) && !seek {
 			select {
 			case <-c.pollSig:
 			case <-c.ctx.Done():
@@ -241,7 +241,7 @@ func (c *consumer) pollLoop() {
 		pctx, cancel := context.WithCancel(c.ctx)
 		c.mu.Lock()
 		c.pollCancel = cancel
-		if c.seekWanted || room <= 0 {
+		if c.seekWanted {
 			cancel() // enter the poll only to seek
 		}
 		c.mu.Unlock()
@@ -479,7 +479,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				rec.state = stHanded
 				rec.slot = true
 				c.handed++
-				low := c.ready.len() < c.buffer/2
+				low := c.ready.len() < max(c.buffer/2, 1)
 				c.mu.Unlock()
 				if low {
 					signal(c.pollSig)

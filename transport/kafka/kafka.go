@@ -185,8 +185,12 @@ func WithMetadataRefresh(d time.Duration) Option {
 	return func(c *config) { c.metadataMaxAge = d }
 }
 
-// WithBuffer sets how many fetched records a consumer holds ready beyond those handed
-// out (default 1024).
+// WithBuffer sets how many fetched records a consumer aims to hold ready beyond those
+// handed out (default 1024): it polls again once fewer than half that many are ready.
+// A poll takes everything franz-go has fetched (whole fetch responses, bounded by
+// franz-go's fetch size options), so that franz-go fetches the next response while
+// these records are handled; the records held can therefore exceed n by up to one
+// fetch.
 func WithBuffer(n int) Option { return func(c *config) { c.buffer = n } }
 
 // WithCommitInterval sets the shortest pause between two background offset commits
