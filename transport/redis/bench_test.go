@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -104,10 +106,13 @@ func BenchmarkTransport(b *testing.B) {
 	}
 }
 
-// BenchmarkPaired interleaves the two: chunks of pairedChunk messages go through raw
-// go-redis and then through the transport, alternately, for b.N messages each, so both
-// sides see the same machine load (this machine is shared). It reports each side's
-// ns per message and the ratio raw/transport (above 1: the transport is faster).
+// BenchmarkPaired interleaves the sides: chunks of pairedChunk messages go through raw
+// go-redis, then through the transport, then through a "lua floor" — RPUSH, then BLMOVE
+// and LREM each replaced by a one-command Lua script (EVALSHA of LMOVE, of LREM) — for
+// b.N messages each, so all sides see the same machine load (this machine is shared). It
+// reports each side's ns per message and the ratios raw/transport and raw/lua (above 1:
+// faster than raw). The lua floor is what any design pays that reserves and settles in
+// scripts (as crash recovery and the settle gate need), before doing anything in them.
 func BenchmarkPaired(b *testing.B) {
 	const pairedChunk = 256
 	for _, w := range benchWorkers {
@@ -116,8 +121,10 @@ func BenchmarkPaired(b *testing.B) {
 			ctx := context.Background()
 			rq := transporttest.UniqueName("bqbench")
 			tq := transporttest.UniqueName("bqbench")
-			cleanKeys(b, c, rq+"*")
-			cleanKeys(b, c, tq+"*")
+			lq := transporttest.UniqueName("bqbench")
+			for _, q := range []string{rq, tq, lq} {
+				cleanKeys(b, c, q+"*")
+			}
 			tr := bqredis.New(c)
 			cons, err := tr.Consume(ctx, tq, transport.ConsumeOptions{Prefetch: w.n})
 			if err != nil {
@@ -153,7 +160,22 @@ func BenchmarkPaired(b *testing.B) {
 					b.Error(err)
 				}
 			}
-			var rawT, bqT time.Duration
+			lkeys := []string{lq, lq + ":processing"}
+			lua := func() {
+				if err := c.RPush(ctx, lq, body).Err(); err != nil {
+					b.Error(err)
+					return
+				}
+				el, err := luaMove.Run(ctx, c, lkeys).Text()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := luaRem.Run(ctx, c, lkeys[1:], el).Err(); err != nil {
+					b.Error(err)
+				}
+			}
+			var rawT, bqT, luaT time.Duration
 			b.ResetTimer()
 			for done := 0; done < b.N; done += pairedChunk {
 				k := min(pairedChunk, b.N-done)
@@ -163,15 +185,26 @@ func BenchmarkPaired(b *testing.B) {
 				start = time.Now()
 				splitN(k, w.n, bq)
 				bqT += time.Since(start)
+				start = time.Now()
+				splitN(k, w.n, lua)
+				luaT += time.Since(start)
 			}
 			b.StopTimer()
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(rawT.Nanoseconds())/float64(b.N), "raw-ns/msg")
 			b.ReportMetric(float64(bqT.Nanoseconds())/float64(b.N), "bq-ns/msg")
+			b.ReportMetric(float64(luaT.Nanoseconds())/float64(b.N), "lua-ns/msg")
 			b.ReportMetric(float64(rawT)/float64(bqT), "raw/bq")
+			b.ReportMetric(float64(rawT)/float64(luaT), "raw/lua")
 		})
 	}
 }
+
+// The lua floor's scripts: BLMOVE's and LREM's work, one command each.
+var (
+	luaMove = goredis.NewScript(`return redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')`)
+	luaRem  = goredis.NewScript(`return redis.call('lrem', KEYS[1], 1, ARGV[1])`)
+)
 
 // splitN runs fn k times over n goroutines.
 func splitN(k, n int, fn func()) {

@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# benchratio.sh runs BenchmarkRaw and BenchmarkTransport ROUNDS times (default 5). Each
-# round runs, per worker count, the raw benchmark and then the transport one back to back
-# (one test process per pair), so the two sides of a ratio see the same machine load. It
-# prints each round's ratio (raw ns/op ÷ transport ns/op) and the medians over the rounds. Run from the module root with the brokers' env:
+# benchratio.sh runs BenchmarkPaired ROUNDS times (default 5; each round one test process,
+# BENCHTIME messages per side, default 8000x) and prints each round's ratios and their
+# medians. In BenchmarkPaired the raw, transport and lua-floor sides alternate in chunks of
+# 256 messages, so each ratio compares sides that saw the same load on this shared
+# machine. Run from the module root with the brokers' env:
 #
 #	eval "$(bash scripts/brokers.sh env)"
 #	bash transport/redis/testdata/benchratio.sh [ROUNDS] [BENCHTIME]
 set -euo pipefail
 rounds=${1:-5}
-benchtime=${2:-2s}
+benchtime=${2:-8000x}
 out=$(mktemp)
 bin=$(mktemp)
 trap 'rm -f "$out" "$bin"' EXIT
 go test -c -o "$bin" ./transport/redis/
 for r in $(seq 1 "$rounds"); do
-	for w in 1 8; do
-		"$bin" -test.run '^$' -test.bench "^Benchmark(Raw|Transport)\$/^workers=$w\$" -test.benchmem \
-			-test.benchtime "$benchtime" -test.count 1 |
-			awk -v r="$r" '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); print r, $1, $3, $5, $7 }' >>"$out"
-	done
+	"$bin" -test.run '^$' -test.bench '^BenchmarkPaired$' -test.benchtime "$benchtime" -test.count 1 |
+		awk -v r="$r" '/^BenchmarkPaired/ {
+			sub(/-[0-9]+$/, "", $1); sub(/.*\//, "", $1)
+			for (i = 3; i < NF; i += 2) v[$(i + 1)] = $i
+			print r, $1, v["raw-ns/msg"], v["bq-ns/msg"], v["lua-ns/msg"], v["raw/bq"], v["raw/lua"]
+		}' >>"$out"
 done
 awk '
 function median(list,   n, a, i, j, t) {
@@ -27,20 +29,12 @@ function median(list,   n, a, i, j, t) {
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 {
-	split($2, p, "/"); side = p[1]; w = p[2]
-	ns[side, w] = ns[side, w] " " $3; bop[side, w] = $4; aop[side, w] = $5
-	val[$1, side, w] = $3; ws[w] = 1; rs[$1] = 1
+	printf "round %s %s: raw %d ns/msg, transport %d, lua floor %d; raw/transport %.2f, raw/lua %.2f\n", $1, $2, $3, $4, $5, $6, $7
+	raw[$2] = raw[$2] " " $3; bq[$2] = bq[$2] " " $4; lua[$2] = lua[$2] " " $5
+	rb[$2] = rb[$2] " " $6; rl[$2] = rl[$2] " " $7
 }
 END {
-	for (w in ws) {
-		rl = ""
-		for (r in rs) if (val[r, "BenchmarkRaw", w] && val[r, "BenchmarkTransport", w]) {
-			x = val[r, "BenchmarkRaw", w] / val[r, "BenchmarkTransport", w]
-			rl = rl " " x
-			printf "round %s %s ratio %.2f\n", r, w, x
-		}
-		printf "MEDIAN %s raw %d ns/op (%s B/op %s allocs/op), transport %d ns/op (%s B/op %s allocs/op), ratio %.2f\n",
-			w, median(ns["BenchmarkRaw", w]), bop["BenchmarkRaw", w], aop["BenchmarkRaw", w],
-			median(ns["BenchmarkTransport", w]), bop["BenchmarkTransport", w], aop["BenchmarkTransport", w], median(rl)
-	}
-}' "$out" | sort
+	for (w in raw)
+		printf "MEDIAN %s: raw %d ns/msg, transport %d, lua floor %d; raw/transport %.2f, raw/lua %.2f\n",
+			w, median(raw[w]), median(bq[w]), median(lua[w]), median(rb[w]), median(rl[w])
+}' "$out"
