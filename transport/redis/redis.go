@@ -27,8 +27,9 @@
 // <q>:processing:deadlines as the member "<token>:<element>" (token: 32 lowercase hex
 // digits, one per reservation) scored with the Unix time at which it lapses (now +
 // retry_after). Acknowledging removes that member and LREMs the element from
-// <q>:processing. Before each reservation, lapsed members are swept: their element goes
-// back to the end of <q>, unchanged. These are the keys and the member format the Python
+// <q>:processing. At least every 100 ms while a consumer reserves, and whenever its wait
+// on an empty list ends, lapsed members are swept: their element goes back to the end of
+// <q>, unchanged. These are the keys and the member format the Python
 // SDK 1.24.0 uses, so a Go worker and a Python worker on one queue recover each other's
 // reservations, and a late settle of a reservation that was swept touches nothing (the
 // gate: every settle checks its own member first). A reservation made by an SDK that
@@ -55,6 +56,14 @@
 // Every settle (ack, rewind, and the retry and dead-letter writes that come with an ack)
 // is one Lua script: the writes and the removal of the reservation happen together or
 // not at all. A rewind puts the element back at the head of the queue.
+//
+// # Grouping
+//
+// Calls that goroutines make while an earlier one of the same kind is in flight go to
+// Redis together when it returns: plain publishes as one RPUSH per list, acks and
+// rewinds of one consumer as one settle script call, reservations for the workers
+// waiting on one consumer as one reserve script call. Each call still waits for, and
+// gets, its own result; a call that finds nothing in flight goes out at once, alone.
 package redis
 
 import (
