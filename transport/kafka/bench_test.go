@@ -236,125 +236,111 @@ func rawConsumeCommit(b *testing.B, each func(*kgo.Record)) {
 	cl.Close()
 }
 
-// consumeBlock is how many records each side of BenchmarkConsumeCommitAlternating
-// consumes before the other side's turn, and consumeWarm how many each consumes before
-// the timer starts.
-const (
-	consumeBlock = 100000
-	consumeWarm  = 1000
-)
+// consumeRun is how many records each side of BenchmarkConsumeCommitAlternating
+// consumes in one turn.
+const consumeRun = 200000
 
-// BenchmarkConsumeCommitAlternating: a raw franz-go group consumer (auto-commit off,
-// committing each polled batch synchronously, reading bq-attempts and bq-schema-version
-// of each record as the binding obliges, closed at the end) and a transport consumer
-// (prefetch 64, Receive and Settle(Ack) per record, background commits, Close
-// committing the last offsets)
-// each consume b.N records of their own topic, taking turns in blocks of consumeBlock
-// records, the order of the pair swapped every round. Both have joined their group and
-// consumed consumeWarm records before the timer starts. It reports each side's ns per
-// record and their ratio (raw÷transport, ≥ 1 is as fast or faster); ns/op is the sum
-// of both sides.
+// BenchmarkConsumeCommitAlternating: a raw franz-go group consumer and a transport
+// consumer take turns, the order of the pair swapped every round, each turn consuming
+// consumeRun records (b.N in all per side) from a topic filled for it beforehand, with a
+// new group:
 //
-// Both clients keep fetching in the background while the other side is timed, so each
-// starts a block holding the rest of its last polled batch and up to one more fetch
-// (tens of thousands of these small, well compressed records) already decoded: the
-// same lookahead on both sides, since the raw side also leaves the rest of a polled
-// batch for its next turn (committing each batch once it is consumed).
+//   - raw: auto-commit off, polling, reading bq-attempts and bq-schema-version of each
+//     record as the binding obliges, committing each polled batch synchronously, and
+//     leaving the group;
+//   - transport: Consume (prefetch 64), Receive and Settle(Ack) per record, background
+//     commits, and Close, which commits the last offsets and leaves the group.
+//
+// Each turn is timed from its first record, so joining the group is left out; on both
+// sides that also leaves out decoding the first fetch, which the first record waits for
+// (on the transport side the records are admitted in slabs as they are handed out). The
+// turns never overlap, so neither side's background fetching slows the other's timing,
+// and both sides see the same machine load. It reports each side's ns per record and
+// their ratio (raw÷transport, ≥ 1 is as fast or faster); ns/op is the sum of both sides.
 func BenchmarkConsumeCommitAlternating(b *testing.B) {
-	qr := fill(b, "bqbench-altrawcons", b.N+consumeWarm)
-	qt := fill(b, "bqbench-alttrcons", b.N+consumeWarm)
-	cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(qr),
-		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	tr := openKafka(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c, err := tr.Consume(ctx, qt, transport.ConsumeOptions{Prefetch: 64})
-	if err != nil {
-		b.Fatal(err)
-	}
-	total := b.N + consumeWarm
-	var attempts, v1 int
-	rawGot := 0
-	var iter *kgo.FetchesRecordIter
-	// raw consumes until upTo records are consumed in all. What is left of a polled
-	// batch waits for its next turn, as the transport's ready list does, and each batch
-	// is committed once consumed.
-	raw := func(upTo int) time.Duration {
-		start := time.Now()
-		for rawGot < upTo {
-			if iter == nil || iter.Done() {
-				fs := cl.PollFetches(ctx)
-				if err := ctx.Err(); err != nil {
-					b.Fatalf("raw consumed %d of %d: %v", rawGot, total, err)
-				}
-				iter = fs.RecordIter()
-				continue
+	tr := openKafka(b)
+	raw := func(q string, n int) time.Duration {
+		cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(q),
+			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		var start time.Time
+		got, v1 := 0, 0
+		for got < n {
+			fs := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				b.Fatalf("raw consumed %d of %d: %v", got, n, err)
 			}
-			r := iter.Next()
-			for _, h := range r.Headers {
-				switch h.Key {
-				case "bq-attempts":
-					if n, err := strconv.Atoi(string(h.Value)); err == nil {
-						attempts += n
-					}
-				case "bq-schema-version":
-					if string(h.Value) == "1" {
-						v1++
+			if got == 0 && fs.NumRecords() > 0 {
+				start = time.Now()
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					switch h.Key {
+					case "bq-attempts":
+						if _, err := strconv.Atoi(string(h.Value)); err != nil {
+							b.Error(err)
+						}
+					case "bq-schema-version":
+						if string(h.Value) == "1" {
+							v1++
+						}
 					}
 				}
-			}
-			rawGot++
-			if iter.Done() {
-				if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-					b.Fatal(err)
-				}
+				got++
+			})
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				b.Fatal(err)
 			}
 		}
-		if rawGot == total {
-			cl.Close() // leaves the group, as the transport's Close does
+		cl.Close()
+		d := time.Since(start)
+		if v1 != n {
+			b.Fatalf("raw read %d schema versions of %d records", v1, n)
 		}
-		return time.Since(start)
+		return d
 	}
-	trGot := 0
-	viaTransport := func(upTo int) time.Duration {
-		start := time.Now()
-		for ; trGot < upTo; trGot++ {
+	viaTransport := func(q string, n int) time.Duration {
+		c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 64})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var start time.Time
+		for i := range n {
 			d, err := c.Receive(ctx)
 			if err != nil {
-				b.Fatalf("transport received %d of %d: %v", trGot, total, err)
+				b.Fatalf("transport received %d of %d: %v", i, n, err)
+			}
+			if i == 0 {
+				start = time.Now()
 			}
 			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if trGot == total {
-			if err := c.Close(ctx); err != nil {
-				b.Fatal(err)
-			}
+		if err := c.Close(ctx); err != nil {
+			b.Fatal(err)
 		}
 		return time.Since(start)
 	}
-	raw(consumeWarm) // both join their group and start fetching outside the timings
-	viaTransport(consumeWarm)
-	rawFrom, trFrom := rawGot, trGot
 	var rawD, trD time.Duration
 	b.ResetTimer()
-	for round := 0; rawGot < total || trGot < total; round++ {
-		rawTo, trTo := min(rawGot+consumeBlock, total), min(trGot+consumeBlock, total)
+	for done, round := 0, 0; done < b.N; round++ {
+		n := min(consumeRun, b.N-done)
+		qr := fill(b, "bqbench-altrawcons", n)
+		qt := fill(b, "bqbench-alttrcons", n)
 		if round%2 == 0 {
-			rawD += raw(rawTo)
-			trD += viaTransport(trTo)
+			rawD += raw(qr, n)
+			trD += viaTransport(qt, n)
 		} else {
-			trD += viaTransport(trTo)
-			rawD += raw(rawTo)
+			trD += viaTransport(qt, n)
+			rawD += raw(qr, n)
 		}
+		done += n
 	}
 	b.StopTimer()
-	if v1 < total {
-		b.Fatalf("raw read %d schema versions of %d records", v1, total)
-	}
-	rawNs := float64(rawD) / float64(rawGot-rawFrom)
-	trNs := float64(trD) / float64(trGot-trFrom)
+	rawNs := float64(rawD) / float64(b.N)
+	trNs := float64(trD) / float64(b.N)
 	b.ReportMetric(rawNs, "raw-ns/op")
 	b.ReportMetric(trNs, "transport-ns/op")
 	b.ReportMetric(rawNs/trNs, "raw/transport")
