@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -254,8 +255,9 @@ const consumeRun = 200000
 // Each turn is timed from its first record, so joining the group is left out; on both
 // sides that also leaves out decoding the first fetch, which the first record waits for
 // (on the transport side the records are admitted in slabs as they are handed out). The
-// turns never overlap, so neither side's background fetching slows the other's timing,
-// and both sides see the same machine load. It reports each side's ns per record and
+// turns never overlap, and each starts after a garbage collection, so neither side's
+// background fetching or garbage slows the other's timing, and both sides see the same
+// machine load. It reports each side's ns per record and
 // their ratio (raw÷transport, ≥ 1 is as fast or faster); ns/op is the sum of both sides.
 func BenchmarkConsumeCommitAlternating(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -330,10 +332,14 @@ func BenchmarkConsumeCommitAlternating(b *testing.B) {
 		qr := fill(b, "bqbench-altrawcons", n)
 		qt := fill(b, "bqbench-alttrcons", n)
 		if round%2 == 0 {
+			runtime.GC()
 			rawD += raw(qr, n)
+			runtime.GC()
 			trD += viaTransport(qt, n)
 		} else {
+			runtime.GC()
 			trD += viaTransport(qt, n)
+			runtime.GC()
 			rawD += raw(qr, n)
 		}
 		done += n
