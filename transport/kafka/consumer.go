@@ -521,11 +521,13 @@ func isReserved(name string) bool {
 	return false
 }
 
-// fillDelivery builds what the runtime sees of a record; it lives inside the record.
+// fillDelivery builds what the runtime sees of a record; it lives inside the record,
+// which must be fresh (zero) apart from c and r. Setting the fields one by one, rather
+// than copying a whole Delivery, spares a bulk write barrier while the GC runs.
 func (c *consumer) fillDelivery(rec *record) {
 	r := rec.r
 	d := &rec.d
-	*d = transport.Delivery{Queue: c.queue, Body: r.Value, Key: r.Key, Handle: rec}
+	d.Queue, d.Body, d.Key, d.Handle = c.queue, r.Value, r.Key, rec
 	var seenSchema, seenAttempts bool
 	for i := range r.Headers {
 		h := &r.Headers[i]
