@@ -151,6 +151,11 @@ func TestPrefetchIsLinkCredit(t *testing.T) {
 		}
 	}
 	transporttest.ExpectNothing(t, c2, time.Second)
+	// Close the second consumer: with credit left it could otherwise be the one Artemis
+	// redelivers the rewound message to.
+	if err := c2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// Settling one delivery of the first consumer gives it credit again.
 	if err := c1.Settle(ctx, a, transport.Settlement{Outcome: transport.Rewind}); err != nil {
 		t.Fatal(err)
