@@ -189,6 +189,11 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		kgo.OnPartitionsLost(c.lost),
 		kgo.MetadataMaxAge(t.cfg.metadataMaxAge),
 		kgo.MetadataMinAge(250*time.Millisecond),
+		// A topic just created (the queue's first publish auto-creates it) can drop out
+		// of a metadata answer for a while on a busy broker; a regex consumer purges a
+		// topic missing for longer than this, revoking its partitions. Give it a minute
+		// rather than franz-go's default 15 s.
+		kgo.ConsiderMissingTopicDeletedAfter(time.Minute),
 	)
 	if err != nil {
 		return nil, err
