@@ -21,7 +21,7 @@ the subscription existed is read too.
 
 import argparse
 import json
-import logging
+import os
 import sys
 
 import pulsar
@@ -31,12 +31,9 @@ from babelqueue.pulsar_transport import PulsarTransport
 
 def transport(url):
     # The C++ client logs to stdout by default; stdout carries this script's JSON lines,
-    # so its log goes to stderr, warnings and worse only.
-    log = logging.getLogger("pulsar-peer")
-    if not log.handlers:
-        log.addHandler(logging.StreamHandler(sys.stderr))
-        log.setLevel(logging.WARNING)
-    client = pulsar.Client(url, logger=log)
+    # so its log goes to stderr, warnings and worse only. (A Python logging.Logger here
+    # is called from the client's C++ threads, which can abort the interpreter at exit.)
+    client = pulsar.Client(url, logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr"))
     CLIENTS.append(client)
     return PulsarTransport(url, client=client, initial_position=pulsar.InitialPosition.Earliest)
 
@@ -48,8 +45,8 @@ def close_clients():
     for c in CLIENTS:
         try:
             c.close()
-        except Exception as exc:  # an already closed client
-            print("close: %r" % (exc,), file=sys.stderr)
+        except pulsar.AlreadyClosed:  # the SDK transport closed it already
+            pass
 
 
 def cmd_publish(args):
@@ -128,6 +125,12 @@ def main():
     args = p.parse_args()
     {"publish": cmd_publish, "consume": cmd_consume, "drain": cmd_drain}[args.mode](args)
     close_clients()
+    # Every result is written and every client closed: leave without the interpreter's
+    # teardown, in which the C++ client's destructors sometimes abort the process
+    # ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
