@@ -93,7 +93,7 @@ func (a *App) Publish(ctx context.Context, urn string, data any, opts ...Publish
 		Body:       body,
 		Key:        pc.key,
 		Headers:    pc.headers,
-		Projection: projection(env),
+		Projection: ProjectionOf(env),
 	}
 	if err := a.tr.Publish(ctx, m); err != nil {
 		return "", fmt.Errorf("babelqueue: publish %s to %q: %w", urn, pc.queue, err)
@@ -101,7 +101,11 @@ func (a *App) Publish(ctx context.Context, urn string, data any, opts ...Publish
 	return env.Meta.ID, nil
 }
 
-func projection(e *envelope.Envelope) transport.Projection {
+// ProjectionOf is the projection the runtime hands a transport with every write of e:
+// the envelope fields a broker binding of SPEC §7 copies into native properties or
+// headers. A transport or its tests use it to project an envelope exactly as the
+// runtime does.
+func ProjectionOf(e *envelope.Envelope) transport.Projection {
 	return transport.Projection{
 		URN:           e.Job,
 		TraceID:       e.TraceID,

@@ -106,6 +106,6 @@ func redriveWrite(d *transport.Delivery, fallback string) (*transport.Message, b
 	}
 	return &transport.Message{
 		Queue: queue, Body: body, Key: d.Key, Headers: d.Headers,
-		Projection: projection(env),
+		Projection: ProjectionOf(env),
 	}, true
 }

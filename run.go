@@ -279,7 +279,7 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 	write := func(queue string, body []byte, attempts int, delay time.Duration) transport.Settlement {
 		m := &transport.Message{Queue: queue, Body: body, Key: d.Key, Headers: d.Headers, Attempts: attempts, Delay: delay}
 		if x.env != nil {
-			m.Projection = projection(x.env)
+			m.Projection = ProjectionOf(x.env)
 		}
 		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{m}}
 	}

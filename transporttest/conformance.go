@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -64,12 +65,5 @@ func FixtureProjection(t testing.TB, body []byte) (transport.Projection, int) {
 	if err != nil {
 		t.Fatalf("fixture is not an envelope: %v", err)
 	}
-	return transport.Projection{
-		URN:           e.Job,
-		TraceID:       e.TraceID,
-		MessageID:     e.Meta.ID,
-		Lang:          e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion,
-		CreatedAt:     e.Meta.CreatedAt,
-	}, e.Attempts
+	return babelqueue.ProjectionOf(e), e.Attempts
 }

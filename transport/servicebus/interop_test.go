@@ -92,7 +92,7 @@ func TestInteropPythonToGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projectionOf(env)}, time.Now())
+	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestInteropGoToPython(t *testing.T) {
 		pyHeaders map[string]string
 	}
 	base := func() *transport.Message {
-		return &transport.Message{Queue: "orders", Body: fixture, Projection: projectionOf(env)}
+		return &transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}
 	}
 	withHeaders := base()
 	withHeaders.Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}

@@ -50,12 +50,6 @@ func loadASB(t *testing.T) (asbBlock, []byte) {
 	return m, transporttest.Fixture(t, dir, m.PropertyProjection.EnvelopeFile)
 }
 
-// projectionOf is the projection the runtime hands a transport for a decoded envelope.
-func projectionOf(e *envelope.Envelope) transport.Projection {
-	return transport.Projection{URN: e.Job, TraceID: e.TraceID, MessageID: e.Meta.ID, Lang: e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion, CreatedAt: e.Meta.CreatedAt}
-}
-
 // checkProjection asserts the manifest's native fields and typed application
 // properties on an SDK message. Numbers must be AMQP numbers (integers), not strings.
 func checkProjection(t *testing.T, blk asbBlock, m *azservicebus.Message) {
@@ -176,7 +170,7 @@ func TestManifestASBProjection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixture: %v", err)
 	}
-	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projectionOf(env)}, time.Now())
+	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +317,7 @@ func TestReconcileUsesOnlyTheSDKFields(t *testing.T) {
 	// Message (what a redrive would send), projects back to the same properties.
 	_, fixture := loadASB(t)
 	env, _ := envelope.Decode(fixture)
-	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: projectionOf(env), Attempts: 2,
+	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: babelqueue.ProjectionOf(env), Attempts: 2,
 		Headers: map[string]string{"traceparent": "00-abc-01"}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
