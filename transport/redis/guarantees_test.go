@@ -5,16 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -130,43 +131,31 @@ func redisServer(t *testing.T) (addr string, restart func()) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not installed (CI=true: never skip)")
-		}
-		t.Skip("redis-server not installed")
+		brokerproc.Require(t, "redis-server not installed")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	port := brokerproc.FreePort(t)
 	dir := t.TempDir()
-	var cmd *exec.Cmd
+	p := brokerproc.New(t, brokerproc.Config{
+		Name: "private redis-server",
+		Command: func() *exec.Cmd {
+			return exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+				"--appendonly", "yes", "--appendfsync", "always", "--dir", dir)
+		},
+		Log:          filepath.Join(dir, "redis.log"),
+		Port:         port,
+		DialTimeout:  200 * time.Millisecond,
+		StartTimeout: 10 * time.Second,
+		Poll:         50 * time.Millisecond,
+		Awaiting:     "start",
+		Signal:       syscall.SIGKILL,
+	})
 	start := func() {
-		cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-			"--appendonly", "yes", "--appendfsync", "always", "--dir", dir)
-		if err := cmd.Start(); err != nil {
+		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-			if err == nil {
-				_ = c.Close()
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatal("private redis-server did not start")
-	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 	}
 	start()
-	t.Cleanup(stop)
-	return fmt.Sprintf("127.0.0.1:%d", port), func() { stop(); start() }
+	return fmt.Sprintf("127.0.0.1:%d", port), func() { p.Stop(); start() }
 }
 
 // TestRedisRestartMidRun kills Redis while workers run and starts it again: every
