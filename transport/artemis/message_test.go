@@ -153,9 +153,23 @@ func FuzzFromAMQP(f *testing.F) {
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m amqp.Message
-		if err := m.UnmarshalBinary(data); err != nil {
+		if !unmarshalAMQP(&m, data) {
 			return
 		}
 		_ = fromAMQP("q", &m)
 	})
+}
+
+// unmarshalAMQP decodes an AMQP message as go-amqp does when it receives one. go-amqp
+// v1.7.0 itself panics on some invalid encodings (an annotation map whose key is binary:
+// "hash of unhashable type []uint8", testdata/fuzz/FuzzFromAMQP); that is upstream's
+// decoder, not this package's, so such inputs are skipped here (docs/transports/artemis.md,
+// "Known limits").
+func unmarshalAMQP(m *amqp.Message, data []byte) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return m.UnmarshalBinary(data) == nil
 }
