@@ -22,3 +22,6 @@ bench:
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s -fuzzminimizetime 3s ./envelope/
 	go test -run '^$$' -fuzz FuzzPoisonBody -fuzztime 60s -fuzzminimizetime 3s ./envelope/
+	go test -run '^$$' -fuzz FuzzRemoveDeadLetter -fuzztime 60s -fuzzminimizetime 3s ./envelope/
+	go test -run '^$$' -fuzz FuzzUnframe -fuzztime 60s -fuzzminimizetime 3s ./transport/redis/
+	go test -run '^$$' -fuzz FuzzFromAMQP -fuzztime 60s -fuzzminimizetime 3s ./transport/artemis/
