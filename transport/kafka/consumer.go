@@ -40,6 +40,7 @@ type tp struct {
 
 // partition is the bookkeeping of one assigned partition.
 type partition struct {
+	c        *consumer
 	tp       tp
 	tier     time.Duration // the delay of a delay topic; zero for the queue itself
 	pending  queue         // tracked records in offset order, the first one unsettled
@@ -48,23 +49,71 @@ type partition struct {
 	hasMark  bool  // commitAt is set
 	sent     int64 // the last offset committed
 	seek     *kgo.EpochOffset
-	delayed  []*record // parked records, due order (delay topics only)
+	delayed  []parked // parked records, due order (delay topics only)
 	paused   bool
 	revoking bool // being revoked: its buffered records are no longer handed out
 }
 
-// record is one fetched record and its state; it is the Handle of its delivery.
+// record is one fetched record and its state; it is the Handle of its delivery. It
+// lives in a slab of slabSize records; what only some records need (a parked record's
+// due time) or what all share (the consumer, reached through p) is kept out of it.
 type record struct {
-	c     *consumer
 	r     *kgo.Record
-	p     *partition
+	p     *partition // nil for a record never admitted (already fetched)
 	state uint8
-	slot  bool // holds one of the consumer's prefetch slots
-	due   time.Time
+	slot  bool               // holds one of the consumer's prefetch slots
 	d     transport.Delivery // what Receive hands out
 }
 
-// queue is a FIFO of records that reuses its backing array, so a steady flow of records
+// parked is a record of a delay topic waiting until due.
+type parked struct {
+	rec *record
+	due time.Time
+}
+
+// span is the part of a slab of admitted records not yet taken from the ready list.
+type span struct {
+	recs []record
+	i    int // recs[i:] are still in the ready list
+}
+
+// readyList is the FIFO of records waiting for Receive: spans of slabs rather than a
+// pointer per record, so admitting and handing out a record writes no pointer for it.
+// Records in a span whose state is no longer stBuffered are skipped by Receive.
+type readyList struct {
+	s    []span
+	head int
+	n    int // records in s[head:] not yet taken
+}
+
+func (q *readyList) len() int { return q.n }
+
+func (q *readyList) push(recs []record) {
+	if len(q.s) == cap(q.s) && q.head >= len(q.s)/2 {
+		n := copy(q.s, q.s[q.head:])
+		clear(q.s[n:])
+		q.s, q.head = q.s[:n], 0
+	}
+	q.s = append(q.s, span{recs: recs})
+	q.n += len(recs)
+}
+
+func (q *readyList) pop() *record {
+	sp := &q.s[q.head]
+	r := &sp.recs[sp.i]
+	sp.i++
+	q.n--
+	if sp.i == len(sp.recs) {
+		q.s[q.head] = span{}
+		q.head++
+		if q.head == len(q.s) {
+			q.s, q.head = q.s[:0], 0
+		}
+	}
+	return r
+}
+
+// queue is a FIFO of record pointers that reuses its backing array, so a steady flow of records
 // through it allocates nothing.
 type queue struct {
 	s    []*record
@@ -134,7 +183,7 @@ type consumer struct {
 	mu           sync.Mutex
 	closed       bool
 	parts        map[tp]*partition
-	ready        queue
+	ready        readyList
 	handed       int           // records holding a prefetch slot
 	wake         chan struct{} // closed and replaced when a waiting Receive may go on
 	waiting      bool          // a Receive waits on wake
@@ -373,7 +422,7 @@ func (c *consumer) prepare(topic string, part int32, rs []*kgo.Record) admission
 	c.batch = c.batch[len(rs):]
 	for i, r := range rs {
 		rec := &a.recs[i]
-		rec.c, rec.r = c, r
+		rec.r = r
 		if a.tier == 0 {
 			c.fillDelivery(rec)
 		}
@@ -387,18 +436,20 @@ func (c *consumer) prepare(topic string, part int32, rs []*kgo.Record) admission
 func (c *consumer) admitLocked(a *admission) bool {
 	p := c.parts[a.key]
 	if p == nil {
-		p = &partition{tp: a.key, next: -1, sent: -1, tier: a.tier}
+		p = &partition{c: c, tp: a.key, next: -1, sent: -1, tier: a.tier}
 		c.parts[a.key] = p
 	}
 	if p.seek != nil {
 		return false // fetched before the seek: they come again from the sought offset
 	}
-	parked := false
+	isParked := false
 	now := time.Time{}
+	first := -1 // the first record admitted to the ready list
 	for i := range a.recs {
 		rec := &a.recs[i]
 		r := rec.r
 		if p.next >= 0 && r.Offset < p.next {
+			rec.state = stDropped // already fetched: skipped by Receive
 			continue
 		}
 		p.next = r.Offset + 1
@@ -409,15 +460,19 @@ func (c *consumer) admitLocked(a *admission) bool {
 				now = time.Now()
 			}
 			rec.state = stDelayed
-			rec.due = dueAt(r, p.tier, now)
-			p.delayed = append(p.delayed, rec)
-			parked = true
+			p.delayed = append(p.delayed, parked{rec, dueAt(r, p.tier, now)})
+			isParked = true
 			continue
 		}
 		rec.state = stBuffered
-		c.ready.push(rec)
+		if first < 0 {
+			first = i
+		}
 	}
-	return parked
+	if first >= 0 {
+		c.ready.push(a.recs[first:])
+	}
+	return isParked
 }
 
 // wakeLocked lets every waiting Receive look again.
@@ -527,7 +582,7 @@ func isReserved(name string) bool {
 }
 
 // fillDelivery builds what the runtime sees of a record; it lives inside the record,
-// which must be fresh (zero) apart from c and r. Setting the fields one by one, rather
+// which must be fresh (zero) apart from r. Setting the fields one by one, rather
 // than copying a whole Delivery, spares a bulk write barrier while the GC runs.
 func (c *consumer) fillDelivery(rec *record) {
 	r := rec.r
@@ -581,7 +636,7 @@ func (c *consumer) releaseLocked(rec *record) {
 // Settle finishes a delivery: see the package documentation.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
 	rec, ok := d.Handle.(*record)
-	if !ok || rec == nil || rec.c != c {
+	if !ok || rec == nil || rec.p == nil || rec.p.c != c {
 		return errors.New("kafka: delivery does not belong to this consumer")
 	}
 	if len(s.Writes) > 0 && s.Outcome != transport.Ack {

@@ -23,10 +23,10 @@ func (c *consumer) delayLoop() {
 		next := time.Time{}
 		c.mu.Lock()
 		for _, p := range c.parts {
-			for _, r := range p.delayed {
-				if r.due.After(now) {
-					if next.IsZero() || r.due.Before(next) {
-						next = r.due
+			for _, pk := range p.delayed {
+				if pk.due.After(now) {
+					if next.IsZero() || pk.due.Before(next) {
+						next = pk.due
 					}
 					break
 				}
@@ -34,7 +34,7 @@ func (c *consumer) delayLoop() {
 					next = now
 					break
 				}
-				due = append(due, r)
+				due = append(due, pk.rec)
 			}
 		}
 		c.mu.Unlock()
@@ -92,10 +92,10 @@ func (c *consumer) reinject(due []*record) bool {
 		}
 		// Keep due order: only the head of the partition's parked records is settled;
 		// a record behind a failed one stays parked and is written again later.
-		if len(p.delayed) == 0 || p.delayed[0] != d {
+		if len(p.delayed) == 0 || p.delayed[0].rec != d {
 			continue
 		}
-		p.delayed[0] = nil
+		p.delayed[0] = parked{}
 		p.delayed = p.delayed[1:]
 		d.state = stHanded
 		c.ackLocked(d)
