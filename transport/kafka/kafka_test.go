@@ -45,7 +45,12 @@ func openKafka(t testing.TB, kv ...string) *kafka.Transport {
 	raw := withParams(t, brokerURL(t), append([]string{"group", transporttest.UniqueName("bqtest-group")}, kv...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tr, err := kafka.Open(ctx, raw)
+	// The kit opens consumers of several queues on one transport, so in one consumer
+	// group (as the default group "babelqueue" of every SDK is): a member's join can
+	// make the group leader revoke and re-assign another member's partition once, which
+	// heals at the leader's next metadata refresh. Refresh every 2 s, not 10 s, so that
+	// takes seconds here.
+	tr, err := kafka.Open(ctx, raw, kafka.WithMetadataRefresh(2*time.Second))
 	if err != nil {
 		t.Fatalf("kafka.Open: %v", err)
 	}
