@@ -208,7 +208,8 @@ type Capabilities struct {
 	// Attempts is how the binding reconciles the attempts counter.
 	Attempts AttemptsRule
 	// Delay reports that [Message.Delay] is honoured. Without it retry tiers are
-	// applied as immediate re-publishes.
+	// applied as immediate re-publishes, and a message published with a Delay is sent
+	// at once (never refused, never lost).
 	Delay bool
 	// MaxDelay is the longest delay the broker accepts (zero: no limit). Longer tiers
 	// are clamped to it.
