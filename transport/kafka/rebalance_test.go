@@ -49,7 +49,10 @@ func TestRebalanceSettlesEveryRecordOnce(t *testing.T) {
 					if err != nil {
 						return
 					}
-					time.Sleep(30 * time.Millisecond) // a handler doing some work
+					// A handler doing some work: slow enough that A still has several
+					// seconds of records left when B joins (a rebalance waits for A's next
+					// heartbeat, 3 s by default), so partitions really move.
+					time.Sleep(75 * time.Millisecond)
 					err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack})
 					mu.Lock()
 					switch {
