@@ -351,7 +351,7 @@ func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs
 	}
 	done := make(chan result, len(recs))
 	for i, r := range recs {
-		t.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
+		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
 			if err == nil {
 				t.delivered(r.Topic)
 			}
@@ -399,7 +399,7 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 	}
 	done := make(chan result, len(recs))
 	for i, r := range recs {
-		t.prod.Produce(ctx, r, func(r *kgo.Record, err error) {
+		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
 			if err == nil {
 				t.delivered(r.Topic)
 			}
@@ -424,6 +424,20 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		}
 	}
 	return errs
+}
+
+// produceUncancelled hands r to the producer with a context that ends with ctx only
+// while Produce blocks on a full buffer. Once buffered, the record is never cancelled:
+// franz-go fails every record buffered behind a cancelled one in the same partition
+// (to keep the partition gapless), and those include the fire-and-forget publishes of
+// other callers, which would then be lost during a broker outage. A settle write whose
+// wait ends at the delivery timeout therefore stays buffered and may still be written
+// later: its record is redelivered meanwhile, so the outcome is a duplicate, never a loss.
+func (t *Transport) produceUncancelled(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	t.prod.Produce(pctx, r, promise)
+	stop()
 }
 
 // delivered notes a topic the transport wrote to; the first time, local consumers that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -156,4 +157,85 @@ func rewind(t *testing.T, c transport.Consumer, d *transport.Delivery) {
 	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil && !errors.Is(err, kafka.ErrRevoked) {
 		t.Fatalf("Rewind: %v", err)
 	}
+}
+
+// TestTimedOutSettleWriteSparesPublishes: during an outage a settle write times out while
+// the user's fire-and-forget publishes to the same partition are buffered behind it. The
+// settle fails with a delivery error, and once the broker is reachable again every one of
+// those publishes is on the topic: giving up on the settle write must not fail the records
+// buffered after it (franz-go fails a whole partition's buffer when its first record's
+// context ends).
+func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
+	brokerURL(t)
+	q := transporttest.UniqueName("bqtest-spare")
+	out := q + ".out"
+	createTopic(t, q, 1)
+	createTopic(t, out, 1)
+	br := &breaker{}
+	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
+	// As Open's producer: metadata refreshes at most every 250ms, so the producer keeps
+	// trying to reload the partition while the broker is away.
+	prod, err := kgo.NewClient(append(base, kgo.MetadataMinAge(250*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName("bqtest-spare")), kafka.WithDeliveryTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	// The producer knows q but has not written to out yet: the settle write is the first
+	// record of a topic whose partitions it must learn, and the publishes wait with it.
+	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"job":"urn:babel:t:spare"}`)})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := consumeOn(t, tr, q, 1)
+	d := transporttest.Receive(t, c, 30*time.Second)
+
+	br.set(true)
+	settled := make(chan error, 1)
+	go func() {
+		settled <- c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: out, Body: []byte(`{"settle":true}`)}}})
+	}()
+	time.Sleep(300 * time.Millisecond) // the settle write is buffered first
+	const n = 10
+	for i := range n {
+		publishOK(t, tr, &transport.Message{Queue: out, Body: fmt.Appendf(nil, `{"n":%d}`, i)})
+	}
+	if err := <-settled; !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, kafka.ErrDelivery) {
+		t.Fatalf("settle write during the outage: %v, want a delivery error", err)
+	}
+	time.Sleep(2 * time.Second) // the producer keeps failing to dial with the write given up
+	br.set(false)
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatalf("Flush after the outage: %v", err)
+	}
+	held := topicValues(t, out, 5*time.Second)
+	for i := range n {
+		if v := fmt.Sprintf(`{"n":%d}`, i); !slices.Contains(held, v) {
+			t.Errorf("publish %s, made while the settle write waited, is not on %s (it holds %q)", v, out, held)
+		}
+	}
+	rewind(t, c, d)
+}
+
+// topicValues reads topic from the start for quiet and returns the values it holds.
+func topicValues(t testing.TB, topic string, quiet time.Duration) []string {
+	t.Helper()
+	cl := rawClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), quiet)
+	defer cancel()
+	var vs []string
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)) })
+	}
+	return vs
 }
