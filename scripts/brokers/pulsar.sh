@@ -33,6 +33,11 @@ pulsar_prepare() {
 pulsar_start() {
   local home dir conf
   home=$(pulsar_home); dir="$STATE/pulsar"; conf="$dir/standalone.conf"
+  # A fresh data directory on every start: the tests keep nothing across broker restarts,
+  # and a standalone started again on an old RocksDB metadata store can loop forever
+  # re-registering its bookie (seen here: "Lock on resource /ledgers/available/... was
+  # invalidated" ten million times in 40 minutes, 1.5 cores busy, every produce stuck).
+  rm -rf "$dir/data"
   mkdir -p "$dir/data" "$dir/logs"
   # The distribution's standalone.conf, bound to loopback. The same file configures the bookie.
   sed -e "s/^bindAddress=.*/bindAddress=127.0.0.1/" \
@@ -54,7 +59,7 @@ CONF
   start_bg pulsar "$dir" env PULSAR_HOME="$home" \
     PULSAR_MEM="-Xms128m -Xmx${BQ_PULSAR_HEAP:-512m} -XX:MaxDirectMemorySize=${BQ_PULSAR_DIRECT:-256m}" \
     PULSAR_GC="-XX:+UseG1GC -XX:MaxGCPauseMillis=20" \
-    PULSAR_LOG_DIR="$dir/logs" PULSAR_LOG_APPENDER=Console \
+    PULSAR_LOG_DIR="$dir/logs" PULSAR_LOG_APPENDER=Console PULSAR_LOG_LEVEL=warn \
     PULSAR_STANDALONE_CONF="$conf" \
     "$home/bin/pulsar" standalone --no-functions-worker --no-stream-storage \
       --advertised-address 127.0.0.1 \
