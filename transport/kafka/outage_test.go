@@ -62,23 +62,7 @@ func TestOutageLosesNothing(t *testing.T) {
 	out := q + ".out"
 	createTopic(t, q, 1)
 	createTopic(t, out, 1)
-	group := transporttest.UniqueName("bqtest-outage")
-	br := &breaker{}
-	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
-	prod, err := kgo.NewClient(base...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(prod.Close)
-	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(group), kafka.WithDeliveryTimeout(3*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = tr.Close(ctx)
-	})
+	br, prod, tr := breakable(t, "bqtest-outage", 3*time.Second)
 	const n = 20
 	for i := range n {
 		publishOK(t, tr, &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i), Key: fmt.Appendf(nil, "k%d", i)})
@@ -101,7 +85,7 @@ func TestOutageLosesNothing(t *testing.T) {
 
 	br.set(true)
 	d := transporttest.Receive(t, c, 30*time.Second) // already fetched
-	err = c.Settle(ctx, d, write(d))
+	err := c.Settle(ctx, d, write(d))
 	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, kafka.ErrDelivery) {
 		t.Fatalf("settle write during the outage: %v, want a delivery error", err)
 	}
@@ -171,24 +155,7 @@ func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
 	out := q + ".out"
 	createTopic(t, q, 1)
 	createTopic(t, out, 1)
-	br := &breaker{}
-	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
-	// As Open's producer: metadata refreshes at most every 250ms, so the producer keeps
-	// trying to reload the partition while the broker is away.
-	prod, err := kgo.NewClient(append(base, kgo.MetadataMinAge(250*time.Millisecond))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(prod.Close)
-	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName("bqtest-spare")), kafka.WithDeliveryTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = tr.Close(ctx)
-	})
+	br, prod, tr := breakable(t, "bqtest-spare", 2*time.Second)
 	// The producer knows q but has not written to out yet: the settle write is the first
 	// record of a topic whose partitions it must learn, and the publishes wait with it.
 	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"job":"urn:babel:t:spare"}`)})
@@ -225,6 +192,31 @@ func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
 		}
 	}
 	rewind(t, c, d)
+}
+
+// breakable opens a transport in a new consumer group (named from prefix) whose
+// producer and consumers dial through a breaker, with the given delivery timeout. Its
+// producer refreshes metadata at most every 250ms, as Open's does, so it keeps trying
+// to reload partitions while the broker is away.
+func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*breaker, *kgo.Client, *kafka.Transport) {
+	t.Helper()
+	br := &breaker{}
+	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
+	prod, err := kgo.NewClient(append(base, kgo.MetadataMinAge(250*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName(prefix)), kafka.WithDeliveryTimeout(deliveryTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(ctx)
+	})
+	return br, prod, tr
 }
 
 // topicValues reads topic from the start for quiet and returns the values it holds.
