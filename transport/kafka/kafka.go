@@ -433,7 +433,13 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 // other callers, which would then be lost during a broker outage. A settle write whose
 // wait ends at the delivery timeout therefore stays buffered and may still be written
 // later: its record is redelivered meanwhile, so the outcome is a duplicate, never a loss.
+// A record whose ctx has already ended is not handed over at all (franz-go would buffer it
+// with its ended context when there is room).
 func (t *Transport) produceUncancelled(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	if err := ctx.Err(); err != nil {
+		promise(r, err)
+		return
+	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	t.prod.Produce(pctx, r, promise)
