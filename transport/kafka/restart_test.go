@@ -68,34 +68,14 @@ func startKafkaNode(t *testing.T) *kafkaNode {
 	n := &kafkaNode{dir: t.TempDir(), port: brokerproc.FreePort(t), java: java}
 	ctrl := brokerproc.FreePort(t, n.port)
 	data := filepath.Join(n.dir, "data")
-	// As scripts/brokers/kafka.sh writes it, on free ports and a private data directory.
-	props := fmt.Sprintf(`process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:%[2]d
-listeners=PLAINTEXT://127.0.0.1:%[1]d,CONTROLLER://127.0.0.1:%[2]d
-advertised.listeners=PLAINTEXT://127.0.0.1:%[1]d
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs=%[3]s
-num.partitions=1
-auto.create.topics.enable=true
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.retention.hours=24
-log.segment.bytes=67108864
-num.network.threads=2
-num.io.threads=2
-num.recovery.threads.per.data.dir=1
-`, n.port, ctrl, data)
+	// The shared broker's configuration (scripts/brokers/kafka-server.properties), on free
+	// ports and a private data directory.
+	tmpl, err := os.ReadFile(filepath.Join("..", "..", "scripts", "brokers", "kafka-server.properties"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := strings.NewReplacer("@PORT@", strconv.Itoa(n.port), "@CONTROLLER_PORT@", strconv.Itoa(ctrl),
+		"@LOG_DIRS@", data, "@AUTO_CREATE@", "true").Replace(string(tmpl))
 	n.props = filepath.Join(n.dir, "server.properties")
 	if err := os.WriteFile(n.props, []byte(props), 0o644); err != nil {
 		t.Fatal(err)
