@@ -41,31 +41,57 @@ func split(b *testing.B, n int, fn func()) {
 	wg.Wait()
 }
 
+// rawOp is one message's life through go-redis on queue q: RPUSH, BLMOVE into
+// q:processing, LREM.
+func rawOp(b *testing.B, c *goredis.Client, q string, body []byte) func() {
+	ctx := context.Background()
+	return func() {
+		if err := c.RPush(ctx, q, body).Err(); err != nil {
+			b.Error(err)
+			return
+		}
+		el, err := c.BLMove(ctx, q, q+":processing", "LEFT", "RIGHT", 0).Result()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := c.LRem(ctx, q+":processing", 1, el).Err(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// transportOp is one message's life through the transport on queue q: Publish, Receive,
+// Settle(Ack).
+func transportOp(b *testing.B, tr transport.Transport, cons transport.Consumer, q string, body []byte) func() {
+	ctx := context.Background()
+	return func() {
+		if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
+			b.Error(err)
+			return
+		}
+		d, err := cons.Receive(ctx)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
 // BenchmarkRaw is go-redis doing the same commands, one message at a time per worker.
 func BenchmarkRaw(b *testing.B) {
 	for _, w := range benchWorkers {
 		b.Run(w.name, func(b *testing.B) {
 			c := client(b)
-			ctx := context.Background()
 			q := transporttest.UniqueName("bqbench")
 			cleanKeys(b, c, q+"*")
 			body := envelope("bench")
 			b.ReportAllocs()
 			b.ResetTimer()
-			split(b, w.n, func() {
-				if err := c.RPush(ctx, q, body).Err(); err != nil {
-					b.Error(err)
-					return
-				}
-				el, err := c.BLMove(ctx, q, q+":processing", "LEFT", "RIGHT", 0).Result()
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := c.LRem(ctx, q+":processing", 1, el).Err(); err != nil {
-					b.Error(err)
-				}
-			})
+			split(b, w.n, rawOp(b, c, q, body))
 		})
 	}
 }
@@ -88,20 +114,7 @@ func BenchmarkTransport(b *testing.B) {
 			body := envelope("bench")
 			b.ReportAllocs()
 			b.ResetTimer()
-			split(b, w.n, func() {
-				if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
-					b.Error(err)
-					return
-				}
-				d, err := cons.Receive(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-					b.Error(err)
-				}
-			})
+			split(b, w.n, transportOp(b, tr, cons, q, body))
 		})
 	}
 }
@@ -132,34 +145,8 @@ func BenchmarkPaired(b *testing.B) {
 			}
 			defer cons.Close(ctx)
 			body := envelope("bench")
-			raw := func() {
-				if err := c.RPush(ctx, rq, body).Err(); err != nil {
-					b.Error(err)
-					return
-				}
-				el, err := c.BLMove(ctx, rq, rq+":processing", "LEFT", "RIGHT", 0).Result()
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := c.LRem(ctx, rq+":processing", 1, el).Err(); err != nil {
-					b.Error(err)
-				}
-			}
-			bq := func() {
-				if err := tr.Publish(ctx, &transport.Message{Queue: tq, Body: body}); err != nil {
-					b.Error(err)
-					return
-				}
-				d, err := cons.Receive(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-					b.Error(err)
-				}
-			}
+			raw := rawOp(b, c, rq, body)
+			bq := transportOp(b, tr, cons, tq, body)
 			lkeys := []string{lq, lq + ":processing"}
 			lua := func() {
 				if err := c.RPush(ctx, lq, body).Err(); err != nil {
