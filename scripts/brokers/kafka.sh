@@ -25,6 +25,10 @@ kafka_prepare() {
 kafka_start() {
   local home dir java
   home=$(kafka_home); dir="$STATE/kafka"; java=$(java_bin)
+  # A fresh data directory on every start: the tests keep nothing across broker restarts,
+  # and a node started on the logs of earlier runs first loads every one of them (seen
+  # here: 3,187 topic logs, 7.2 GB, still loading when the 120 s start timeout hit).
+  rm -rf "$dir/data"
   mkdir -p "$dir/data"
   sed -e "s|@PORT@|$KAFKA_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_CONTROLLER_PORT|g" \
       -e "s|@LOG_DIRS@|$dir/data|g" -e "s|@AUTO_CREATE@|${BQ_KAFKA_AUTO_CREATE_TOPICS:-true}|g" \
@@ -33,11 +37,9 @@ kafka_start() {
              -XX:MaxDirectMemorySize=128m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
              -Dlog4j2.configurationFile="$ASSETS/log4j2.properties" -Dkafka.logs.dir="$dir"
              -cp "$home/libs/*")
-  if [ ! -f "$dir/data/meta.properties" ]; then
-    local id; id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-    "$java" "${jvm[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
-      >>"$(logfile kafka)" 2>&1 || return 1
-  fi
+  local id; id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  "$java" "${jvm[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
+    >>"$(logfile kafka)" 2>&1 || return 1
   start_bg kafka "$dir" "$java" "${jvm[@]}" kafka.Kafka "$dir/server.properties"
 }
 
