@@ -58,7 +58,7 @@ func BenchmarkConsumeCommit(b *testing.B) {
 // binding's headers, flushed at the end.
 func benchRawPublish(b *testing.B) {
 	cl := rawClient(b, kgo.AllowAutoTopicCreation())
-	q := transporttest.UniqueName("bqbench-rawpub")
+	q := newTopic(b, "bqbench-rawpub")
 	createTopic(b, q, 1)
 	ctx := context.Background()
 	promise := func(_ *kgo.Record, err error) {
@@ -97,7 +97,7 @@ const publishBlock = 10000
 func BenchmarkPublishAlternating(b *testing.B) {
 	cl := rawClient(b, kgo.AllowAutoTopicCreation())
 	tr := openKafka(b)
-	qr, qt := transporttest.UniqueName("bqbench-altraw"), transporttest.UniqueName("bqbench-alttr")
+	qr, qt := newTopic(b, "bqbench-altraw"), newTopic(b, "bqbench-alttr")
 	createTopic(b, qr, 1)
 	createTopic(b, qt, 1)
 	ctx := context.Background()
@@ -152,7 +152,7 @@ func BenchmarkPublishAlternating(b *testing.B) {
 // benchTransportPublish: Transport.Publish of b.N messages, flushed at the end.
 func benchTransportPublish(b *testing.B) {
 	tr := openKafka(b)
-	q := transporttest.UniqueName("bqbench-trpub")
+	q := newTopic(b, "bqbench-trpub")
 	createTopic(b, q, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -172,7 +172,7 @@ func fill(b *testing.B, prefix string, n int) string {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
-	q := transporttest.UniqueName(prefix)
+	q := newTopic(b, prefix)
 	createTopic(b, q, 1)
 	cl := rawClient(b)
 	ctx := context.Background()

@@ -52,7 +52,7 @@ func TestManifestProjection(t *testing.T) {
 	}
 	proj, attempts := transporttest.FixtureProjection(t, body)
 	tr := openKafka(t)
-	q := transporttest.UniqueName("bqtest-manifest")
+	q := newTopic(t, "bqtest-manifest")
 	publishOK(t, tr, &transport.Message{Queue: q, Body: body, Attempts: attempts, Projection: proj})
 	r := readTopic(t, q, 1)[0]
 	if !bytes.Equal(r.Value, body) {
@@ -98,7 +98,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := openKafka(t)
-	q := transporttest.UniqueName("bqtest-reconcile")
+	q := newTopic(t, "bqtest-reconcile")
 	cases := block.AttemptsReconciliation.Cases
 	var recs []*kgo.Record
 	for _, c := range cases {

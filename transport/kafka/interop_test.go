@@ -53,7 +53,7 @@ func runApp(t *testing.T, a *babelqueue.App) {
 func TestPythonToGo(t *testing.T) {
 	raw := brokerURL(t)
 	script := pyinterop.Script(t, "kafka_peer.py")
-	q := transporttest.UniqueName("bqtest-py2go")
+	q := newTopic(t, "bqtest-py2go")
 	in := `{"urn":"urn:babel:orders:created","data":{"order_id":1042,"note":"café ☕"},"headers":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 {"urn":"urn:babel:orders:refused","data":{"order_id":7}}
 `
@@ -141,7 +141,7 @@ func TestPythonToGo(t *testing.T) {
 func TestGoToPython(t *testing.T) {
 	raw := brokerURL(t)
 	script := pyinterop.Script(t, "kafka_peer.py")
-	q := transporttest.UniqueName("bqtest-go2py")
+	q := newTopic(t, "bqtest-go2py")
 	tr := openKafka(t)
 	a, err := babelqueue.New(tr, babelqueue.WithQueue(q))
 	if err != nil {

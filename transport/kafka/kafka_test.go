@@ -62,6 +62,51 @@ func openKafka(t testing.TB, kv ...string) *kafka.Transport {
 	return tr
 }
 
+// newTopic returns a topic name no other test uses and, when the test ends, deletes that
+// topic and the topics the transport derived from it (its dead-letter topic, its delay
+// tiers): a broker that keeps the topics of every run grows without end and, restarted,
+// loads them all before it answers.
+func newTopic(t testing.TB, prefix string) string {
+	q := transporttest.UniqueName(prefix)
+	t.Cleanup(func() { deleteTopics(t, q) })
+	return q
+}
+
+// deleteTopics deletes topic q and every topic named q.<suffix>. A failure is logged, not
+// fatal: the test's verdict is already in.
+func deleteTopics(t testing.TB, q string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds(t)...))
+	if err != nil {
+		t.Logf("delete topics %s: %v", q, err)
+		return
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Logf("delete topics %s: %v", q, err)
+		return
+	}
+	var names []string
+	for _, name := range td.Names() {
+		if name == q || strings.HasPrefix(name, q+".") {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	resp, err := adm.DeleteTopics(ctx, names...)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Logf("delete topics %v: %v", names, err)
+	}
+}
+
 // seeds returns the broker addresses of the test URL.
 func seeds(t testing.TB) []string {
 	u, err := url.Parse(brokerURL(t))
@@ -181,6 +226,7 @@ func TestTransport(t *testing.T) {
 	brokerURL(t)
 	transporttest.Run(t, transporttest.Config{
 		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
+		NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest") },
 		QuietPeriod: 2 * time.Second,
 	})
 }
@@ -189,7 +235,7 @@ func TestTransport(t *testing.T) {
 // key, on the wire and on a settle write.
 func TestKeysExact(t *testing.T) {
 	tr := openKafka(t)
-	q, next := transporttest.UniqueName("bqtest-keys"), transporttest.UniqueName("bqtest-keys-next")
+	q, next := newTopic(t, "bqtest-keys"), newTopic(t, "bqtest-keys-next")
 	keys := map[string][]byte{"nil": nil, "empty": {}, "some": []byte("order-1042")}
 	for name, k := range keys {
 		publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"name":"` + name + `"}`), Key: k})
@@ -242,7 +288,7 @@ func publishOK(t testing.TB, tr transport.Transport, m *transport.Message) {
 // means absent), and out-of-band headers without the binding's own.
 func TestDeliveryHeaders(t *testing.T) {
 	tr := openKafka(t)
-	q := transporttest.UniqueName("bqtest-hdr")
+	q := newTopic(t, "bqtest-hdr")
 	h := func(kv ...string) []kgo.RecordHeader {
 		var out []kgo.RecordHeader
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -303,7 +349,7 @@ func TestDeliveryHeaders(t *testing.T) {
 // is written once with the record's key.
 func TestMissingDeadLetterTopicLosesNothing(t *testing.T) {
 	tr := openKafka(t, "auto_create_topics", "false", "delivery_timeout", "3s")
-	q := transporttest.UniqueName("bqtest-nodlq")
+	q := newTopic(t, "bqtest-nodlq")
 	dlq := q + ".dlq"
 	createTopic(t, q, 1)
 	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"job":"urn:babel:t:dlq"}`), Key: []byte("k-1")})
@@ -396,7 +442,7 @@ func kgoClientNoBroker(t testing.TB) *kgo.Client {
 func TestDelayKeepsRecord(t *testing.T) {
 	group := transporttest.UniqueName("bqtest-delay")
 	tr := openKafka(t, "group", group)
-	q := transporttest.UniqueName("bqtest-delay")
+	q := newTopic(t, "bqtest-delay")
 	c := consumeOn(t, tr, q, 2)
 	body := []byte(`{"job":"urn:babel:t:delay","x":1e400}`)
 	publishOK(t, tr, &transport.Message{Queue: q, Body: body, Key: []byte{}, Attempts: 2, Headers: map[string]string{"x-tenant": "acme"}, Delay: 1500 * time.Millisecond})
@@ -434,7 +480,7 @@ func TestDelayKeepsRecord(t *testing.T) {
 // attempts value are handed over as data, never a panic.
 func TestHostileRecords(t *testing.T) {
 	tr := openKafka(t)
-	q := transporttest.UniqueName("bqtest-hostile")
+	q := newTopic(t, "bqtest-hostile")
 	produceRaw(t,
 		&kgo.Record{Topic: q, Value: nil, Key: []byte("tomb")},
 		&kgo.Record{Topic: q, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: "x-null", Value: nil}, {Key: "", Value: []byte("v")}, {Key: "bq-attempts", Value: []byte("99999999999999999999")}}},

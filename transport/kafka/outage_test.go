@@ -58,7 +58,7 @@ func (b *breaker) set(broken bool) {
 // output topic, and the group's offsets cover everything.
 func TestOutageLosesNothing(t *testing.T) {
 	brokerURL(t)
-	q := transporttest.UniqueName("bqtest-outage")
+	q := newTopic(t, "bqtest-outage")
 	out := q + ".out"
 	createTopic(t, q, 1)
 	createTopic(t, out, 1)
@@ -151,7 +151,7 @@ func rewind(t *testing.T, c transport.Consumer, d *transport.Delivery) {
 // context ends).
 func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
 	brokerURL(t)
-	q := transporttest.UniqueName("bqtest-spare")
+	q := newTopic(t, "bqtest-spare")
 	out := q + ".out"
 	createTopic(t, q, 1)
 	createTopic(t, out, 1)

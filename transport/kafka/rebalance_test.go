@@ -19,7 +19,7 @@ import (
 // because of the rebalance says so with ErrRevoked, and that everything was committed.
 func TestRebalanceSettlesEveryRecordOnce(t *testing.T) {
 	group := transporttest.UniqueName("bqtest-rebalance")
-	q := transporttest.UniqueName("bqtest-rebalance")
+	q := newTopic(t, "bqtest-rebalance")
 	createTopic(t, q, 4)
 	trA := openKafka(t, "group", group)
 	trB := openKafka(t, "group", group)

@@ -14,6 +14,7 @@ func TestRuntime(t *testing.T) {
 	brokerURL(t)
 	transporttest.RunRuntime(t, transporttest.Config{
 		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
+		NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest") },
 		QuietPeriod: 2 * time.Second,
 	})
 }
