@@ -10,10 +10,16 @@ import (
 // maxGroup bounds how many calls one group sends to Redis at once.
 const maxGroup = 64
 
-// committer sends calls to Redis in groups (a group commit). A call that finds no group
-// in flight goes to Redis at once, alone, so a lone caller waits for nothing and no timer
-// is involved; calls that arrive while a group is in flight queue up, and when it returns
-// the first of them sends all the queued ones (up to [maxGroup]) in one round trip.
+// groupLanes is how many groups of one kind the transport keeps in flight at once: calls
+// queue up (and go together) only when that many are already out, so a few workers do
+// not wait on each other's round trips.
+const groupLanes = 4
+
+// committer sends calls to Redis in groups (a group commit). A call that finds fewer than
+// lanes groups in flight goes to Redis at once, alone, so a lone caller waits for nothing
+// and no timer is involved; calls that arrive while lanes groups are in flight queue up,
+// and when one returns the first of them sends all the queued ones (up to [maxGroup]) in
+// one round trip.
 //
 // Each call still gets its own result. A queued call whose context ends before its group
 // leaves is dropped and reports ctx.Err(); once its group has left, a call waits for the
@@ -22,8 +28,11 @@ type committer[T any] struct {
 	// run sends one group and sets the result of each call in it.
 	run func(ctx context.Context, calls []*call[T])
 
+	// lanes is how many groups may be in flight at once (0 means 1).
+	lanes int
+
 	mu    sync.Mutex
-	busy  bool       // a group is in flight (or being formed)
+	busy  int        // groups in flight (or being formed)
 	queue []*call[T] // calls waiting for the next group
 }
 
@@ -40,7 +49,7 @@ type call[T any] struct {
 func (g *committer[T]) do(ctx context.Context, cl *call[T]) {
 	cl.ctx = ctx
 	g.mu.Lock()
-	if g.busy {
+	if g.busy >= max(g.lanes, 1) {
 		cl.wake = make(chan bool, 1)
 		g.queue = append(g.queue, cl)
 		g.mu.Unlock()
@@ -62,7 +71,7 @@ func (g *committer[T]) do(ctx context.Context, cl *call[T]) {
 			return
 		}
 	} else {
-		g.busy = true
+		g.busy++
 		g.mu.Unlock()
 	}
 
@@ -88,7 +97,7 @@ func (g *committer[T]) do(ctx context.Context, cl *call[T]) {
 
 	g.mu.Lock()
 	if len(g.queue) == 0 {
-		g.busy = false
+		g.busy--
 		g.mu.Unlock()
 		return
 	}

@@ -76,7 +76,7 @@ func TestCommitterGroupsConcurrentCalls(t *testing.T) {
 func (g *committer[T]) inFlight() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.busy || len(g.queue) > 0
+	return g.busy > 0 || len(g.queue) > 0
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -87,5 +87,51 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCommitterLanes: with two lanes, two lone calls are in flight at once, each alone;
+// a third call made while both are out waits and goes when one of them returns.
+func TestCommitterLanes(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var groups [][]int
+	running := 0
+	g := committer[int]{lanes: 2, run: func(ctx context.Context, calls []*call[int]) {
+		var args []int
+		for _, cl := range calls {
+			args = append(args, cl.arg)
+		}
+		mu.Lock()
+		groups = append(groups, args)
+		running++
+		held := len(groups) <= 2
+		mu.Unlock()
+		if held {
+			<-release
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+	}}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { g.do(context.Background(), &call[int]{arg: i}) })
+	}
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return running == 2 })
+	wg.Go(func() { g.do(context.Background(), &call[int]{arg: 2}) })
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == 1 })
+	mu.Lock()
+	if len(groups) != 2 {
+		t.Errorf("a third group went out while two lanes were busy: %v", groups)
+	}
+	mu.Unlock()
+	close(release)
+	wg.Wait()
+	if len(groups) != 3 || len(groups[2]) != 1 || groups[2][0] != 2 {
+		t.Fatalf("groups = %v, want two lone calls, then the queued one alone", groups)
+	}
+	if g.inFlight() {
+		t.Error("committer still busy after every call returned")
 	}
 }

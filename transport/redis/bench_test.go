@@ -134,8 +134,9 @@ func BenchmarkPaired(b *testing.B) {
 			ctx := context.Background()
 			rq := transporttest.UniqueName("bqbench")
 			tq := transporttest.UniqueName("bqbench")
+			dq := transporttest.UniqueName("bqbench")
 			lq := transporttest.UniqueName("bqbench")
-			for _, q := range []string{rq, tq, lq} {
+			for _, q := range []string{rq, tq, dq, lq} {
 				cleanKeys(b, c, q+"*")
 			}
 			tr := bqredis.New(c)
@@ -144,9 +145,16 @@ func BenchmarkPaired(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer cons.Close(ctx)
+			dtr := bqredis.New(c, bqredis.WithDeferredAcks(2*time.Millisecond))
+			dcons, err := dtr.Consume(ctx, dq, transport.ConsumeOptions{Prefetch: w.n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dcons.Close(ctx)
 			body := envelope("bench")
 			raw := rawOp(b, c, rq, body)
 			bq := transportOp(b, tr, cons, tq, body)
+			bqd := transportOp(b, dtr, dcons, dq, body)
 			lkeys := []string{lq, lq + ":processing"}
 			lua := func() {
 				if err := c.RPush(ctx, lq, body).Err(); err != nil {
@@ -162,7 +170,7 @@ func BenchmarkPaired(b *testing.B) {
 					b.Error(err)
 				}
 			}
-			var rawT, bqT, luaT time.Duration
+			var rawT, bqT, bqdT, luaT time.Duration
 			b.ResetTimer()
 			for done := 0; done < b.N; done += pairedChunk {
 				k := min(pairedChunk, b.N-done)
@@ -173,6 +181,9 @@ func BenchmarkPaired(b *testing.B) {
 				splitN(k, w.n, bq)
 				bqT += time.Since(start)
 				start = time.Now()
+				splitN(k, w.n, bqd)
+				bqdT += time.Since(start)
+				start = time.Now()
 				splitN(k, w.n, lua)
 				luaT += time.Since(start)
 			}
@@ -180,8 +191,10 @@ func BenchmarkPaired(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(rawT.Nanoseconds())/float64(b.N), "raw-ns/msg")
 			b.ReportMetric(float64(bqT.Nanoseconds())/float64(b.N), "bq-ns/msg")
+			b.ReportMetric(float64(bqdT.Nanoseconds())/float64(b.N), "bqd-ns/msg")
 			b.ReportMetric(float64(luaT.Nanoseconds())/float64(b.N), "lua-ns/msg")
 			b.ReportMetric(float64(rawT)/float64(bqT), "raw/bq")
+			b.ReportMetric(float64(rawT)/float64(bqdT), "raw/bqd")
 			b.ReportMetric(float64(rawT)/float64(luaT), "raw/lua")
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,12 @@ import (
 
 // sweepLimit bounds how many lapsed reservations one reserve call returns to the queue.
 const sweepLimit = 100
+
+// maxFetchers is how many reserve calls of one consumer may be in flight at once: the
+// workers of a consumer reserve side by side, as many go-redis workers would, and the
+// ones that come while maxFetchers calls are out wait and are served by the next call
+// that returns (one call reserves for every worker waiting, up to the batch size).
+const maxFetchers = 4
 
 // sweepEvery is how often, at most, a consumer's reserve call also migrates due delayed
 // messages and returns lapsed reservations (or the poll interval, if shorter). A
@@ -38,16 +45,24 @@ type consumer struct {
 	// The keys of the default layout: reserve script keys, then settle script keys.
 	reserveKeys, settleKeys []string
 
-	mu       sync.Mutex
-	done     chan struct{}
-	closed   bool
-	fetching bool
-	buf      []*handle        // reserved, not yet handed out
-	out      map[*handle]bool // handed out and not settled; true while a Settle runs
-	waiting  []*waiter        // Receive calls waiting, first come first served
+	mu        sync.Mutex
+	done      chan struct{}
+	closed    bool
+	fetchers  int              // Receive calls in a reserve call now
+	reserving int              // messages those reserve calls may bring
+	buf       []*handle        // reserved, not yet handed out
+	out       map[*handle]bool // handed out and not settled; true while a Settle runs
+	waiting   []*waiter        // Receive calls waiting, first come first served
 
-	swept   time.Time // when a reserve call last swept; guarded by fetching
+	swept   time.Time // when a reserve call last swept
 	settles committer[settleItem]
+
+	// Deferred acks (Transport.ackLinger > 0): acknowledged reservations whose removal
+	// has not been sent yet. The next reserve call carries them, or the flush timer
+	// sends them after the linger.
+	acks     []*handle
+	ackTimer *time.Timer
+	flushMu  sync.Mutex // held while the flush timer sends acks
 }
 
 // waiter is a Receive call waiting for a message or for its turn to reserve.
@@ -82,6 +97,7 @@ func newConsumer(t *Transport, queue string, prefetch int) *consumer {
 	c.reserveKeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
 	c.settleKeys = []string{processingKey(queue), deadlinesKey(queue), c.readyKey, c.readyKey}
 	c.settles.run = c.settleGroup
+	c.settles.lanes = groupLanes
 	return c
 }
 
@@ -101,7 +117,7 @@ func (c *consumer) handOutLocked(h *handle) {
 // nudgeLocked wakes the first waiting Receive call to reserve when nobody is reserving
 // and the prefetch allows another message.
 func (c *consumer) nudgeLocked() {
-	if c.fetching || len(c.waiting) == 0 || len(c.out)+len(c.buf) >= c.prefetch {
+	if c.fetchers >= maxFetchers || len(c.waiting) == 0 || len(c.out)+len(c.buf)+c.reserving >= c.prefetch {
 		return
 	}
 	w := c.waiting[0]
@@ -130,17 +146,24 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			c.mu.Unlock()
 			return c.delivery(h), nil
 		}
-		if !c.fetching && len(c.out)+len(c.buf) < c.prefetch {
-			n := min(1+len(c.waiting), c.prefetch-len(c.out)-len(c.buf), c.t.batch)
-			c.fetching = true
+		if room := c.prefetch - len(c.out) - len(c.buf) - c.reserving; room > 0 && c.fetchers < maxFetchers {
+			n := min(1+len(c.waiting), room, c.t.batch)
+			c.fetchers++
+			c.reserving += n
+			acks := c.takeAcksLocked()
+			now := time.Now()
+			sweep := now.Sub(c.swept) >= min(sweepEvery, c.t.poll)
+			if sweep {
+				c.swept = now
+			}
 			c.mu.Unlock()
-			sweep := time.Since(c.swept) >= min(sweepEvery, c.t.poll)
-			hs, err := c.reserve(ctx, n, sweep)
+			hs, err := c.reserve(ctx, n, sweep, acks)
 			if err == nil && len(hs) == 0 {
 				err = c.wait(ctx)
 			}
 			c.mu.Lock()
-			c.fetching = false
+			c.fetchers--
+			c.reserving -= n
 			if c.closed {
 				c.mu.Unlock()
 				if len(hs) > 0 {
@@ -263,58 +286,183 @@ func (c *consumer) delivery(h *handle) *transport.Delivery {
 }
 
 // reserve runs the reserve script for up to n messages, sweeping first when sweep is
-// set (the Laravel layout always migrates, as Laravel does). Only the fetching worker
-// calls it.
-func (c *consumer) reserve(ctx context.Context, n int, sweep bool) ([]*handle, error) {
+// set (the Laravel layout always migrates, as Laravel does). Deferred acks ride in the
+// same round trip, ahead of the reservation: in the reserve script itself (default
+// layout) or in a settle script pipelined before it (Laravel's reserve script stays as
+// Laravel has it). Only a fetching worker calls it.
+func (c *consumer) reserve(ctx context.Context, n int, sweep bool, acks []*handle) ([]*handle, error) {
 	now := time.Now()
-	t := c.t
-	if t.laravel {
-		score := "+inf"
-		migrateReserved := "0"
-		if t.retryAfter > 0 {
-			score = strconv.FormatInt(now.Add(t.retryAfter).Unix(), 10)
-			migrateReserved = "1"
-		}
-		ready := c.readyKey
-		res, err := reserveLaravel.Run(ctx, t.client,
-			[]string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)},
-			strconv.FormatInt(now.Unix(), 10), score, n, migrateReserved).StringSlice()
-		if err != nil && !errors.Is(err, goredis.Nil) {
-			return nil, err
-		}
-		hs := make([]*handle, 0, len(res)/3)
-		for i := 0; i+2 < len(res); i += 3 {
-			hs = append(hs, &handle{c: c, raw: res[i], member: res[i+1], hdr: res[i+2]})
-		}
-		return hs, nil
+	if c.t.laravel {
+		return c.reserveLaravel(ctx, now, n, acks)
 	}
 	deadline := math.Inf(1)
-	if t.retryAfter > 0 {
-		deadline = unixSeconds(now.Add(t.retryAfter))
+	if c.t.retryAfter > 0 {
+		deadline = unixSeconds(now.Add(c.t.retryAfter))
 	}
 	sweepArg := "0"
 	if sweep {
 		sweepArg = "1"
 	}
-	args := make([]any, 0, 4+n)
-	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg)
+	args := make([]any, 0, 5+2*len(acks)+n)
+	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg, len(acks))
+	for _, h := range acks {
+		args = append(args, h.member, h.raw)
+	}
 	tokens := make([]string, n)
 	for i := range tokens {
-		tokens[i] = t.token()
+		tokens[i] = c.t.token()
 		args = append(args, tokens[i])
 	}
-	res, err := reserveDefault.Run(ctx, t.client, c.reserveKeys, args...).StringSlice()
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	res, err := reserveDefault.Run(ctx, c.t.client, c.reserveKeys, args...).StringSlice()
+	if err == nil && (len(res) == 0 || len(res[0]) != len(acks)) {
+		err = fmt.Errorf("reserve script answered %d results and %d ack flags for %d acks", len(res), len(res[0]), len(acks))
+	}
+	if err != nil {
+		if len(acks) > 0 {
+			c.acksSent(acks, nil, err)
+		}
 		return nil, err
 	}
-	if sweep {
-		c.swept = now
+	if len(acks) > 0 {
+		ok := make([]bool, len(acks))
+		for i := range ok {
+			ok[i] = res[0][i] == '1'
+		}
+		c.acksSent(acks, ok, nil)
 	}
-	hs := make([]*handle, len(res))
-	for i, raw := range res {
+	hs := make([]*handle, len(res)-1)
+	for i, raw := range res[1:] {
 		hs[i] = &handle{c: c, raw: raw, member: tokens[i] + ":" + raw}
 	}
 	return hs, nil
+}
+
+// reserveLaravel runs Laravel's reserve script for up to n jobs, after a settle script
+// for the deferred acks in the same round trip (a pipeline, so a failed settle does not
+// stop the reservation).
+func (c *consumer) reserveLaravel(ctx context.Context, now time.Time, n int, acks []*handle) ([]*handle, error) {
+	t := c.t
+	score := "+inf"
+	migrateReserved := "0"
+	if t.retryAfter > 0 {
+		score = strconv.FormatInt(now.Add(t.retryAfter).Unix(), 10)
+		migrateReserved = "1"
+	}
+	ready := c.readyKey
+	keys := []string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)}
+	args := []any{strconv.FormatInt(now.Unix(), 10), score, n, migrateReserved}
+	var rc *goredis.Cmd
+	if len(acks) == 0 {
+		rc = reserveLaravel.Run(ctx, t.client, keys, args...)
+	} else {
+		skeys, sargs := c.settleCall(ackItems(acks), now)
+		pipe := t.client.Pipeline()
+		sc := pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
+		rc = pipe.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
+		_, _ = pipe.Exec(ctx)
+		if isNoScript(sc.Err()) { // Redis restarted or its script cache was flushed
+			sc = settle.Eval(ctx, t.client, skeys, sargs...)
+		}
+		if isNoScript(rc.Err()) {
+			rc = reserveLaravel.Eval(ctx, t.client, keys, args...)
+		}
+		res, err := sc.Int64Slice()
+		ok := make([]bool, len(res))
+		for i, n := range res {
+			ok[i] = n == 1
+		}
+		c.acksSent(acks, ok, err)
+	}
+	res, err := rc.StringSlice()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	hs := make([]*handle, 0, len(res)/3)
+	for i := 0; i+2 < len(res); i += 3 {
+		hs = append(hs, &handle{c: c, raw: res[i], member: res[i+1], hdr: res[i+2]})
+	}
+	return hs, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// ackItems are the settle items of deferred acks.
+func ackItems(acks []*handle) []settleItem {
+	items := make([]settleItem, len(acks))
+	for i, h := range acks {
+		items[i] = settleItem{h: h}
+	}
+	return items
+}
+
+// takeAcksLocked takes the deferred acks waiting to be sent.
+func (c *consumer) takeAcksLocked() []*handle {
+	acks := c.acks
+	c.acks = nil
+	if len(acks) > 0 && c.ackTimer != nil {
+		c.ackTimer.Stop()
+	}
+	return acks
+}
+
+// deferAckLocked queues h's ack for the next reserve call, or for the flush timer.
+func (c *consumer) deferAckLocked(h *handle) {
+	c.acks = append(c.acks, h)
+	if len(c.acks) > 1 {
+		return
+	}
+	if c.ackTimer == nil {
+		c.ackTimer = time.AfterFunc(c.t.ackLinger, c.flushAcks)
+	} else {
+		c.ackTimer.Reset(c.t.ackLinger)
+	}
+}
+
+// flushAcks sends the deferred acks no reserve call has carried within the linger.
+func (c *consumer) flushAcks() {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	acks := c.takeAcksLocked()
+	c.mu.Unlock()
+	if len(acks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
+	defer cancel()
+	res, err := c.runSettle(ctx, ackItems(acks))
+	c.acksSent(acks, res, err)
+}
+
+// ackFlushTimeout bounds one attempt to send deferred acks from the flush timer.
+const ackFlushTimeout = 10 * time.Second
+
+// acksSent records the answer to sending deferred acks. When the call failed they go
+// back to be sent again (after the linger, or with the next reserve call); an ack whose
+// reservation had already lapsed is logged: its message is (or was) delivered again.
+func (c *consumer) acksSent(acks []*handle, res []bool, err error) {
+	if err == nil && len(res) != len(acks) {
+		err = fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(acks))
+	}
+	if err != nil {
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.acks = append(acks, c.acks...)
+			if c.ackTimer != nil {
+				c.ackTimer.Reset(max(c.t.ackLinger, 100*time.Millisecond))
+			}
+		}
+		c.mu.Unlock()
+		c.t.log.Warn("redis: sending deferred acks failed", "queue", c.queue, "acks", len(acks), "error", err, "retrying", !closed)
+		return
+	}
+	if lost := len(res) - countTrue(res); lost > 0 {
+		c.t.log.Warn("redis: reservation lapsed before its deferred ack was sent; the message is delivered again",
+			"queue", c.queue, "acks", lost)
+	}
 }
 
 // wait blocks until the ready list has an element, the poll interval passes or ctx's
@@ -374,6 +522,13 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		c.mu.Unlock()
 		return transport.ErrAlreadySettled
 	}
+	if c.t.ackLinger > 0 && s.Outcome == transport.Ack && len(s.Writes) == 0 {
+		delete(c.out, h)
+		c.deferAckLocked(h)
+		c.nudgeLocked() // a worker may be waiting for this slot of the prefetch
+		c.mu.Unlock()
+		return nil
+	}
 	c.out[h] = true
 	c.mu.Unlock()
 
@@ -430,6 +585,23 @@ func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
 // runSettle runs the settle script once for items and reports, per item, whether its
 // gate passed.
 func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, error) {
+	keys, args := c.settleCall(items, time.Now())
+	res, err := settle.Run(ctx, c.t.client, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(items) {
+		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(items))
+	}
+	ok := make([]bool, len(res))
+	for i, n := range res {
+		ok[i] = n == 1
+	}
+	return ok, nil
+}
+
+// settleCall is the keys and arguments of the settle script for items.
+func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []any) {
 	t := c.t
 	ready := c.readyKey
 	nw := 0
@@ -445,7 +617,6 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 		copy(keys, c.settleKeys)
 		args[0] = "d"
 	}
-	now := time.Now()
 	for _, it := range items {
 		outcome := "ack"
 		if it.rewind {
@@ -458,18 +629,7 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 			args = append(args, op, score, value, hdr)
 		}
 	}
-	res, err := settle.Run(ctx, t.client, keys, args...).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(res) != len(items) {
-		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(items))
-	}
-	ok := make([]bool, len(res))
-	for i, n := range res {
-		ok[i] = n == 1
-	}
-	return ok, nil
+	return keys, args
 }
 
 // rewindAll gives reservations back to the head of the queue, in one script call per
@@ -504,6 +664,7 @@ func (c *consumer) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	close(c.done)
+	acks := c.takeAcksLocked()
 	hs := append([]*handle(nil), c.buf...)
 	c.buf = nil
 	for h, busy := range c.out {
@@ -514,5 +675,26 @@ func (c *consumer) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.t.forget(c)
-	return c.rewindAll(ctx, hs)
+	c.flushMu.Lock() // a flush the timer started finishes first
+	c.flushMu.Unlock()
+	var err error
+	if len(acks) > 0 {
+		var res []bool
+		if res, err = c.runSettle(ctx, ackItems(acks)); err != nil {
+			err = fmt.Errorf("redis: sending %d deferred ack(s) on close (their messages come back after retry_after): %w", len(acks), err)
+		} else {
+			c.acksSent(acks, res, nil)
+		}
+	}
+	return errors.Join(err, c.rewindAll(ctx, hs))
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

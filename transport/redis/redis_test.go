@@ -59,6 +59,8 @@ func TestTransportKit(t *testing.T) {
 	for _, layout := range []struct{ name, query string }{
 		{"default", ""},
 		{"laravel", "?laravel=1&prefix=bqtest:"},
+		{"default-deferred-acks", "?deferred_acks=2ms"},
+		{"laravel-deferred-acks", "?laravel=1&prefix=bqtest:&deferred_acks=2ms"},
 	} {
 		t.Run(layout.name, func(t *testing.T) {
 			raw := brokerURL(t)
@@ -93,6 +95,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"redis://:s3cret@127.0.0.1:6379/zero", "db"},
 		{"rediss://:s3cret@127.0.0.1:6379/0/1", "db"},
 		{"redis://:s3cret@127.0.0.1:6379/0?dial_timeout=fast", "dial_timeout"},
+		{"redis://:s3cret@127.0.0.1:6379/0?deferred_acks=soon", "deferred_acks"},
+		{"redis://:s3cret@127.0.0.1:6379/0?deferred_acks=-1ms", "deferred_acks"},
+		{"redis://:s3cret@127.0.0.1:6379/0?deferred_acks=2h", "deferred_acks"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.param, func(t *testing.T) {

@@ -17,12 +17,24 @@ import goredis "github.com/redis/go-redis/v9"
 // list; the consumer asks for that at least every [sweepEvery] while it reserves, and
 // always before it waits.
 //
+// Before all that it acknowledges the deferred acks it is given (see [WithDeferredAcks]),
+// each exactly as the settle script does.
+//
 //	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
 //	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
-//	ARGV[4] "1" to sweep first, ARGV[5..] one token per element wanted
+//	ARGV[4] "1" to sweep first, ARGV[5] the number k of acks, ARGV[6..5+2k] each ack's
+//	member and raw element, then one token per element wanted
 //
-// It returns the raw elements reserved, in order, one per token used.
+// It returns a string with one character per ack, "1" when settled and "0" when its
+// reservation was no longer ours, then the raw elements reserved, in order, one per
+// token used.
 var reserveDefault = goredis.NewScript(`
+local nacks = tonumber(ARGV[5])
+local flags = {}
+for i = 6, 5 + 2 * nacks, 2 do
+  local ok = redis.call('zrem', KEYS[3], ARGV[i]) == 1 and redis.call('lrem', KEYS[2], 1, ARGV[i + 1]) == 1
+  flags[#flags + 1] = ok and '1' or '0'
+end
 if ARGV[4] == '1' then
   local now = ARGV[1]
   local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
@@ -43,8 +55,8 @@ if ARGV[4] == '1' then
     redis.call('zrem', KEYS[3], m)
   end
 end
-local out = {}
-for i = 5, #ARGV do
+local out = {table.concat(flags)}
+for i = 6 + 2 * nacks, #ARGV do
   local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
   if not raw then break end
   redis.call('zadd', KEYS[3], ARGV[2], ARGV[i] .. ':' .. raw)

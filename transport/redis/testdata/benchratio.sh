@@ -19,7 +19,7 @@ for r in $(seq 1 "$rounds"); do
 		awk -v r="$r" '/^BenchmarkPaired/ {
 			sub(/-[0-9]+$/, "", $1); sub(/.*\//, "", $1)
 			for (i = 3; i < NF; i += 2) v[$(i + 1)] = $i
-			print r, $1, v["raw-ns/msg"], v["bq-ns/msg"], v["lua-ns/msg"], v["raw/bq"], v["raw/lua"]
+			print r, $1, v["raw-ns/msg"], v["bq-ns/msg"], v["lua-ns/msg"], v["raw/bq"], v["raw/lua"], v["bqd-ns/msg"], v["raw/bqd"]
 		}' >>"$out"
 done
 awk '
@@ -29,12 +29,12 @@ function median(list,   n, a, i, j, t) {
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 {
-	printf "round %s %s: raw %d ns/msg, transport %d, lua floor %d; raw/transport %.2f, raw/lua %.2f\n", $1, $2, $3, $4, $5, $6, $7
-	raw[$2] = raw[$2] " " $3; bq[$2] = bq[$2] " " $4; lua[$2] = lua[$2] " " $5
-	rb[$2] = rb[$2] " " $6; rl[$2] = rl[$2] " " $7
+	printf "round %s %s: raw %d ns/msg, transport %d, deferred acks %d, lua floor %d; raw/transport %.2f, raw/deferred %.2f, raw/lua %.2f\n", $1, $2, $3, $4, $8, $5, $6, $9, $7
+	raw[$2] = raw[$2] " " $3; bq[$2] = bq[$2] " " $4; lua[$2] = lua[$2] " " $5; bqd[$2] = bqd[$2] " " $8
+	rb[$2] = rb[$2] " " $6; rl[$2] = rl[$2] " " $7; rd[$2] = rd[$2] " " $9
 }
 END {
 	for (w in raw)
-		printf "MEDIAN %s: raw %d ns/msg, transport %d, lua floor %d; raw/transport %.2f, raw/lua %.2f\n",
-			w, median(raw[w]), median(bq[w]), median(lua[w]), median(rb[w]), median(rl[w])
+		printf "MEDIAN %s: raw %d ns/msg, transport %d, deferred acks %d, lua floor %d; raw/transport %.2f, raw/deferred %.2f, raw/lua %.2f\n",
+			w, median(raw[w]), median(bq[w]), median(bqd[w]), median(lua[w]), median(rb[w]), median(rd[w]), median(rl[w])
 }' "$out"
