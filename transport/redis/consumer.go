@@ -62,7 +62,7 @@ type consumer struct {
 	// sends them after the linger.
 	acks     []*handle
 	ackTimer *time.Timer
-	flushMu  sync.Mutex // held while the flush timer sends acks
+	flushes  sync.WaitGroup // flush timer calls sending acks
 }
 
 // waiter is a Receive call waiting for a message or for its turn to reserve.
@@ -422,14 +422,15 @@ func (c *consumer) deferAckLocked(h *handle) {
 
 // flushAcks sends the deferred acks no reserve call has carried within the linger.
 func (c *consumer) flushAcks() {
-	c.flushMu.Lock()
-	defer c.flushMu.Unlock()
 	c.mu.Lock()
 	acks := c.takeAcksLocked()
-	c.mu.Unlock()
 	if len(acks) == 0 {
+		c.mu.Unlock()
 		return
 	}
+	c.flushes.Add(1) // before Close marks the consumer closed: Close waits for it
+	c.mu.Unlock()
+	defer c.flushes.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
 	defer cancel()
 	res, err := c.runSettle(ctx, ackItems(acks))
@@ -675,8 +676,7 @@ func (c *consumer) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.t.forget(c)
-	c.flushMu.Lock() // a flush the timer started finishes first
-	c.flushMu.Unlock()
+	c.flushes.Wait() // a flush the timer started finishes first
 	var err error
 	if len(acks) > 0 {
 		var res []bool
