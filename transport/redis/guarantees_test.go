@@ -159,13 +159,23 @@ func redisServer(t *testing.T) (addr string, restart func()) {
 }
 
 // TestRedisRestartMidRun kills Redis while workers run and starts it again: every
-// message is handled, none is lost, and nothing stays reserved.
+// message is handled, none is lost, and nothing stays reserved; with synchronous and with
+// deferred acks.
 func TestRedisRestartMidRun(t *testing.T) {
 	brokerURL(t) // the same gate as every integration test
+	for _, mode := range []struct{ name, query string }{
+		{"sync-acks", ""},
+		{"deferred-acks", "&deferred_acks=2ms"},
+	} {
+		t.Run(mode.name, func(t *testing.T) { restartMidRun(t, mode.query) })
+	}
+}
+
+func restartMidRun(t *testing.T, query string) {
 	addr, restart := redisServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	raw := "redis://" + addr + "/0?retry_after=2"
+	raw := "redis://" + addr + "/0?retry_after=2" + query
 	tr, err := transport.Open(ctx, raw)
 	if err != nil {
 		t.Fatal(err)
@@ -219,17 +229,22 @@ func TestRedisRestartMidRun(t *testing.T) {
 					// Redis is down: give it back if we can; else its reservation
 					// lapses and the sweep returns it.
 					_ = cons.Settle(runCtx, d, transport.Settlement{Outcome: transport.Rewind})
-					continue
-				}
-				mu.Lock()
-				all := len(handled) == n
-				mu.Unlock()
-				if all && admin.LLen(runCtx, q).Val()+admin.LLen(runCtx, q+":processing").Val() == 0 {
-					stopWorkers()
 				}
 			}
 		}()
 	}
+	// Stop the workers once every message was handled and Redis holds none of them.
+	go func() {
+		for runCtx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			all := len(handled) == n
+			mu.Unlock()
+			if all && admin.Exists(runCtx, q, q+":processing", q+":processing:deadlines").Val() == 0 {
+				stopWorkers()
+			}
+		}
+	}()
 	wg.Wait()
 	select {
 	case <-restarted:
