@@ -24,35 +24,17 @@ func TestRuntimeKitOnMemory(t *testing.T) {
 	})
 }
 
-// logBuffer collects the runtime's log lines for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 type harness struct {
 	t    *testing.T
 	tr   *memory.Transport
 	app  *babelqueue.App
-	logs *logBuffer
+	logs *transporttest.LogBuffer
 	stop func()
 }
 
 func newHarness(t *testing.T, tr *memory.Transport, opts ...babelqueue.Option) *harness {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &transporttest.LogBuffer{}
 	opts = append([]babelqueue.Option{
 		babelqueue.WithQueue("orders"),
 		babelqueue.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),

@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -171,7 +170,7 @@ func TestDeferredAckOfALapsedReservationIsLoggedAndTouchesNothing(t *testing.T) 
 	admin := client(t)
 	q := transporttest.UniqueName("bqtest")
 	cleanKeys(t, admin, "*"+q+"*")
-	var logs lockedBuffer
+	var logs transporttest.LogBuffer
 	a := bqredis.New(client(t), bqredis.WithRetryAfter(time.Second), bqredis.WithDeferredAcks(time.Hour),
 		bqredis.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err := a.Publish(ctx, &transport.Message{Queue: q, Body: envelope("late")}); err != nil {
@@ -207,22 +206,4 @@ func TestDeferredAckOfALapsedReservationIsLoggedAndTouchesNothing(t *testing.T) 
 	if err := consB.Settle(ctx, dB, transport.Settlement{Outcome: transport.Ack}); err != nil {
 		t.Fatalf("B's ack: %v", err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the logger and the test to share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
