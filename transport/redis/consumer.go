@@ -315,7 +315,7 @@ func (c *consumer) reserve(ctx context.Context, n int, sweep bool, acks []*handl
 	}
 	res, err := reserveDefault.Run(ctx, c.t.client, c.reserveKeys, args...).StringSlice()
 	if err == nil && (len(res) == 0 || len(res[0]) != len(acks)) {
-		err = fmt.Errorf("reserve script answered %d results and %d ack flags for %d acks", len(res), len(res[0]), len(acks))
+		err = fmt.Errorf("reserve script answered %q for %d acks", res, len(acks))
 	}
 	if err != nil {
 		if len(acks) > 0 {
