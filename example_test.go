@@ -75,16 +75,57 @@ func ExampleWithDeadLetter() {
 	// Output: orders.dlq 1
 }
 
-// The settlement rules are one pure function: what happens to a delivery is a
-// function of what became of it, the options and the broker's capabilities.
-func ExampleDecide() {
-	p := babelqueue.Policy{MaxAttempts: 3, DeadLetter: true}
-	for attempts := range 3 {
-		d := babelqueue.Decide(babelqueue.Facts{Kind: babelqueue.Failed, Attempts: attempts}, p, memory.New().Capabilities())
-		fmt.Println(attempts, d.Action, d.Attempts)
+// Middleware wraps handlers as net/http middleware wraps http.Handlers; an observer is
+// told what the runtime did with every delivery.
+func ExampleApp_Use() {
+	ctx := context.Background()
+	outcomes := &outcomeLog{}
+	app, err := babelqueue.Open(ctx, "memory://",
+		babelqueue.WithQueue("orders"),
+		babelqueue.WithDeadLetter(true),
+		babelqueue.WithObserver(outcomes),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		panic(err)
 	}
+	defer app.Close(ctx)
+
+	logged := func(name string) babelqueue.Middleware {
+		return func(next babelqueue.Handler) babelqueue.Handler {
+			return func(ctx context.Context, m *babelqueue.Message) error {
+				fmt.Println(name, "before")
+				err := next(ctx, m)
+				fmt.Println(name, "after")
+				return err
+			}
+		}
+	}
+	app.Use(logged("app-wide"))
+	app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+		fmt.Println("handler")
+		// Retrying will not help: straight to the dead-letter queue.
+		return babelqueue.NoRetry(errors.New("order 1042 has no lines"))
+	}, logged("per-handler"))
+
+	if _, err := app.Publish(ctx, "urn:babel:orders:created", map[string]int{"order_id": 1042}); err != nil {
+		panic(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	outcomes.onSettled = stop
+	_ = app.Run(runCtx)
 	// Output:
-	// 0 retry 1
-	// 1 retry 2
-	// 2 dead_letter 3
+	// app-wide before
+	// per-handler before
+	// handler
+	// per-handler after
+	// app-wide after
+	// settled unretryable: dead_letter to orders.dlq (reason failed, attempts 1)
+}
+
+// outcomeLog is an Observer that implements one hook.
+type outcomeLog struct{ onSettled func() }
+
+func (o *outcomeLog) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
+	fmt.Printf("settled %s: %s to %s (reason %s, attempts %d)\n", e.Kind, e.Action, e.Writes[0].Queue, e.Reason, e.Attempts)
+	o.onSettled()
 }

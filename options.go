@@ -71,6 +71,7 @@ type config struct {
 	shutdownGrace    time.Duration
 	settleTimeout    time.Duration
 	logger           *slog.Logger
+	observers        []Observer
 	now              func() time.Time
 	errs             []error
 }

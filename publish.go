@@ -3,6 +3,9 @@ package babelqueue
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/internal/projection"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -61,20 +64,65 @@ func WithHeaders(h map[string]string) PublishOption {
 }
 
 // Publish sends a new envelope for urn with data (any JSON-marshalable value that
-// encodes as an object) and returns its meta.id.
+// encodes as an object) and returns its meta.id. Called with a handler's context, it
+// continues the trace of the message being handled unless [ContinueTrace] says
+// otherwise. Publish middleware ([App.UsePublish]) runs first.
 func (a *App) Publish(ctx context.Context, urn string, data any, opts ...PublishOption) (string, error) {
+	out, err := a.outgoing(ctx, urn, data, opts)
+	if err != nil {
+		return "", err
+	}
+	a.mu.RLock()
+	publish := a.publish
+	a.mu.RUnlock()
+	if err := publish(ctx, out); err != nil {
+		return "", err
+	}
+	return out.Envelope.Meta.ID, nil
+}
+
+// Prepare runs everything [App.Publish] runs (the envelope, the options, the publish
+// middleware) but returns the message the transport would have been given instead of
+// sending it: the transactional outbox stores it and its relay publishes it later,
+// exactly as Publish would have.
+func (a *App) Prepare(ctx context.Context, urn string, data any, opts ...PublishOption) (*transport.Message, error) {
+	out, err := a.outgoing(ctx, urn, data, opts)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	mw := a.pubMW
+	a.mu.RUnlock()
+	var msg *transport.Message
+	capture := func(_ context.Context, o *Outgoing) error {
+		m, err := wireMessage(o)
+		msg = m
+		return err
+	}
+	if err := chainPublish(capture, mw)(ctx, out); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func (a *App) outgoing(ctx context.Context, urn string, data any, opts []PublishOption) (*Outgoing, error) {
 	pc := publishConfig{queue: a.cfg.queue}
 	for _, o := range opts {
 		o(&pc)
 	}
 	if pc.err != nil {
-		return "", pc.err
+		return nil, pc.err
 	}
 	a.mu.RLock()
 	closed := a.closed
 	a.mu.RUnlock()
 	if closed {
-		return "", ErrClosed
+		return nil, ErrClosed
+	}
+	if pc.traceID == "" {
+		if m := MessageFromContext(ctx); m != nil {
+			pc.traceID = m.Envelope.TraceID
+		}
 	}
 	eopts := []envelope.Option{envelope.WithQueue(pc.queue)}
 	if pc.traceID != "" {
@@ -82,36 +130,53 @@ func (a *App) Publish(ctx context.Context, urn string, data any, opts ...Publish
 	}
 	env, err := envelope.Make(urn, data, eopts...)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	body, err := env.Encode()
-	if err != nil {
-		return "", err
+	headers := pc.headers
+	if headers == nil {
+		headers = map[string]string{}
 	}
-	m := &transport.Message{
-		Queue:      pc.queue,
-		Body:       body,
-		Key:        pc.key,
-		Headers:    pc.headers,
-		Projection: ProjectionOf(env),
-	}
-	if err := a.tr.Publish(ctx, m); err != nil {
-		return "", fmt.Errorf("babelqueue: publish %s to %q: %w", urn, pc.queue, err)
-	}
-	return env.Meta.ID, nil
+	return &Outgoing{Envelope: env, Queue: pc.queue, Key: pc.key, Headers: headers}, nil
 }
 
-// ProjectionOf is the projection the runtime hands a transport with every write of e:
-// the envelope fields a broker binding of SPEC §7 copies into native properties or
-// headers. A transport or its tests use it to project an envelope exactly as the
-// runtime does.
-func ProjectionOf(e *envelope.Envelope) transport.Projection {
-	return transport.Projection{
-		URN:           e.Job,
-		TraceID:       e.TraceID,
-		MessageID:     e.Meta.ID,
-		Lang:          e.Meta.Lang,
-		SchemaVersion: e.Meta.SchemaVersion,
-		CreatedAt:     e.Meta.CreatedAt,
+// wireMessage encodes an outgoing message for the transport.
+func wireMessage(o *Outgoing) (*transport.Message, error) {
+	body, err := o.Envelope.Encode()
+	if err != nil {
+		return nil, err
 	}
+	headers := o.Headers
+	if len(headers) == 0 {
+		headers = nil
+	}
+	return &transport.Message{
+		Queue:      o.Queue,
+		Body:       body,
+		Key:        o.Key,
+		Headers:    headers,
+		Projection: projection.Of(o.Envelope),
+	}, nil
+}
+
+// send is the end of the publish chain: encode, hand to the transport, tell the hooks.
+func (a *App) send(ctx context.Context, o *Outgoing) error {
+	m, err := wireMessage(o)
+	if err != nil {
+		return err
+	}
+	var start time.Time
+	if len(a.hooks.published) > 0 {
+		start = time.Now()
+	}
+	err = a.tr.Publish(ctx, m)
+	if err != nil {
+		err = fmt.Errorf("babelqueue: publish %s to %q: %w", o.Envelope.Job, o.Queue, err)
+	}
+	for _, h := range a.hooks.published {
+		h.OnPublished(ctx, PublishedEvent{
+			Queue: o.Queue, URN: o.Envelope.Job, ID: o.Envelope.Meta.ID, TraceID: o.Envelope.TraceID,
+			BodySize: len(m.Body), Err: err, Duration: time.Since(start),
+		})
+	}
+	return err
 }

@@ -1,6 +1,7 @@
 package babelqueue
 
 import (
+	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -106,6 +107,6 @@ func redriveWrite(d *transport.Delivery, fallback string) (*transport.Message, b
 	}
 	return &transport.Message{
 		Queue: queue, Body: body, Key: d.Key, Headers: d.Headers,
-		Projection: ProjectionOf(env),
+		Projection: projection.Of(env),
 	}, true
 }

@@ -6,50 +6,33 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/internal/projection"
+	"github.com/babelqueue-go/babelqueue/internal/settle"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// ErrHandlerTimeout is the failure of a handler that ran past the handler timeout.
-var ErrHandlerTimeout = errors.New("babelqueue: handler timed out")
-
-// errAbandoned marks a handler still running when the shutdown grace ran out.
-var errAbandoned = errors.New("babelqueue: handler still running at the end of the shutdown grace")
-
-// PanicError is the failure of a handler that panicked.
-type PanicError struct {
-	// Value is what the handler panicked with.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
-}
-
-// Error describes the panic.
-func (e *PanicError) Error() string { return fmt.Sprintf("babelqueue: handler panicked: %v", e.Value) }
-
-// UnknownURNError is the failure of a valid envelope whose URN has no handler. Its text
-// is the one every BabelQueue SDK writes into the dead_letter block.
-type UnknownURNError struct {
-	// URN is the URN that has no handler.
-	URN string
-}
-
-// Error names the URN.
-func (e *UnknownURNError) Error() string { return "No handler mapped for URN [" + e.URN + "]." }
-
 // UnsupportedSchemaRoute is the reserved route prefix of deliveries rejected by the
-// schema-version gate (SPEC §6). No handler can match it.
+// schema-version gate (docs/settlement.md). No handler can match it.
 const UnsupportedSchemaRoute = "babelqueue:unsupported-schema-version:"
+
+// Dead-letter reasons, as every SDK of the family writes them in dead_letter.reason.
+const (
+	ReasonFailed     = settle.ReasonFailed
+	ReasonUnknownURN = settle.ReasonUnknownURN
+	ReasonPoison     = settle.ReasonPoison
+)
 
 // Run consumes the app's queue with the configured number of workers until ctx ends.
 // Then it stops receiving, lets in-flight handlers finish within the shutdown grace,
 // settles them, and returns nil. Deliveries whose handler is still running after the
-// grace are given back to the broker.
+// grace are given back to the broker. A receive that fails (the broker went away) is
+// logged and retried with a backoff of up to 5 s; Run returns an error only when the
+// consumer is closed under it.
 func (a *App) Run(ctx context.Context) error {
 	a.mu.Lock()
 	switch {
@@ -63,6 +46,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.running = true
 	a.mu.Unlock()
 	defer func() {
+		a.consuming.Store(false)
 		a.mu.Lock()
 		a.running = false
 		a.mu.Unlock()
@@ -75,6 +59,8 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("babelqueue: consume %q: %w", a.cfg.queue, err)
 	}
+	a.lastRecvErr.Store(nil)
+	a.consuming.Store(true)
 	a.log.Info("babelqueue: consuming", "queue", a.cfg.queue, "workers", a.cfg.concurrency)
 
 	var (
@@ -99,6 +85,7 @@ func (a *App) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	a.consuming.Store(false)
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.settleTimeout)
 	defer cancel()
 	if err := c.Close(closeCtx); err != nil {
@@ -109,7 +96,8 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 func (a *App) worker(ctx context.Context, c transport.Consumer) error {
-	backoff := 50 * time.Millisecond
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
 	// Handlers and settlements outlive ctx (the shutdown grace, the settle timeout):
 	// they run under this context, made once per worker.
 	detached := context.WithoutCancel(ctx)
@@ -122,16 +110,29 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 			if errors.Is(err, transport.ErrClosed) {
 				return fmt.Errorf("babelqueue: consumer of %q closed: %w", a.cfg.queue, err)
 			}
+			a.consuming.Store(false)
+			a.lastRecvErr.Store(&receiveFailure{err: err, at: a.cfg.now()})
 			a.log.Warn("babelqueue: receive failed; retrying", "queue", a.cfg.queue, "error", err, "backoff", backoff)
+			for _, h := range a.hooks.receiveError {
+				h.OnReceiveError(ctx, ReceiveErrorEvent{Queue: a.cfg.queue, Err: err, Backoff: backoff})
+			}
+			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return nil
-			case <-time.After(backoff):
+			case <-t.C:
 			}
-			backoff = min(backoff*2, 5*time.Second)
+			backoff = min(backoff*2, maxBackoff)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		if backoff != minBackoff {
+			backoff = minBackoff
+			a.log.Info("babelqueue: receiving again", "queue", a.cfg.queue)
+		}
+		if !a.consuming.Load() {
+			a.consuming.Store(true)
+		}
 		a.process(ctx, detached, c, d)
 	}
 	return nil
@@ -141,7 +142,7 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 type delivery struct {
 	d       *transport.Delivery
 	env     *envelope.Envelope // nil for poison and schema rejections
-	facts   Facts
+	facts   settle.Facts
 	cause   error  // why it failed, was poison or was rejected
 	route   string // the URN, or the reserved route of a rejection
 	message *Message
@@ -151,8 +152,8 @@ type delivery struct {
 func (a *App) classify(d *transport.Delivery) delivery {
 	x := delivery{d: d}
 	if a.caps.SchemaGate {
-		if ok, shown := GateSchemaVersion(d.SchemaVersion, a.caps.SchemaGateAcceptsInteger); !ok {
-			x.facts = Facts{Kind: SchemaRejected, Attempts: transport.ReconcileAttempts(a.caps.Attempts, 0, false, d)}
+		if ok, shown := settle.GateSchemaVersion(d.SchemaVersion, a.caps.SchemaGateAcceptsInteger); !ok {
+			x.facts = settle.Facts{Kind: settle.SchemaRejected, Attempts: settle.ReconcileAttempts(a.caps.Attempts, 0, false, d)}
 			x.route = UnsupportedSchemaRoute + shown
 			x.cause = fmt.Errorf("babelqueue: unsupported schema version %q", shown)
 			return x
@@ -163,48 +164,98 @@ func (a *App) classify(d *transport.Delivery) delivery {
 		err = env.Accepts()
 	}
 	if err != nil {
-		x.facts = Facts{Kind: Poison, Attempts: transport.ReconcileAttempts(a.caps.Attempts, 0, false, d)}
+		x.facts = settle.Facts{Kind: settle.Poison, Attempts: a.poisonAttempts(d)}
 		x.cause = err
 		return x
 	}
 	x.env = env
 	x.route = env.Job
-	attempts := transport.ReconcileAttempts(a.caps.Attempts, env.Attempts, true, d)
-	x.facts = Facts{Kind: Handled, Attempts: attempts}
-	x.message = &Message{Envelope: env, Attempts: attempts, Queue: d.Queue, Key: d.Key, Headers: d.Headers}
+	attempts := settle.ReconcileAttempts(a.caps.Attempts, env.Attempts, true, d)
+	x.facts = settle.Facts{Kind: settle.Handled, Attempts: attempts}
+	x.message = &Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}
 	return x
+}
+
+// poisonAttempts is the attempts counter of a poison body: the transport's attempts
+// header (a bounded retry re-publishes poison unchanged and counts there) or the
+// body's own attempts member when it is a readable integer, whichever is larger
+// (Kafka: the header when present, as for every record).
+func (a *App) poisonAttempts(d *transport.Delivery) int {
+	n, ok := envelope.PeekAttempts(d.Body)
+	if a.caps.Attempts == transport.AttemptsHeaderAuthoritative {
+		return settle.ReconcileAttempts(a.caps.Attempts, n, ok, d)
+	}
+	got := settle.ReconcileAttempts(a.caps.Attempts, 0, false, d)
+	if ok && n > got {
+		got = n
+	}
+	return got
+}
+
+// info describes a classified delivery to hooks.
+func (x *delivery) info() DeliveryInfo {
+	di := DeliveryInfo{
+		Queue: x.d.Queue, URN: x.route, Attempts: x.facts.Attempts, BodySize: len(x.d.Body),
+		Poison: x.facts.Kind == settle.Poison, Rejected: x.facts.Kind == settle.SchemaRejected,
+		Headers: x.d.Headers,
+	}
+	if x.env != nil {
+		di.ID, di.TraceID, di.Lang, di.CreatedAt = x.env.Meta.ID, x.env.TraceID, x.env.Meta.Lang, x.env.Meta.CreatedAt
+	}
+	return di
 }
 
 // process handles one delivery and settles it. ctx ends when Run stops; detached is
 // context.WithoutCancel(ctx).
 func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *transport.Delivery) {
 	x := a.classify(d)
+	var di DeliveryInfo
+	observed := a.hooks.any()
+	if observed {
+		di = x.info()
+		for _, h := range a.hooks.receive {
+			h.OnReceive(ctx, di)
+		}
+	}
 	if x.env != nil {
 		h, ok := a.handler(x.env.Job)
 		if !ok {
-			x.facts.Kind = UnknownURN
+			x.facts.Kind = settle.UnknownURN
 			x.cause = &UnknownURNError{URN: x.env.Job}
 		} else {
+			var start time.Time
+			if len(a.hooks.handled) > 0 {
+				start = time.Now()
+			}
 			err := a.invoke(ctx, detached, h, x.message)
+			for _, hk := range a.hooks.handled {
+				hk.OnHandled(ctx, HandledEvent{Delivery: di, Duration: time.Since(start), Err: err})
+			}
+			var noRetry *NoRetryError
+			var requeue *RequeueError
 			switch {
+			case err == nil:
 			case errors.Is(err, errAbandoned):
 				a.log.Warn("babelqueue: handler outlived the shutdown grace; giving the delivery back to the broker",
 					"queue", d.Queue, "urn", x.route, "id", x.env.Meta.ID)
-				a.settle(detached, c, x, Decision{Action: ActRewind})
+				a.settle(detached, c, x, settle.Decision{Action: settle.ActRewind}, di)
 				return
-			case err != nil:
-				x.facts.Kind = Failed
-				x.cause = err
+			case errors.As(err, &requeue):
+				x.facts.Kind, x.facts.After, x.cause = settle.Requeued, requeue.After, err
+			case errors.As(err, &noRetry):
+				x.facts.Kind, x.cause = settle.Unretryable, noRetry.Err
+			default:
+				x.facts.Kind, x.cause = settle.Failed, err
 			}
 		}
 	}
-	a.settle(detached, c, x, Decide(x.facts, a.policy(), a.caps))
+	a.settle(detached, c, x, settle.Decide(x.facts, a.pol, a.caps), di)
 }
 
 // invoke runs h, turning a panic or a timeout into a failure. Once ctx ends the
 // handler has the shutdown grace to finish; its own context is cancelled after it.
 func (a *App) invoke(ctx, detached context.Context, h Handler, m *Message) error {
-	hctx, cancel := context.WithCancel(detached)
+	hctx, cancel := context.WithCancel(context.WithValue(detached, messageKey{}, m))
 	defer cancel()
 	var timeout <-chan time.Time
 	if a.cfg.handlerTimeout > 0 {
@@ -245,16 +296,18 @@ func (a *App) invoke(ctx, detached context.Context, h Handler, m *Message) error
 
 // settle carries out a decision. A settlement whose writes were not confirmed is
 // rewound, so the broker delivers the message again: nothing is lost.
-func (a *App) settle(detached context.Context, c transport.Consumer, x delivery, dec Decision) {
+func (a *App) settle(detached context.Context, c transport.Consumer, x delivery, dec settle.Decision, di DeliveryInfo) {
 	sctx, cancel := context.WithTimeout(detached, a.cfg.settleTimeout)
 	defer cancel()
-	s, err := a.settlement(x, dec)
-	if err != nil {
-		// The body could not be edited; give it back rather than lose it.
-		a.log.Error("babelqueue: cannot build the settle write; rewinding", "queue", x.d.Queue, "urn", x.route, "error", err)
-		s, dec = transport.Settlement{Outcome: transport.Rewind}, Decision{Action: ActRewind}
+	var start time.Time
+	if len(a.hooks.settled) > 0 {
+		start = time.Now()
 	}
-	err = c.Settle(sctx, x.d, s)
+	s, dec := a.buildSettlement(x, dec)
+	err := c.Settle(sctx, x.d, s)
+	if len(a.hooks.settled) > 0 {
+		a.tellSettled(sctx, x, dec, s, di, err, start)
+	}
 	if err == nil {
 		a.logOutcome(x, dec)
 		return
@@ -274,28 +327,65 @@ func (a *App) settle(detached context.Context, c transport.Consumer, x delivery,
 	}
 }
 
-func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error) {
+// buildSettlement turns a decision into the consumer's settlement. A settlement that
+// cannot be built (a body the editor refuses) is logged and routed on a simpler path,
+// never rewound: a rewind would bring the same bytes back to fail the same way, for
+// ever. A retry or release that cannot be built is dead-lettered with the received
+// bytes (or dropped with the DLQ off); a dead-letter body that cannot be built is
+// written as the received bytes.
+func (a *App) buildSettlement(x delivery, dec settle.Decision) (transport.Settlement, settle.Decision) {
+	s, err := a.settlement(x, dec)
+	if err == nil {
+		return s, dec
+	}
+	fallback := settle.Decision{Action: settle.ActRawDeadLetter, Attempts: dec.Attempts}
+	if !a.pol.DLQOn() {
+		fallback = settle.Decision{Action: settle.ActDrop, Reason: "the settle write could not be built", Attempts: dec.Attempts}
+	}
+	a.log.Error("babelqueue: cannot build the settle write; routing the delivery as received instead",
+		"queue", x.d.Queue, "urn", x.route, "action", dec.Action.String(), "instead", fallback.Action.String(), "error", err)
+	s, err = a.settlement(x, fallback)
+	if err != nil { // unreachable: raw and drop settlements need no editing
+		return transport.Settlement{Outcome: transport.Rewind}, settle.Decision{Action: settle.ActRewind}
+	}
+	return s, fallback
+}
+
+func (a *App) tellSettled(ctx context.Context, x delivery, dec settle.Decision, s transport.Settlement, di DeliveryInfo, err error, start time.Time) {
+	ev := SettledEvent{
+		Delivery: di, Kind: Kind(x.facts.Kind.String()), Action: Action(dec.Action.String()),
+		Reason: dec.Reason, Attempts: dec.Attempts, Cause: x.cause, Err: err, Duration: time.Since(start),
+	}
+	for _, w := range s.Writes {
+		ev.Writes = append(ev.Writes, Write{Queue: w.Queue, Delay: w.Delay})
+	}
+	for _, h := range a.hooks.settled {
+		h.OnSettled(ctx, ev)
+	}
+}
+
+func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement, error) {
 	d := x.d
 	write := func(queue string, body []byte, attempts int, delay time.Duration) transport.Settlement {
 		m := &transport.Message{Queue: queue, Body: body, Key: d.Key, Headers: d.Headers, Attempts: attempts, Delay: delay}
 		if x.env != nil {
-			m.Projection = ProjectionOf(x.env)
+			m.Projection = projection.Of(x.env)
 		}
 		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{m}}
 	}
 	dlq := a.deadLetterQueueOf(d.Queue)
 	switch dec.Action {
-	case ActAck, ActDrop:
+	case settle.ActAck, settle.ActDrop:
 		return transport.Settlement{Outcome: transport.Ack}, nil
-	case ActRetry:
+	case settle.ActRetry:
 		body, err := envelope.SetAttempts(d.Body, dec.Attempts)
 		if err != nil {
 			return transport.Settlement{}, err
 		}
 		return write(d.Queue, body, dec.Attempts, dec.Delay), nil
-	case ActRelease:
-		return write(d.Queue, d.Body, dec.Attempts, 0), nil
-	case ActDeadLetter:
+	case settle.ActRelease:
+		return write(d.Queue, d.Body, dec.Attempts, dec.Delay), nil
+	case settle.ActDeadLetter:
 		dl := envelope.DeadLetter{
 			Reason:        dec.Reason,
 			FailedAt:      a.cfg.now().UnixMilli(),
@@ -305,13 +395,15 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 		}
 		// An unknown URN dead-lettered by strategy has no error; a failure carries its
 		// error and type, as the other SDKs write them.
-		if x.cause != nil && !(x.facts.Kind == UnknownURN && a.cfg.onUnknownURN == UnknownDeadLetter) {
+		if x.cause != nil && !(x.facts.Kind == settle.UnknownURN && a.pol.OnUnknownURN == settle.UnknownDeadLetter) {
 			msg, typ := x.cause.Error(), exceptionName(x.cause)
 			dl.Error, dl.Exception = &msg, &typ
 		}
-		// The dead-lettered body records the attempts made, like the dead_letter block.
+		// The dead-lettered body records the attempts made, like the dead_letter block;
+		// an immediate dead-letter by strategy made no attempt and only appends the block.
 		body := d.Body
-		if x.env != nil && x.env.Attempts != dec.Attempts {
+		immediate := x.facts.Kind == settle.UnknownURN && a.pol.OnUnknownURN == settle.UnknownDeadLetter
+		if x.env != nil && !immediate && x.env.Attempts != dec.Attempts {
 			var err error
 			if body, err = envelope.SetAttempts(body, dec.Attempts); err != nil {
 				return transport.Settlement{}, err
@@ -322,18 +414,18 @@ func (a *App) settlement(x delivery, dec Decision) (transport.Settlement, error)
 			return transport.Settlement{}, err
 		}
 		return write(dlq, body, dec.Attempts, 0), nil
-	case ActPoisonDeadLetter:
+	case settle.ActPoisonDeadLetter:
 		dl := envelope.PoisonDeadLetter(x.cause, d.Queue, dec.Attempts, a.cfg.now().UnixMilli())
 		if x.cause != nil {
 			typ := exceptionName(x.cause)
 			dl.Exception = &typ
 		}
 		return write(dlq, envelope.PoisonBody(d.Body, dl), dec.Attempts, 0), nil
-	case ActPoisonRetry:
+	case settle.ActPoisonRetry:
 		return write(d.Queue, d.Body, dec.Attempts, dec.Delay), nil
-	case ActRawDeadLetter:
+	case settle.ActRawDeadLetter:
 		return write(dlq, d.Body, dec.Attempts, 0), nil
-	case ActHandOff:
+	case settle.ActHandOff:
 		return transport.Settlement{Outcome: transport.HandOff}, nil
 	default:
 		return transport.Settlement{Outcome: transport.Rewind}, nil
@@ -346,12 +438,12 @@ func exceptionName(err error) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
 }
 
-func (a *App) logOutcome(x delivery, dec Decision) {
+func (a *App) logOutcome(x delivery, dec settle.Decision) {
 	level := slog.LevelDebug
 	switch dec.Action {
-	case ActRetry, ActRelease, ActPoisonRetry, ActHandOff, ActRewind:
+	case settle.ActRetry, settle.ActRelease, settle.ActPoisonRetry, settle.ActHandOff, settle.ActRewind:
 		level = slog.LevelInfo
-	case ActDrop, ActDeadLetter, ActPoisonDeadLetter, ActRawDeadLetter:
+	case settle.ActDrop, settle.ActDeadLetter, settle.ActPoisonDeadLetter, settle.ActRawDeadLetter:
 		level = slog.LevelWarn
 	}
 	ctx := context.Background()
@@ -366,13 +458,13 @@ func (a *App) logOutcome(x delivery, dec Decision) {
 		attrs = append(attrs, "error", x.cause.Error())
 	}
 	switch dec.Action {
-	case ActRetry, ActRelease, ActPoisonRetry, ActHandOff, ActRewind:
+	case settle.ActRetry, settle.ActRelease, settle.ActPoisonRetry, settle.ActHandOff, settle.ActRewind:
 		if dec.Delay > 0 {
 			attrs = append(attrs, "delay", dec.Delay)
 		}
-	case ActDrop:
+	case settle.ActDrop:
 		attrs = append(attrs, "reason", dec.Reason)
-	case ActDeadLetter, ActPoisonDeadLetter, ActRawDeadLetter:
+	case settle.ActDeadLetter, settle.ActPoisonDeadLetter, settle.ActRawDeadLetter:
 		attrs = append(attrs, "dead_letter_queue", a.deadLetterQueueOf(x.d.Queue))
 		if dec.Reason != "" {
 			attrs = append(attrs, "reason", dec.Reason)
@@ -387,56 +479,5 @@ func (a *App) deadLetterQueueOf(queue string) string {
 	if queue == a.cfg.queue {
 		return a.dlq
 	}
-	return transport.DeadLetterQueue(queue, a.cfg.deadLetterQueue, a.cfg.deadLetterSuffix, a.caps)
-}
-
-// GateSchemaVersion applies the schema-version gate of SPEC §6 to the raw value of a
-// delivery's bq-schema-version header. A missing (nil) value, or a string that is
-// empty or only ASCII white space, passes. Otherwise only the string "1" passes, and,
-// when acceptInteger is set (Service Bus), an integer 1. shown is the rejected value
-// as it appears in the reserved route.
-func GateSchemaVersion(v any, acceptInteger bool) (ok bool, shown string) {
-	switch x := v.(type) {
-	case nil:
-		return true, ""
-	case string:
-		if x == "1" || asciiBlank(x) {
-			return true, ""
-		}
-		return false, x
-	case []byte:
-		return GateSchemaVersion(string(x), acceptInteger)
-	case int:
-		return acceptInteger && x == 1, strconv.Itoa(x)
-	case int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		n, _ := strconv.ParseInt(fmt.Sprint(x), 10, 64)
-		return acceptInteger && n == 1, fmt.Sprint(x)
-	case float32:
-		return false, floatShown(float64(x), 32)
-	case float64:
-		return false, floatShown(x, 64)
-	case bool:
-		return false, strconv.FormatBool(x)
-	default:
-		return false, fmt.Sprint(x)
-	}
-}
-
-func floatShown(f float64, bits int) string {
-	s := strconv.FormatFloat(f, 'f', -1, bits)
-	if !strings.ContainsAny(s, ".eEnN") {
-		s += ".0"
-	}
-	return s
-}
-
-func asciiBlank(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\v', '\f', '\r':
-		default:
-			return false
-		}
-	}
-	return true
+	return settle.DeadLetterQueue(queue, a.cfg.deadLetterQueue, a.cfg.deadLetterSuffix, a.caps)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sort"
 	"strings"
@@ -238,4 +239,22 @@ func CheckParams(u *url.URL, allowed ...string) error {
 		}
 	}
 	return nil
+}
+
+type loggerKey struct{}
+
+// ContextWithLogger returns a copy of ctx that carries l to the [Opener] that [Open]
+// calls: the runtime passes its logger this way, so a transport opened by URL logs
+// through the application's logger.
+func ContextWithLogger(ctx context.Context, l *slog.Logger) context.Context {
+	return context.WithValue(ctx, loggerKey{}, l)
+}
+
+// LoggerFrom returns the logger carried by ctx ([ContextWithLogger]), or slog.Default()
+// when there is none. Openers call it to log through the application's logger.
+func LoggerFrom(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok && l != nil {
+		return l
+	}
+	return slog.Default()
 }

@@ -1,12 +1,12 @@
 package transporttest
 
 import (
+	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -65,5 +65,5 @@ func FixtureProjection(t testing.TB, body []byte) (transport.Projection, int) {
 	if err != nil {
 		t.Fatalf("fixture is not an envelope: %v", err)
 	}
-	return babelqueue.ProjectionOf(e), e.Attempts
+	return projection.Of(e), e.Attempts
 }

@@ -327,7 +327,7 @@ func rtTyped(t *testing.T, cfg Config) {
 	got := make(chan order, 1)
 	var headers sync.Map
 	babelqueue.Handle(a, "urn:babel:orders:created", func(_ context.Context, o order, m *babelqueue.Message) error {
-		headers.Store("h", m.Headers["traceparent"])
+		headers.Store("h", m.Header("traceparent"))
 		got <- o
 		return nil
 	})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	amqp "github.com/Azure/go-amqp"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -182,7 +184,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 			if !d.HasAttemptsHeader || d.AttemptsHeader != tc.BodyAttempts {
 				t.Errorf("bq_attempts header = %d (present %v), want %d", d.AttemptsHeader, d.HasAttemptsHeader, tc.BodyAttempts)
 			}
-			if got := transport.ReconcileAttempts(tr.Capabilities().Attempts, tc.BodyAttempts, true, d); got != tc.ExpectedAttempts {
+			if got := settle.ReconcileAttempts(tr.Capabilities().Attempts, tc.BodyAttempts, true, d); got != tc.ExpectedAttempts {
 				t.Errorf("attempts = %d, want %d", got, tc.ExpectedAttempts)
 			}
 			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/artemis"
 )
@@ -131,7 +133,7 @@ func TestCapabilities(t *testing.T) {
 	if c.Attempts != transport.AttemptsMaxNative || !c.Delay || !c.SchemaGate || c.HandOff || c.SchemaGateAcceptsInteger {
 		t.Errorf("Capabilities = %+v", c)
 	}
-	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
+	if got := settle.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
 		t.Errorf("DLQ of orders = %q, want orders.dlq", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -131,7 +133,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 			if c.Name != env.Case {
 				continue
 			}
-			if got := transport.ReconcileAttempts(rule, env.Attempts, true, d); got != c.ExpectedAttempts {
+			if got := settle.ReconcileAttempts(rule, env.Attempts, true, d); got != c.ExpectedAttempts {
 				t.Errorf("%s: attempts = %d, want %d (header present %v)", c.Name, got, c.ExpectedAttempts, d.HasAttemptsHeader)
 			}
 		}

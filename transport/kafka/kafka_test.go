@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -423,7 +425,7 @@ func TestCapabilities(t *testing.T) {
 	if tr.Group() != "babelqueue" || tr.DeliveryTimeout() != 30*time.Second {
 		t.Errorf("defaults: group %q, delivery timeout %s; want babelqueue, 30s", tr.Group(), tr.DeliveryTimeout())
 	}
-	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
+	if got := settle.DeadLetterQueue("orders", "", "", c); got != "orders.dlq" {
 		t.Errorf("DLQ of orders = %q", got)
 	}
 }

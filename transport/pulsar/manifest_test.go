@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -173,7 +175,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 				t.Fatal(err)
 			}
 			rule := tr.Capabilities().Attempts
-			if n := transport.ReconcileAttempts(rule, got.Attempts, true, d); n != c.ExpectedAttempts {
+			if n := settle.ReconcileAttempts(rule, got.Attempts, true, d); n != c.ExpectedAttempts {
 				t.Errorf("reconciled attempts = %d, want %d", n, c.ExpectedAttempts)
 			}
 			if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {

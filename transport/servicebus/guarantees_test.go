@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/babelqueue-go/babelqueue"
@@ -586,10 +588,10 @@ func TestBrokerDataNeverPanics(t *testing.T) {
 		if d.Redeliveries < 0 {
 			t.Errorf("#%d: negative redeliveries", i)
 		}
-		if ok, _ := babelqueue.GateSchemaVersion(d.SchemaVersion, true); ok && d.SchemaVersion != nil {
+		if ok, _ := settle.GateSchemaVersion(d.SchemaVersion, true); ok && d.SchemaVersion != nil {
 			t.Errorf("#%d: odd schema version %#v passes the gate", i, d.SchemaVersion)
 		}
-		n := transport.ReconcileAttempts(transport.AttemptsMaxNative, 0, false, d)
+		n := settle.ReconcileAttempts(transport.AttemptsMaxNative, 0, false, d)
 		if n < 0 {
 			t.Errorf("#%d: attempts %d", i, n)
 		}

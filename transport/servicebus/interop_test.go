@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/projection"
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
@@ -92,7 +95,7 @@ func TestInteropPythonToGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}, time.Now())
+	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +183,7 @@ func TestInteropGoToPython(t *testing.T) {
 		pyHeaders map[string]string
 	}
 	base := func() *transport.Message {
-		return &transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}
+		return &transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}
 	}
 	withHeaders := base()
 	withHeaders.Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
@@ -242,7 +245,7 @@ func TestInteropGoToPython(t *testing.T) {
 		}
 		back := fromWire(t, toWire(t, m, c.deliveryCount))
 		d := Reconcile("orders", &azservicebus.ReceivedMessage{Body: back.Body, ApplicationProperties: back.ApplicationProperties, DeliveryCount: c.deliveryCount})
-		ok, _ := babelqueue.GateSchemaVersion(d.SchemaVersion, true)
+		ok, _ := settle.GateSchemaVersion(d.SchemaVersion, true)
 		if ok != (c.wantRoute == "") {
 			t.Errorf("%s: Go gate passes=%v, Python route %q", c.name, ok, p.RouteURN)
 		}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/projection"
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
@@ -170,7 +173,7 @@ func TestManifestASBProjection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixture: %v", err)
 	}
-	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: babelqueue.ProjectionOf(env)}, time.Now())
+	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +198,7 @@ func TestManifestASBProjection(t *testing.T) {
 	if d.SchemaVersion != int64(1) {
 		t.Errorf("Delivery.SchemaVersion = %#v, want int64(1)", d.SchemaVersion)
 	}
-	if ok, shown := babelqueue.GateSchemaVersion(d.SchemaVersion, (&Transport{}).Capabilities().SchemaGateAcceptsInteger); !ok {
+	if ok, shown := settle.GateSchemaVersion(d.SchemaVersion, (&Transport{}).Capabilities().SchemaGateAcceptsInteger); !ok {
 		t.Errorf("the runtime's gate rejects our own projection (%s)", shown)
 	}
 	if len(d.Headers) != 0 {
@@ -260,7 +263,7 @@ func TestManifestASBAttemptsReconciliation(t *testing.T) {
 			if env.Attempts != c.BodyAttempts {
 				t.Fatalf("body attempts = %d, want %d", env.Attempts, c.BodyAttempts)
 			}
-			got := transport.ReconcileAttempts(caps.Attempts, env.Attempts, true, d)
+			got := settle.ReconcileAttempts(caps.Attempts, env.Attempts, true, d)
 			if got != c.ExpectedAttempts {
 				t.Errorf("body %d, DeliveryCount %d: attempts = %d, want %d (Redeliveries %d)",
 					c.BodyAttempts, c.DeliveryCount, got, c.ExpectedAttempts, d.Redeliveries)
@@ -317,7 +320,7 @@ func TestReconcileUsesOnlyTheSDKFields(t *testing.T) {
 	// Message (what a redrive would send), projects back to the same properties.
 	_, fixture := loadASB(t)
 	env, _ := envelope.Decode(fixture)
-	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: babelqueue.ProjectionOf(env), Attempts: 2,
+	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: projection.Of(env), Attempts: 2,
 		Headers: map[string]string{"traceparent": "00-abc-01"}}, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -94,7 +96,7 @@ func TestManifestAttemptsReconciliation(t *testing.T) {
 			}
 			var d transport.Delivery
 			readDelivery(&d, &msg)
-			if got := transport.ReconcileAttempts(caps.Attempts, c.BodyAttempts, true, &d); got != c.ExpectedAttempts {
+			if got := settle.ReconcileAttempts(caps.Attempts, c.BodyAttempts, true, &d); got != c.ExpectedAttempts {
 				t.Errorf("attempts = %d, want %d (Redeliveries %d)", got, c.ExpectedAttempts, d.Redeliveries)
 			}
 		})
@@ -135,7 +137,7 @@ func TestManifestReconciliationOnBroker(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i == n {
-					if got := transport.ReconcileAttempts(caps.Attempts, c.BodyAttempts, true, d); got != c.ExpectedAttempts {
+					if got := settle.ReconcileAttempts(caps.Attempts, c.BodyAttempts, true, d); got != c.ExpectedAttempts {
 						t.Errorf("after %d receives attempts = %d, want %d", n, got, c.ExpectedAttempts)
 					}
 					if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {

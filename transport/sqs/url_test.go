@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -81,16 +83,16 @@ func TestOpenAcceptsEveryParameter(t *testing.T) {
 	if caps.Delay {
 		t.Error("a FIFO transport reports per-message delay, which SQS FIFO queues do not have")
 	}
-	if got := transport.DeadLetterQueue("orders.fifo", "", "", caps); got != "orders-dlq.fifo" {
+	if got := settle.DeadLetterQueue("orders.fifo", "", "", caps); got != "orders-dlq.fifo" {
 		t.Errorf("DLQ of orders.fifo = %q, want orders-dlq.fifo", got)
 	}
-	if got := transport.DeadLetterQueue("orders", "", "", caps); tr.QueueName(got) != "orders-dlq.fifo" {
+	if got := settle.DeadLetterQueue("orders", "", "", caps); tr.QueueName(got) != "orders-dlq.fifo" {
 		t.Errorf("DLQ of orders on fifo=1 is the SQS queue %q, want orders-dlq.fifo", tr.QueueName(got))
 	}
-	if got := transport.DeadLetterQueue("orders.fifo", "", "-x", caps); got != "orders-x.fifo" {
+	if got := settle.DeadLetterQueue("orders.fifo", "", "-x", caps); got != "orders-x.fifo" {
 		t.Errorf("DLQ of orders.fifo with suffix -x = %q, want orders-x.fifo", got)
 	}
-	if got := transport.DeadLetterQueue("orders", "failed", "", caps); got != "failed" {
+	if got := settle.DeadLetterQueue("orders", "failed", "", caps); got != "failed" {
 		t.Errorf("DLQ override = %q, want failed", got)
 	}
 }
@@ -110,7 +112,7 @@ func TestStandardCapabilities(t *testing.T) {
 	if c != want {
 		t.Errorf("Capabilities = %+v, want %+v", c, want)
 	}
-	if got := transport.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
+	if got := settle.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
 		t.Errorf("DLQ of orders = %q, want orders-dlq", got)
 	}
 	if tr.waitTime != 10 {

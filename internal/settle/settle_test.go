@@ -1,13 +1,15 @@
-package babelqueue
+package settle
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// TestDecide is SPEC §5 and §6 as a table: one row per rule and per-transport exception.
+// TestDecide is the settlement rule of docs/settlement.md as a table: one row per rule and per-transport exception.
 func TestDecide(t *testing.T) {
 	var (
 		plain  = transport.Capabilities{}
@@ -46,6 +48,21 @@ func TestDecide(t *testing.T) {
 		{"failed with tiers: second tier", Facts{Kind: Failed, Attempts: 1}, Policy{MaxAttempts: 5, RetryTiers: tiers}, plain, Decision{Action: ActRetry, Attempts: 2, Delay: 5 * time.Second}},
 		{"failed with tiers: last tier repeats", Facts{Kind: Failed, Attempts: 3}, Policy{MaxAttempts: 9, RetryTiers: tiers}, plain, Decision{Action: ActRetry, Attempts: 4, Delay: 5 * time.Second}},
 		{"tier clamped to the broker's max delay", Facts{Kind: Failed}, Policy{MaxAttempts: 3, RetryTiers: []time.Duration{time.Hour}}, sqs, Decision{Action: ActRetry, Attempts: 1, Delay: 15 * time.Minute}},
+
+		// a counter at its maximum saturates: the delivery settles now, it never loops
+		{"failed at MaxInt attempts, DLQ on: dead-letter, counter saturated", Facts{Kind: Failed, Attempts: math.MaxInt}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: math.MaxInt}},
+		{"failed at MaxInt attempts, DLQ off: drop", Facts{Kind: Failed, Attempts: math.MaxInt}, off, plain, Decision{Action: ActDrop, Reason: dropExhausted, Attempts: math.MaxInt}},
+		{"unknown URN at MaxInt attempts, fail: dead-letter unknown_urn", Facts{Kind: UnknownURN, Attempts: math.MaxInt}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: math.MaxInt}},
+		{"poison at MaxInt attempts, DLQ off: drop", Facts{Kind: Poison, Attempts: math.MaxInt}, off, plain, Decision{Action: ActDrop, Reason: dropExhausted, Attempts: math.MaxInt}},
+
+		// the handler said do not retry
+		{"no retry, DLQ on: dead-letter failed at once", Facts{Kind: Unretryable}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 1}},
+		{"no retry on a later attempt: counted", Facts{Kind: Unretryable, Attempts: 1}, Policy{MaxAttempts: 9, DeadLetter: true}, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 2}},
+		{"no retry, DLQ off: drop", Facts{Kind: Unretryable}, off, plain, Decision{Action: ActDrop, Reason: dropNoRetry, Attempts: 1}},
+
+		// the handler asked to be given back later
+		{"requeued: re-published unchanged, not counted", Facts{Kind: Requeued, Attempts: 1, After: time.Second}, on, plain, Decision{Action: ActRelease, Attempts: 1, Delay: time.Second}},
+		{"requeued: delay clamped to the broker's max", Facts{Kind: Requeued, After: time.Hour}, on, sqs, Decision{Action: ActRelease, Delay: 15 * time.Minute}},
 
 		// unknown URN
 		{"unknown, delete: drop", Facts{Kind: UnknownURN}, del, plain, Decision{Action: ActDrop, Reason: dropDeleted}},
@@ -125,4 +142,18 @@ func TestGateSchemaVersion(t *testing.T) {
 			t.Errorf("GateSchemaVersion(%#v, %v) = %v, %q; want %v, %q", tc.v, tc.intOK, ok, shown, tc.ok, tc.shownWas)
 		}
 	}
+}
+
+// The settlement rules are one pure function: what happens to a delivery is a
+// function of what became of it, the options and the broker's capabilities.
+func ExampleDecide() {
+	p := Policy{MaxAttempts: 3, DeadLetter: true}
+	for attempts := range 3 {
+		d := Decide(Facts{Kind: Failed, Attempts: attempts}, p, transport.Capabilities{})
+		fmt.Println(attempts, d.Action, d.Attempts)
+	}
+	// Output:
+	// 0 retry 1
+	// 1 retry 2
+	// 2 dead_letter 3
 }

@@ -1,7 +1,12 @@
-package babelqueue
+// Package settle is the runtime's settlement rule: one pure decision of what becomes of
+// a delivery (docs/settlement.md), plus the helpers the runtime and the broker bindings
+// share to read a delivery (the schema-version gate, attempts reconciliation, the
+// dead-letter queue name). It is internal: users see its effects, not its types.
+package settle
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -17,11 +22,17 @@ const (
 	Failed
 	// UnknownURN: a valid envelope whose URN has no handler.
 	UnknownURN
-	// Poison: a body that is not a usable envelope (SPEC §2).
+	// Poison: a body that is not a usable envelope (docs/settlement.md).
 	Poison
 	// SchemaRejected: the schema-version header was rejected before the body was read
-	// (SPEC §6).
+	// (the gate of docs/settlement.md).
 	SchemaRejected
+	// Unretryable: the handler failed and said the delivery must not be retried
+	// (babelqueue.NoRetry): it is dead-lettered at once, or dropped with the DLQ off.
+	Unretryable
+	// Requeued: the handler asked for the delivery to come again later, unchanged and
+	// not counted as an attempt (babelqueue.Requeue).
+	Requeued
 )
 
 // String returns the kind's name.
@@ -37,6 +48,10 @@ func (k Kind) String() string {
 		return "poison"
 	case SchemaRejected:
 		return "schema_rejected"
+	case Unretryable:
+		return "unretryable"
+	case Requeued:
+		return "requeued"
 	default:
 		return fmt.Sprintf("kind(%d)", int(k))
 	}
@@ -58,7 +73,7 @@ const (
 	// ActDeadLetter appends a dead_letter block (Decision.Reason) and writes the body
 	// to the DLQ, then acknowledges the original.
 	ActDeadLetter
-	// ActPoisonDeadLetter writes the poison dead-letter body of SPEC §2 to the DLQ.
+	// ActPoisonDeadLetter writes the poison dead-letter body of docs/settlement.md to the DLQ.
 	ActPoisonDeadLetter
 	// ActPoisonRetry re-publishes the poison body unchanged with the attempts header
 	// set to Decision.Attempts (the bounded fail path).
@@ -103,15 +118,29 @@ func (a Action) String() string {
 type Facts struct {
 	// Kind is what became of the delivery.
 	Kind Kind
-	// Attempts is the delivery's reconciled attempts counter (SPEC §7).
+	// Attempts is the delivery's reconciled attempts counter.
 	Attempts int
+	// After is how long a Requeued delivery should wait before it comes again.
+	After time.Duration
 }
 
-// Policy is the part of the options that settlement reads (SPEC §4).
+// OnUnknown is the on_unknown_urn strategy, numbered as the root package's
+// UnknownURNStrategy.
+type OnUnknown int
+
+// The on_unknown_urn strategies.
+const (
+	UnknownFail OnUnknown = iota
+	UnknownDelete
+	UnknownRelease
+	UnknownDeadLetter
+)
+
+// Policy is the part of the options that settlement reads.
 type Policy struct {
 	MaxAttempts  int
 	DeadLetter   bool
-	OnUnknownURN UnknownURNStrategy
+	OnUnknownURN OnUnknown
 	RetryTiers   []time.Duration
 }
 
@@ -132,7 +161,7 @@ type Decision struct {
 	Delay time.Duration
 }
 
-// Dead-letter reasons (SPEC §3) and drop reasons.
+// Dead-letter reasons (docs/settlement.md) and drop reasons.
 const (
 	ReasonFailed     = "failed"
 	ReasonUnknownURN = "unknown_urn"
@@ -142,9 +171,10 @@ const (
 	dropExhausted = "max_attempts reached with dead-lettering off"
 	dropNoTiers   = "poison without retry tiers or DLQ"
 	dropRejected  = "schema version rejected with dead-lettering off"
+	dropNoRetry   = "handler said do not retry, dead-lettering off"
 )
 
-// Decide is the settlement rule of SPEC §5 and §6, as one pure function of what is
+// Decide is the settlement rule (docs/settlement.md), as one pure function of what is
 // known of a delivery, the options and the transport's capabilities. The runtime
 // carries out what it returns; the table-driven tests of this function are the
 // settlement specification in executable form.
@@ -155,6 +185,20 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 
 	case Failed:
 		return failPath(f, p, c, ReasonFailed)
+
+	case Unretryable:
+		n := next(f.Attempts)
+		if p.DLQOn() {
+			return Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: n}
+		}
+		return Decision{Action: ActDrop, Reason: dropNoRetry, Attempts: n}
+
+	case Requeued:
+		d := max(f.After, 0)
+		if c.MaxDelay > 0 && d > c.MaxDelay {
+			d = c.MaxDelay
+		}
+		return Decision{Action: ActRelease, Attempts: f.Attempts, Delay: d}
 
 	case UnknownURN:
 		switch p.OnUnknownURN {
@@ -184,7 +228,7 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 		if c.PoisonNeedsRetryTiers && len(p.RetryTiers) == 0 {
 			return Decision{Action: ActDrop, Reason: dropNoTiers, Attempts: f.Attempts}
 		}
-		n := f.Attempts + 1
+		n := next(f.Attempts)
 		if n < p.MaxAttempts {
 			return Decision{Action: ActPoisonRetry, Attempts: n, Delay: tierDelay(p.RetryTiers, n, c)}
 		}
@@ -205,8 +249,17 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 	return Decision{Action: ActRewind}
 }
 
+// next is attempts+1, saturating at the largest int: a counter at its maximum stays
+// there (and so is at or past any max_attempts), it never wraps to a negative number.
+func next(attempts int) int {
+	if attempts >= math.MaxInt {
+		return math.MaxInt
+	}
+	return max(attempts, 0) + 1
+}
+
 func failPath(f Facts, p Policy, c transport.Capabilities, reason string) Decision {
-	n := f.Attempts + 1
+	n := next(f.Attempts)
 	if n < p.MaxAttempts {
 		return Decision{Action: ActRetry, Attempts: n, Delay: tierDelay(p.RetryTiers, n, c)}
 	}

@@ -1,0 +1,28 @@
+package babelqueue
+
+import "context"
+
+type messageKey struct{}
+
+// MessageFromContext returns the message whose handler ctx belongs to, or nil. A
+// handler's [App.Publish] with that context continues the message's trace.
+func MessageFromContext(ctx context.Context) *Message {
+	m, _ := ctx.Value(messageKey{}).(*Message)
+	return m
+}
+
+// IsReplay reports whether the message being handled under ctx was put back by a redrive
+// with bypass ([Message.IsReplay]).
+func IsReplay(ctx context.Context) bool {
+	m := MessageFromContext(ctx)
+	return m != nil && m.IsReplay()
+}
+
+// UnlessReplay runs fn unless the message being handled under ctx is a replay: the side
+// effects a redrive with bypass must not repeat (an e-mail, a charge).
+func UnlessReplay(ctx context.Context, fn func() error) error {
+	if IsReplay(ctx) {
+		return nil
+	}
+	return fn()
+}

@@ -1,0 +1,206 @@
+package babelqueue
+
+import (
+	"context"
+	"time"
+)
+
+// An Observer is told what the runtime does: metrics, tracing, audit logs and tests
+// watch the app through it. It is any value that implements one or more of
+// [ReceiveHook], [HandleHook], [SettleHook], [PublishHook] and [ReceiveErrorHook]; the
+// runtime calls only the hooks a value implements (the shape of franz-go's hooks).
+//
+// Hooks run synchronously on the worker that handles the delivery: keep them fast and
+// never block. The values they are given are read-only and valid only during the call.
+type Observer any
+
+// ReceiveHook is told of every delivery received, before anything runs.
+type ReceiveHook interface {
+	OnReceive(ctx context.Context, d DeliveryInfo)
+}
+
+// HandleHook is told when a handler (with its middleware) returned.
+type HandleHook interface {
+	OnHandled(ctx context.Context, e HandledEvent)
+}
+
+// SettleHook is told of every settlement: the decision, the writes it made and whether
+// the broker confirmed them.
+type SettleHook interface {
+	OnSettled(ctx context.Context, e SettledEvent)
+}
+
+// PublishHook is told of every [App.Publish].
+type PublishHook interface {
+	OnPublished(ctx context.Context, e PublishedEvent)
+}
+
+// ReceiveErrorHook is told when a receive failed (the broker went away); the worker
+// backs off and tries again.
+type ReceiveErrorHook interface {
+	OnReceiveError(ctx context.Context, e ReceiveErrorEvent)
+}
+
+// Kind is what became of a delivery before it was settled.
+type Kind string
+
+// The kinds of delivery.
+const (
+	KindHandled        Kind = "handled"         // the handler returned nil
+	KindFailed         Kind = "failed"          // an error, a panic or a timeout
+	KindUnknownURN     Kind = "unknown_urn"     // a valid envelope no handler matches
+	KindPoison         Kind = "poison"          // a body that is not a usable envelope
+	KindSchemaRejected Kind = "schema_rejected" // the schema-version header was rejected
+	KindUnretryable    Kind = "unretryable"     // the handler returned NoRetry
+	KindRequeued       Kind = "requeued"        // the handler returned Requeue
+)
+
+// Action is what the runtime did to settle a delivery.
+type Action string
+
+// The settlement actions.
+const (
+	ActionAck              Action = "ack"                // acknowledged: done
+	ActionDrop             Action = "drop"               // acknowledged without a write, logged
+	ActionRetry            Action = "retry"              // re-published with attempts+1
+	ActionRelease          Action = "release"            // re-published unchanged
+	ActionDeadLetter       Action = "dead_letter"        // written to the DLQ with a dead_letter block
+	ActionPoisonDeadLetter Action = "poison_dead_letter" // the poison body written to the DLQ
+	ActionPoisonRetry      Action = "poison_retry"       // a poison body re-published, bounded
+	ActionRawDeadLetter    Action = "raw_dead_letter"    // the received bytes written to the DLQ
+	ActionHandOff          Action = "handoff"            // left to the broker's own redrive
+	ActionRewind           Action = "rewind"             // given back to the broker to redeliver
+)
+
+// DeliveryInfo describes a delivery to hooks.
+type DeliveryInfo struct {
+	// Queue is the queue it came from.
+	Queue string
+	// URN is the envelope's URN, the reserved route of a schema-version rejection, or
+	// "" for poison.
+	URN string
+	// ID, TraceID, Lang and CreatedAt (Unix ms) are the envelope's; empty or zero for
+	// poison and rejections.
+	ID        string
+	TraceID   string
+	Lang      string
+	CreatedAt int64
+	// Attempts is the reconciled attempts counter.
+	Attempts int
+	// BodySize is the body's length in bytes.
+	BodySize int
+	// Poison reports a body that is not a usable envelope; Rejected one the
+	// schema-version gate rejected.
+	Poison   bool
+	Rejected bool
+	// Headers are the out-of-band headers (read-only).
+	Headers map[string]string
+}
+
+// HandledEvent is given to [HandleHook].
+type HandledEvent struct {
+	Delivery DeliveryInfo
+	// Duration is how long the handler ran.
+	Duration time.Duration
+	// Err is what it returned (nil on success).
+	Err error
+}
+
+// Write is one write a settlement made (a retry, a release, a dead-letter write).
+type Write struct {
+	Queue string
+	Delay time.Duration
+}
+
+// SettledEvent is given to [SettleHook].
+type SettledEvent struct {
+	Delivery DeliveryInfo
+	// Kind is what became of the delivery; Action what was decided; Reason the
+	// dead_letter reason ("failed", "unknown_urn", "poison") or why it was dropped.
+	Kind   Kind
+	Action Action
+	Reason string
+	// Attempts is the counter the settlement wrote or recorded.
+	Attempts int
+	// Cause is the handler's error, the poison verdict or the rejection (nil when
+	// handled).
+	Cause error
+	// Writes are the writes made before the acknowledgement.
+	Writes []Write
+	// Err is nil when the broker confirmed the settlement. Otherwise the writes were
+	// not confirmed (or the acknowledgement failed) and the delivery was rewound so the
+	// broker redelivers it: nothing is lost.
+	Err error
+	// Duration is how long the settlement took.
+	Duration time.Duration
+}
+
+// PublishedEvent is given to [PublishHook].
+type PublishedEvent struct {
+	Queue    string
+	URN      string
+	ID       string
+	TraceID  string
+	BodySize int
+	// Err is nil when the transport accepted the message.
+	Err error
+	// Duration is how long the transport took.
+	Duration time.Duration
+}
+
+// ReceiveErrorEvent is given to [ReceiveErrorHook].
+type ReceiveErrorEvent struct {
+	Queue string
+	Err   error
+	// Backoff is how long the worker waits before it receives again.
+	Backoff time.Duration
+}
+
+// WithObserver adds observers; each is told through the hook interfaces it implements.
+func WithObserver(obs ...Observer) Option {
+	return func(c *config) {
+		for _, o := range obs {
+			if o == nil {
+				c.invalid("observer is nil")
+				return
+			}
+		}
+		c.observers = append(c.observers, obs...)
+	}
+}
+
+// hooks holds the observers by the hooks they implement, so the hot path pays one
+// length check for a hook nobody implements.
+type hooks struct {
+	receive      []ReceiveHook
+	handled      []HandleHook
+	settled      []SettleHook
+	published    []PublishHook
+	receiveError []ReceiveErrorHook
+}
+
+func newHooks(obs []Observer) hooks {
+	var h hooks
+	for _, o := range obs {
+		if x, ok := o.(ReceiveHook); ok {
+			h.receive = append(h.receive, x)
+		}
+		if x, ok := o.(HandleHook); ok {
+			h.handled = append(h.handled, x)
+		}
+		if x, ok := o.(SettleHook); ok {
+			h.settled = append(h.settled, x)
+		}
+		if x, ok := o.(PublishHook); ok {
+			h.published = append(h.published, x)
+		}
+		if x, ok := o.(ReceiveErrorHook); ok {
+			h.receiveError = append(h.receiveError, x)
+		}
+	}
+	return h
+}
+
+func (h *hooks) any() bool {
+	return len(h.receive)+len(h.handled)+len(h.settled) > 0
+}
