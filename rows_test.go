@@ -12,7 +12,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
 
-// TestEveryRowEndToEnd drives one delivery per row of SPEC §5 and §6 through the
+// TestEveryRowEndToEnd drives one delivery per row of docs/settlement.md through the
 // runtime on memory:// (with another broker's capabilities where the row is a
 // per-transport exception) and checks where it ends up: acknowledged and gone,
 // re-published (parked on a one-hour retry tier so it is not taken again), on the DLQ,
@@ -32,6 +32,8 @@ func TestEveryRowEndToEnd(t *testing.T) {
 		atMax   = `"attempts":2`
 		handled = "handled"
 		failing = "failing"
+		noRetry = "noretry"
+		requeue = "requeue"
 	)
 	type where struct {
 		queue    int    // messages waiting on the work queue afterwards
@@ -45,31 +47,39 @@ func TestEveryRowEndToEnd(t *testing.T) {
 		opts    []babelqueue.Option
 		body    string
 		stored  memory.Stored
-		handler string // "handled", "failing" or "" (no handler: unknown URN)
+		handler string // "handled", "failing", "noretry", "requeue" or "" (no handler: unknown URN)
 		want    where
+		settled string // the observer's "kind/action"
 	}{
-		{"handler returns nil: ack", plain, nil, good, memory.Stored{}, handled, where{}},
-		{"handler fails: retry with attempts+1", plain, []babelqueue.Option{park}, good, memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":1`}},
-		{"handler fails at max, DLQ on: dead-letter failed", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{dlq: "failed"}},
-		{"handler fails at max, DLQ off: drop", plain, nil, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{}},
-		{"unknown URN, delete: drop", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{}, "", where{}},
-		{"unknown URN, release: re-published unchanged", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownRelease)}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":0`}},
-		{"unknown URN, dead_letter: dead-letter unknown_urn", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDeadLetter)}, good, memory.Stored{}, "", where{dlq: "unknown_urn"}},
-		{"unknown URN, fail: retried", plain, []babelqueue.Option{park, dlqOn}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":1`}},
-		{"unknown URN, fail, exhausted: unknown_urn", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, "", where{dlq: "unknown_urn"}},
-		{"poison, delete: drop even with DLQ on", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, poison, memory.Stored{}, handled, where{}},
-		{"poison, DLQ on: dead-letter poison", plain, []babelqueue.Option{dlqOn}, poison, memory.Stored{}, handled, where{dlq: "poison"}},
-		{"poison, DLQ off: bounded re-publish", plain, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}},
-		{"poison, DLQ off, at max: drop", plain, nil, poison, memory.Stored{Attempts: 2}, handled, where{}},
-		{"redis: poison, DLQ off: dead-lettered anyway", redis, nil, poison, memory.Stored{}, handled, where{dlq: "poison"}},
-		{"sqs/sb: poison, DLQ off: handed to the broker", sqs, nil, poison, memory.Stored{}, handled, where{handOff: true}},
-		{"kafka: poison, DLQ off, no tiers: committed and dropped", kafka, nil, poison, memory.Stored{}, handled, where{}},
-		{"kafka: poison, DLQ off, tiers: bounded re-publish", kafka, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}},
-		{"gate, delete: drop", kafka, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{SchemaVersion: "2"}, handled, where{}},
-		{"gate, DLQ on: raw body to the DLQ", kafka, []babelqueue.Option{dlqOn}, good, memory.Stored{SchemaVersion: "01"}, handled, where{dlq: "raw"}},
-		{"gate, DLQ off, kafka/artemis: drop", kafka, nil, good, memory.Stored{SchemaVersion: "x"}, handled, where{}},
-		{"gate, DLQ off, sqs/sb: handed to the broker", sqs, nil, good, memory.Stored{SchemaVersion: "2"}, handled, where{handOff: true}},
-		{"gate passes \"1\": handled", kafka, nil, good, memory.Stored{SchemaVersion: "1"}, handled, where{}},
+		{"handler returns nil: ack", plain, nil, good, memory.Stored{}, handled, where{}, "handled/ack"},
+		{"handler fails: retry with attempts+1", plain, []babelqueue.Option{park}, good, memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":1`}, "failed/retry"},
+		{"handler fails at max, DLQ on: dead-letter failed", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{dlq: "failed"}, "failed/dead_letter"},
+		{"handler fails at max, DLQ off: drop", plain, nil, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, failing, where{}, "failed/drop"},
+		{"unknown URN, delete: drop", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{}, "", where{}, "unknown_urn/drop"},
+		{"unknown URN, release: re-published unchanged", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownRelease)}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":0`}, "unknown_urn/release"},
+		{"unknown URN, dead_letter: dead-letter unknown_urn", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDeadLetter)}, good, memory.Stored{}, "", where{dlq: "unknown_urn"}, "unknown_urn/dead_letter"},
+		{"unknown URN, fail: retried", plain, []babelqueue.Option{park, dlqOn}, good, memory.Stored{}, "", where{queue: 1, attempts: `"attempts":1`}, "unknown_urn/retry"},
+		{"unknown URN, fail, exhausted: unknown_urn", plain, []babelqueue.Option{dlqOn}, strings.Replace(good, `"attempts":0`, atMax, 1), memory.Stored{}, "", where{dlq: "unknown_urn"}, "unknown_urn/dead_letter"},
+		{"poison, delete: drop even with DLQ on", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, poison, memory.Stored{}, handled, where{}, "poison/drop"},
+		{"poison, DLQ on: dead-letter poison", plain, []babelqueue.Option{dlqOn}, poison, memory.Stored{}, handled, where{dlq: "poison"}, "poison/poison_dead_letter"},
+		{"poison, DLQ off: bounded re-publish", plain, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}, "poison/poison_retry"},
+		{"poison, DLQ off, at max: drop", plain, nil, poison, memory.Stored{Attempts: 2}, handled, where{}, "poison/drop"},
+		{"redis: poison, DLQ off: dead-lettered anyway", redis, nil, poison, memory.Stored{}, handled, where{dlq: "poison"}, "poison/poison_dead_letter"},
+		{"sqs/sb: poison, DLQ off: handed to the broker", sqs, nil, poison, memory.Stored{}, handled, where{handOff: true}, "poison/handoff"},
+		{"kafka: poison, DLQ off, no tiers: committed and dropped", kafka, nil, poison, memory.Stored{}, handled, where{}, "poison/drop"},
+		{"kafka: poison, DLQ off, tiers: bounded re-publish", kafka, []babelqueue.Option{park}, poison, memory.Stored{}, handled, where{queue: 1}, "poison/poison_retry"},
+		{"gate, delete: drop", kafka, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDelete), dlqOn}, good, memory.Stored{SchemaVersion: "2"}, handled, where{}, "schema_rejected/drop"},
+		{"gate, DLQ on: raw body to the DLQ", kafka, []babelqueue.Option{dlqOn}, good, memory.Stored{SchemaVersion: "01"}, handled, where{dlq: "raw"}, "schema_rejected/raw_dead_letter"},
+		{"gate, DLQ off, kafka/artemis: drop", kafka, nil, good, memory.Stored{SchemaVersion: "x"}, handled, where{}, "schema_rejected/drop"},
+		{"gate, DLQ off, sqs/sb: handed to the broker", sqs, nil, good, memory.Stored{SchemaVersion: "2"}, handled, where{handOff: true}, "schema_rejected/handoff"},
+		{"gate passes \"1\": handled", kafka, nil, good, memory.Stored{SchemaVersion: "1"}, handled, where{}, "handled/ack"},
+		{"handler says no retry, DLQ on: dead-letter failed at once", plain, []babelqueue.Option{dlqOn, park}, good, memory.Stored{}, noRetry, where{dlq: "failed"}, "unretryable/dead_letter"},
+		{"handler says no retry, DLQ off: drop", plain, []babelqueue.Option{park}, good, memory.Stored{}, noRetry, where{}, "unretryable/drop"},
+		{"handler requeues: re-published unchanged, attempts kept", plain, nil, good, memory.Stored{}, requeue, where{queue: 1, attempts: `"attempts":0`}, "requeued/release"},
+		{"attempts at MaxInt, handler fails, DLQ on: dead-lettered now", plain, []babelqueue.Option{dlqOn, park}, strings.Replace(good, `"attempts":0`, `"attempts":9223372036854775807`, 1), memory.Stored{}, failing, where{dlq: "failed"}, "failed/dead_letter"},
+		{"attempts at MaxInt, handler fails, DLQ off: dropped now", plain, []babelqueue.Option{park}, strings.Replace(good, `"attempts":0`, `"attempts":9223372036854775807`, 1), memory.Stored{}, failing, where{}, "failed/drop"},
+		{"attempts at MaxInt, unknown URN, DLQ on: dead-lettered now", plain, []babelqueue.Option{dlqOn, park}, strings.Replace(good, `"attempts":0`, `"attempts":9223372036854775807`, 1), memory.Stored{}, "", where{dlq: "unknown_urn"}, "unknown_urn/dead_letter"},
+		{"poison with a readable attempts at max, DLQ off: drop", plain, []babelqueue.Option{park}, `{"trace_id":"t","attempts":2}`, memory.Stored{}, handled, where{}, "poison/drop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := memory.New(memory.WithCapabilities(tc.caps))
@@ -80,17 +90,27 @@ func TestEveryRowEndToEnd(t *testing.T) {
 				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return nil })
 			case failing:
 				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return errors.New("no") })
+			case noRetry:
+				h.app.Handle(known, func(context.Context, *babelqueue.Message) error {
+					calls++
+					return babelqueue.NoRetry(errors.New("order has no lines"))
+				})
+			case requeue:
+				h.app.Handle(known, func(context.Context, *babelqueue.Message) error {
+					calls++
+					return babelqueue.Requeue(time.Hour, errors.New("claimed elsewhere"))
+				})
 			}
 			h.inject(tc.body, tc.stored)
 			h.run()
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(h.logs.String(), "babelqueue: settled") {
-				if time.Now().After(deadline) {
-					t.Fatalf("never settled:\n%s", h.logs.String())
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			ev := h.rec.WaitSettled(t, 1, 10*time.Second)[0]
 			h.stop()
+			if got := string(ev.Kind) + "/" + string(ev.Action); got != tc.settled {
+				t.Errorf("observer saw %s, want %s", got, tc.settled)
+			}
+			if ev.Err != nil {
+				t.Errorf("settlement failed: %v", ev.Err)
+			}
 			dlqName := h.app.DeadLetterQueue()
 			queue, dlq, off := tr.Messages("orders"), tr.Messages(dlqName), tr.HandedOff("orders")
 			if len(queue) != tc.want.queue {

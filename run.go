@@ -133,6 +133,7 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 		if !a.consuming.Load() {
 			a.consuming.Store(true)
 		}
+		a.lastReceived.Store(time.Now().UnixNano())
 		a.process(ctx, detached, c, d)
 	}
 	return nil

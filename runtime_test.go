@@ -29,14 +29,17 @@ type harness struct {
 	tr   *memory.Transport
 	app  *babelqueue.App
 	logs *transporttest.LogBuffer
+	rec  *transporttest.Recorder
 	stop func()
 }
 
 func newHarness(t *testing.T, tr *memory.Transport, opts ...babelqueue.Option) *harness {
 	t.Helper()
 	logs := &transporttest.LogBuffer{}
+	rec := transporttest.NewRecorder()
 	opts = append([]babelqueue.Option{
 		babelqueue.WithQueue("orders"),
+		babelqueue.WithObserver(rec),
 		babelqueue.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 		babelqueue.WithShutdownGrace(2 * time.Second),
 	}, opts...)
@@ -44,7 +47,7 @@ func newHarness(t *testing.T, tr *memory.Transport, opts ...babelqueue.Option) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, tr: tr, app: a, logs: logs}
+	return &harness{t: t, tr: tr, app: a, logs: logs, rec: rec}
 }
 
 func (h *harness) run() {
@@ -146,8 +149,8 @@ func TestRetryKeepsUnknownMembersAndChangesOnlyAttempts(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2", calls.Load())
 	}
-	if !strings.Contains(h.logs.String(), "action=retry") {
-		t.Errorf("no retry logged:\n%s", h.logs.String())
+	if got := h.rec.SettledEvents(); len(got) != 2 || got[0].Action != babelqueue.ActionRetry || got[1].Action != babelqueue.ActionAck {
+		t.Errorf("settlements %v, want a retry then an ack", actions(got))
 	}
 }
 
@@ -206,8 +209,17 @@ func TestFailedSettleWriteRewindsAndLosesNothing(t *testing.T) {
 	if calls.Load() != 3 {
 		t.Errorf("handler ran %d times: want 3 (two failed DLQ writes rewound the delivery)", calls.Load())
 	}
-	if !strings.Contains(h.logs.String(), "rewinding") {
-		t.Errorf("the failed write was not logged:\n%s", h.logs.String())
+	var failed int
+	for _, e := range h.rec.SettledEvents() {
+		if e.Err != nil {
+			failed++
+			if e.Action != babelqueue.ActionDeadLetter || !errors.Is(e.Err, transport.ErrSettleWrite) || e.Writes[0].Queue != "orders.dlq" {
+				t.Errorf("failed settlement reported as %s %v to %v", e.Action, e.Err, e.Writes)
+			}
+		}
+	}
+	if failed != 2 {
+		t.Errorf("the observer saw %d failed settlements, want 2", failed)
 	}
 }
 
@@ -242,18 +254,14 @@ func TestPoisonWithDLQOffTakesTheBoundedPath(t *testing.T) {
 	h.inject(`{"trace_id":"t","data":{}}`, memory.Stored{})
 	h.run()
 	// Re-published with attempts 1 and 2 in the attempts header, then dropped.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(h.logs.String(), "action=drop") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	got := h.rec.WaitSettled(t, 3, 10*time.Second)
 	h.settled()
 	h.stop()
-	logs := h.logs.String()
-	if n := strings.Count(logs, "action=poison_retry"); n != 2 {
-		t.Errorf("poison re-published %d times, want 2\n%s", n, logs)
+	if a := actions(got); a != "poison/poison_retry poison/poison_retry poison/drop" {
+		t.Errorf("poison settled as %s, want two bounded re-publishes then a drop", a)
 	}
-	if !strings.Contains(logs, "action=drop") || len(tr.Messages("orders.dlq")) != 0 {
-		t.Errorf("poison with the DLQ off was not dropped after max_attempts\n%s", logs)
+	if len(tr.Messages("orders.dlq")) != 0 {
+		t.Errorf("poison with the DLQ off reached the DLQ")
 	}
 }
 
@@ -291,8 +299,8 @@ func TestSchemaGate(t *testing.T) {
 		if handled.Load() != 0 {
 			t.Error("a gate-rejected delivery reached a handler")
 		}
-		if !strings.Contains(h.logs.String(), "babelqueue:unsupported-schema-version:2") {
-			t.Errorf("the reserved route is not in the log:\n%s", h.logs.String())
+		if got := h.rec.SettledEvents(); len(got) != 1 || got[0].Delivery.URN != "babelqueue:unsupported-schema-version:2" || !got[0].Delivery.Rejected {
+			t.Errorf("the delivery was not reported on the reserved route: %+v", got)
 		}
 	})
 	t.Run("DLQ off: dropped with a warning", func(t *testing.T) {
@@ -302,6 +310,10 @@ func TestSchemaGate(t *testing.T) {
 		h.run()
 		h.settled()
 		h.stop()
+		got := h.rec.SettledEvents()
+		if len(got) != 1 || got[0].Kind != babelqueue.KindSchemaRejected || got[0].Action != babelqueue.ActionDrop {
+			t.Errorf("want one rejection dropped, got %s", actions(got))
+		}
 		if !strings.Contains(h.logs.String(), "level=WARN") || len(tr.Messages("orders.dlq")) != 0 {
 			t.Errorf("want a warning and nothing in the DLQ:\n%s", h.logs.String())
 		}
@@ -377,8 +389,11 @@ func TestKafkaLikePoisonWithoutTiersWarnsAtStart(t *testing.T) {
 	h.run()
 	h.settled()
 	h.stop()
+	if got := h.rec.SettledEvents(); len(got) != 1 || got[0].Action != babelqueue.ActionDrop || got[0].Reason != "poison without retry tiers or DLQ" {
+		t.Errorf("poison was not dropped: %+v", got)
+	}
 	if !strings.Contains(h.logs.String(), "poison without retry tiers") {
-		t.Errorf("poison was not dropped and logged:\n%s", h.logs.String())
+		t.Errorf("the drop was not logged:\n%s", h.logs.String())
 	}
 }
 
@@ -457,4 +472,13 @@ func TestPublishErrors(t *testing.T) {
 	if _, err := a.Publish(ctx, "urn:x", map[string]any{}); !errors.Is(err, babelqueue.ErrClosed) {
 		t.Errorf("Publish after Close = %v", err)
 	}
+}
+
+// actions lists settlements as "kind/action", space separated.
+func actions(evs []babelqueue.SettledEvent) string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = string(e.Kind) + "/" + string(e.Action)
+	}
+	return strings.Join(out, " ")
 }
