@@ -104,14 +104,14 @@ func TestPythonToGo(t *testing.T) {
 	if m.Envelope.Meta.Lang != "python" || m.Attempts != 0 {
 		t.Errorf("lang %q attempts %d, want python 0", m.Envelope.Meta.Lang, m.Attempts)
 	}
-	if m.Key != nil {
-		t.Errorf("python published without a key, Go sees key %q", m.Key)
+	if m.Key() != nil {
+		t.Errorf("python published without a key, Go sees key %q", m.Key())
 	}
 	// Observed with babelqueue 1.24.0: its KafkaTransport is not a header publisher, so
 	// publish_with_headers drops the out-of-band headers (the SDK documents the fallback);
 	// only the binding's own bq- headers ride, and those never reach Message.Headers.
-	if len(m.Headers) != 0 {
-		t.Errorf("headers from a Python publish = %v, want none (Python 1.24.0 drops them on Kafka)", m.Headers)
+	if len(m.Headers()) != 0 {
+		t.Errorf("headers from a Python publish = %v, want none (Python 1.24.0 drops them on Kafka)", m.Headers())
 	}
 
 	// Python reads the Go dead letter.
