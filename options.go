@@ -9,7 +9,7 @@ import (
 )
 
 // UnknownURNStrategy says what happens to a valid envelope whose URN has no handler
-// (SPEC §4, on_unknown_urn).
+// (on_unknown_urn; docs/settlement.md).
 type UnknownURNStrategy int
 
 const (

@@ -414,7 +414,7 @@ func AppendDeadLetter(body []byte, dl DeadLetter) ([]byte, error) {
 	return replaceOrAppend(body, members, close, "dead_letter", appendDeadLetter(nil, dl)), nil
 }
 
-// PoisonBody builds the dead-letter body for a poison body (SPEC §2). When
+// PoisonBody builds the dead-letter body for a poison body (docs/settlement.md, Poison). When
 // body is a strict RFC 8259 object (valid UTF-8, no NaN/Infinity literal, no
 // unpaired surrogate escape, nesting within MaxDepth, no top-level
 // dead_letter member) the block is spliced in: every original byte is kept

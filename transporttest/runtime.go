@@ -16,7 +16,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// RunRuntime runs the runtime's settlement cases (SPEC §5) end to end through the
+// RunRuntime runs the runtime's settlement cases (docs/settlement.md) end to end through the
 // transport cfg opens: a handled message is acknowledged, a failing one is retried with
 // attempts+1 and dead-lettered with reason "failed", an unknown URN takes each
 // on_unknown_urn strategy, and poison bodies reach the dead-letter queue with their

@@ -8,7 +8,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// GateSchemaVersion applies the schema-version gate of SPEC §6 to the raw value of a
+// GateSchemaVersion applies the schema-version gate (docs/settlement.md) to the raw value of a
 // delivery's bq-schema-version header. A missing (nil) value, or a string that is
 // empty or only ASCII white space, passes. Otherwise only the string "1" passes, and,
 // when acceptInteger is set (Service Bus), an integer 1. shown is the rejected value
