@@ -1,7 +1,6 @@
 package babelqueue
 
 import (
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 

@@ -1,13 +1,13 @@
 package transporttest
 
 import (
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
