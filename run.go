@@ -22,9 +22,9 @@ const UnsupportedSchemaRoute = "babelqueue:unsupported-schema-version:"
 
 // Dead-letter reasons, as every SDK of the family writes them in dead_letter.reason.
 const (
-	ReasonFailed     = settle.ReasonFailed
-	ReasonUnknownURN = settle.ReasonUnknownURN
-	ReasonPoison     = settle.ReasonPoison
+	ReasonFailed     = "failed"
+	ReasonUnknownURN = "unknown_urn"
+	ReasonPoison     = "poison"
 )
 
 // Run consumes the app's queue with the configured number of workers until ctx ends.
