@@ -1,11 +1,12 @@
 # The two commands of the README.
-#   make demo   the main job on the embedded default (memory://): no broker needed
+#   make demo   the main job on the embedded default (memory://): no broker needed;
+#               examples/demo is in the root module, so no broker client is compiled
 #   make test   every test, brokers included (starts them first)
 
 .PHONY: demo test brokers brokers-down bench fuzz
 
 demo:
-	go run ./cmd/babelqueue demo
+	go run ./examples/demo
 
 test:
 	bash scripts/test.sh

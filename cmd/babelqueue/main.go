@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/babelqueue-go/babelqueue/internal/demo"
 )
 
 func main() {
@@ -45,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "demo":
-		err = demo(ctx, args[1:], stdout)
+		err = demo.Run(ctx, stdout, args[1:])
 	case "publish":
 		err = publish(ctx, args[1:], stdout, stderr)
 	case "consume":

@@ -7,23 +7,14 @@ import (
 	"testing"
 )
 
-func TestDemoShowsEverySettlement(t *testing.T) {
+// The demo itself is tested in internal/demo; this checks the subcommand runs it.
+func TestDemoSubcommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"demo"}, &out, &errb); code != 0 {
 		t.Fatalf("demo exit %d: %s", code, errb.String())
 	}
-	s := out.String()
-	for _, want := range []string{
-		"handled   order 1042 on its first delivery",
-		"handled   order 1043 on retry (attempts=1)",
-		"reason=failed  attempts=3",
-		"reason=poison",
-		`"order_id":1045,"note":"no URN here","dead_letter":{"reason":"poison"`,
-		"2 handled, 2 retried, 1 dead-lettered as failed, 1 poison dead-lettered at once; 0 left on the queue",
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("demo output lacks %q:\n%s", want, s)
-		}
+	if s := out.String(); !strings.Contains(s, "BabelQueue demo on memory://") || !strings.Contains(s, "\nSummary: 2 handled") {
+		t.Errorf("demo output:\n%s", s)
 	}
 }
 
