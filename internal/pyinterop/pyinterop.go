@@ -14,21 +14,29 @@ import (
 	"time"
 )
 
-// RepoRoot returns the directory holding go.mod, found by walking up from the working
-// directory of the test.
+// RepoRoot returns the repository root: the directory holding go.work, found by walking
+// up from the working directory of the test (each module's tests run in that module's
+// directory), else the nearest directory holding go.mod.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
+	nearest := ""
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			return dir
+		}
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && nearest == "" {
+			nearest = dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("pyinterop: no go.mod above the working directory")
+			if nearest == "" {
+				t.Fatal("pyinterop: no go.work or go.mod above the working directory")
+			}
+			return nearest
 		}
 		dir = parent
 	}
