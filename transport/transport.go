@@ -235,6 +235,10 @@ type Capabilities struct {
 	DeadLetterSuffix string
 	// FIFOSuffix is a queue-name suffix the DLQ suffix goes before (".fifo" on SQS).
 	FIFOSuffix string
+	// PublishConfirmed reports that [Transport.Publish] returns only once the broker
+	// confirmed the message, so [PublishConfirmed] may fall back to it, one message at a
+	// time, for a transport that is not a [ConfirmedPublisher].
+	PublishConfirmed bool
 }
 
 // Errors shared by every transport.

@@ -379,9 +379,10 @@ type Transport struct {
 // through per-delay queues, no native delivery count.
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
-		Attempts: transport.AttemptsFromBody,
-		Delay:    true,
-		MaxDelay: MaxDelay,
+		Attempts:         transport.AttemptsFromBody,
+		Delay:            true,
+		MaxDelay:         MaxDelay,
+		PublishConfirmed: !t.s.noUserConfirm,
 	}
 }
 

@@ -310,6 +310,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		Delay:            true,
 		SchemaGate:       true,
 		DeadLetterSuffix: ".dlq",
+		PublishConfirmed: true,
 	}
 }
 

@@ -80,7 +80,7 @@ type queue struct {
 func New(opts ...Option) *Transport {
 	t := &Transport{
 		queues: map[string]*queue{},
-		caps:   transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true},
+		caps:   transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true, PublishConfirmed: true},
 		now:    time.Now,
 	}
 	for _, o := range opts {

@@ -343,6 +343,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		Attempts:         transport.AttemptsMaxNative,
 		Delay:            t.opts.subType.delays(),
 		DeadLetterSuffix: ".dlq",
+		PublishConfirmed: true,
 	}
 }
 

@@ -367,6 +367,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		Delay:                  true,
 		PoisonAlwaysDeadLetter: true,
 		DeadLetterSuffix:       ".dlq",
+		PublishConfirmed:       true,
 	}
 }
 

@@ -392,6 +392,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		SchemaGate:               true,
 		SchemaGateAcceptsInteger: true,
 		DeadLetterSuffix:         ".dlq",
+		PublishConfirmed:         true,
 	}
 }
 

@@ -145,6 +145,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		SchemaGate:       true,
 		DeadLetterSuffix: "-dlq",
 		FIFOSuffix:       fifoSuffix,
+		PublishConfirmed: true,
 	}
 }
 
