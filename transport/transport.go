@@ -18,8 +18,12 @@
 //     delivery is acknowledged. When a write fails or times out, the consumer must not
 //     acknowledge anything and returns an error matching [ErrSettleWrite]; the runtime then
 //     settles the same delivery again with Rewind. Nothing is ever lost because a write
-//     failed. Where the broker allows it (a Redis script, a transaction) the writes and the
-//     acknowledgement are one atomic step.
+//     failed. Where the broker allows it (a Redis script, the memory broker) the writes
+//     and the acknowledgement are one atomic step and a failure makes none of them.
+//     Elsewhere the writes are made in order and the first that fails stops them: the
+//     writes after it are not made, the ones before it stay made (the broker cannot take
+//     them back), and the redelivery makes them again, so a consumer of a retry or
+//     dead-letter queue sees them at least once.
 //   - Rewind: give the delivery back so the broker redelivers it, with a higher native
 //     delivery count where the broker keeps one.
 //   - HandOff: leave the delivery to the broker's own redrive (SQS: left undeleted so the
@@ -82,7 +86,12 @@ type Consumer interface {
 	Receive(ctx context.Context) (*Delivery, error)
 
 	// Settle finishes a delivery (see the package documentation). Settling a delivery
-	// twice is an error matching [ErrAlreadySettled].
+	// twice is an error matching [ErrAlreadySettled], and so is settling one the broker
+	// took back ([ErrTakenBack]) or one Close gave back (which also matches [ErrClosed]).
+	// An outcome the transport does not offer matches [ErrUnsupported], a malformed
+	// settlement [ErrBadSettlement]. A delivery holds a prefetch slot until it is settled;
+	// a Rewind or HandOff that fails still frees it (the broker redelivers the message
+	// after its own timeout), an Ack that fails keeps it for the Rewind that follows.
 	Settle(ctx context.Context, d *Delivery, s Settlement) error
 
 	// Close stops receiving. Deliveries handed out and not settled are given back to

@@ -1,0 +1,556 @@
+// Package ledger is the account a broker consumer keeps of the deliveries it has handed
+// out and not yet finished: the one piece of consumer bookkeeping every driver shares.
+//
+// A driver's consumer owns one [Ledger]. The ledger does four things, the same way on
+// every broker:
+//
+//   - Prefetch slots. A delivery holds one slot from the moment it is handed out until it
+//     is settled, rewound, given back on Close, taken back by the broker, or its settle
+//     finally fails. The slot is freed exactly once. Receive never hands out more than
+//     the prefetch. A Rewind (or HandOff) that fails still frees the slot: the message is
+//     left to the broker's own redelivery (a visibility timeout, a reservation that
+//     lapses, a closed channel), so a broker outage can never eat the prefetch.
+//   - Settle once. Each delivery is an [Entry] that moves open → settling → settled. A
+//     second Settle, or one racing the first, fails with [transport.ErrAlreadySettled];
+//     an Ack whose settle failed goes back to open, so the runtime can Rewind it.
+//   - Settlement validation ([Validate]): writes only with Ack, every write non-nil
+//     with a queue, and only the outcomes the driver offers.
+//   - Give-back on Close: [Ledger.Close] returns the entries still open, for the driver
+//     to give back to the broker; a later Settle of one of them fails with an error
+//     matching both [transport.ErrClosed] and [transport.ErrAlreadySettled].
+//
+// And it slows a consumer whose settlements keep failing: after each failed settle the
+// next [Ledger.Acquire] (or [Ledger.Pause]) waits a backoff that doubles from 50 ms to
+// 2 s (by default) while failures go on, and the failures are logged with their cause (at the first
+// one and at each doubling, not once per message).
+//
+// # Adopting it in a driver
+//
+// A consumer that receives one delivery per Receive call:
+//
+//	func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+//		if err := c.book.Acquire(ctx); err != nil { // a free slot, or ctx.Err(), or ErrClosed
+//			return nil, err
+//		}
+//		msg, err := c.brokerReceive(ctx)
+//		if err != nil {
+//			c.book.Unacquire()
+//			return nil, err
+//		}
+//		e, err := c.book.Hand(msg)
+//		if err != nil { // the consumer closed meanwhile
+//			c.giveBack(msg)
+//			return nil, err
+//		}
+//		return &transport.Delivery{Body: msg.Body, Handle: e}, nil
+//	}
+//
+//	func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
+//		e, err := c.book.Begin(d, s) // ownership, validation, settle-once
+//		if err != nil {
+//			return err
+//		}
+//		return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+//	}
+//
+//	func (c *consumer) Close(ctx context.Context) error {
+//		for _, msg := range c.book.Close() {
+//			c.giveBack(msg)
+//		}
+//		…
+//	}
+//
+// A driver that reserves for several waiting workers at once (Redis) checks
+// [Ledger.Room] itself and records deliveries with [Ledger.Add] instead of
+// Acquire and Hand. A driver whose broker takes deliveries back on its own (a revoked
+// partition, a closed channel) calls [Ledger.TakeBack], or returns a
+// [transport.TakenBackError] from its settle so that [Ledger.Finish] frees the slot.
+// Settle writes are made with [SendAll].
+//
+// A Ledger is safe for concurrent use. It never calls into the driver while it holds
+// its lock, so a driver may call it with its own lock held.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Default backoff bounds of a consumer whose settlements fail.
+const (
+	DefaultMinBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff = 2 * time.Second
+)
+
+// ErrForeign matches a Settle of a delivery another consumer (or no consumer) handed out.
+var ErrForeign = errors.New("delivery does not belong to this consumer")
+
+// Config describes the consumer a ledger keeps the account of.
+type Config struct {
+	// Broker names the driver ("redis"), for errors and log lines.
+	Broker string
+	// Queue is the queue consumed, for errors and log lines.
+	Queue string
+	// Prefetch is the most deliveries handed out and not finished. Less than 1 means 1.
+	Prefetch int
+	// Outcomes are the outcomes the driver offers. Default: Ack and Rewind.
+	Outcomes []transport.Outcome
+	// Logger receives the settle-failure lines. Default slog.Default().
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the wait after failed settlements. Defaults
+	// [DefaultMinBackoff] and [DefaultMaxBackoff].
+	MinBackoff, MaxBackoff time.Duration
+}
+
+type state uint8
+
+const (
+	open      state = iota // handed out, not being settled
+	settling               // a Settle is in progress
+	settled                // finished: settled, rewound, or its settle finally failed
+	givenBack              // returned by Close
+	takenBack              // the broker took it back (TakeBack)
+)
+
+// Entry is one delivery handed out. The driver puts the entry in
+// [transport.Delivery.Handle] and keeps its own bookkeeping in Value.
+type Entry[H any] struct {
+	// Value is the driver's bookkeeping for the delivery (a delivery tag, a receipt).
+	Value H
+
+	l     *Ledger[H]
+	seq   uint64
+	state state // guarded by l.mu
+	cause error // takenBack: the error a Settle returns; guarded by l.mu
+}
+
+// Ledger is one consumer's account of the deliveries it handed out.
+type Ledger[H any] struct {
+	cfg      Config
+	outcomes []transport.Outcome
+
+	mu       sync.Mutex
+	held     map[*Entry[H]]struct{} // handed out, holding a slot
+	reserved int                    // slots Acquire granted that Hand has not used
+	seq      uint64
+	closed   bool
+	waiters  int           // Acquire and Pause calls waiting on changed
+	changed  chan struct{} // closed and replaced when a waiter may go on
+	done     chan struct{} // closed by Close
+
+	failures   int       // settle failures in a row
+	pauseUntil time.Time // Acquire and Pause wait until then
+}
+
+// New returns an empty ledger.
+func New[H any](cfg Config) *Ledger[H] {
+	cfg.Prefetch = max(cfg.Prefetch, 1)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	outcomes := cfg.Outcomes
+	if len(outcomes) == 0 {
+		outcomes = []transport.Outcome{transport.Ack, transport.Rewind}
+	}
+	return &Ledger[H]{
+		cfg:      cfg,
+		outcomes: slices.Clone(outcomes),
+		held:     make(map[*Entry[H]]struct{}, cfg.Prefetch),
+		changed:  make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+}
+
+// Prefetch returns the number of slots.
+func (l *Ledger[H]) Prefetch() int { return l.cfg.Prefetch }
+
+// Done is closed when the ledger closes.
+func (l *Ledger[H]) Done() <-chan struct{} { return l.done }
+
+// Held counts the deliveries handed out and not finished.
+func (l *Ledger[H]) Held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
+}
+
+// Room counts the free slots: the prefetch less the deliveries held and the slots
+// Acquire granted and Hand has not used.
+func (l *Ledger[H]) Room() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg.Prefetch - len(l.held) - l.reserved
+}
+
+// wakeLocked lets waiting Acquire and Pause calls look again.
+func (l *Ledger[H]) wakeLocked() {
+	if l.waiters == 0 {
+		return
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Acquire waits for a free slot and for the backoff after failed settlements, then
+// reserves the slot for the delivery the caller is about to hand out with [Ledger.Hand]
+// (or gives back with [Ledger.Unacquire]). It returns ctx.Err() when ctx ends and
+// [transport.ErrClosed] once the ledger is closed.
+func (l *Ledger[H]) Acquire(ctx context.Context) error {
+	return l.wait(ctx, true)
+}
+
+// Pause waits out the backoff after failed settlements, for drivers that do not use
+// [Ledger.Acquire]. It returns ctx.Err() when ctx ends and [transport.ErrClosed] once
+// the ledger is closed.
+func (l *Ledger[H]) Pause(ctx context.Context) error {
+	return l.wait(ctx, false)
+}
+
+func (l *Ledger[H]) wait(ctx context.Context, slot bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return transport.ErrClosed
+		}
+		pause := time.Until(l.pauseUntil)
+		free := !slot || len(l.held)+l.reserved < l.cfg.Prefetch
+		if pause <= 0 && free {
+			if slot {
+				l.reserved++
+			}
+			l.mu.Unlock()
+			return nil
+		}
+		changed := l.changed
+		l.waiters++
+		l.mu.Unlock()
+		var due <-chan time.Time
+		if pause > 0 {
+			if timer == nil {
+				timer = time.NewTimer(pause)
+			} else {
+				timer.Reset(pause)
+			}
+			due = timer.C
+		}
+		var err error
+		select {
+		case <-changed:
+		case <-due:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		l.mu.Lock()
+		l.waiters--
+		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Unacquire gives back a slot [Ledger.Acquire] granted when no delivery was handed out
+// under it (the receive failed or ctx ended).
+func (l *Ledger[H]) Unacquire() {
+	l.mu.Lock()
+	if l.reserved > 0 {
+		l.reserved--
+		l.wakeLocked()
+	}
+	l.mu.Unlock()
+}
+
+// Hand records v as handed out under the slot [Ledger.Acquire] granted. When the
+// ledger closed meanwhile it frees the slot and returns [transport.ErrClosed]: the
+// driver gives v back to the broker itself.
+func (l *Ledger[H]) Hand(v H) (*Entry[H], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reserved > 0 {
+		l.reserved--
+	}
+	if l.closed {
+		l.wakeLocked()
+		return nil, transport.ErrClosed
+	}
+	return l.addLocked(v), nil
+}
+
+// Add records v as handed out without [Ledger.Acquire], for a driver that checks
+// [Ledger.Room] itself. It returns [transport.ErrClosed] once the ledger is closed.
+func (l *Ledger[H]) Add(v H) (*Entry[H], error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, transport.ErrClosed
+	}
+	return l.addLocked(v), nil
+}
+
+func (l *Ledger[H]) addLocked(v H) *Entry[H] {
+	l.seq++
+	e := &Entry[H]{Value: v, l: l, seq: l.seq}
+	l.held[e] = struct{}{}
+	return e
+}
+
+// Withdraw takes back an open entry that never reached a caller (a hand-out to a
+// Receive call that gave up), freeing its slot. It reports false when the entry is not
+// open any more (Close gave it back, a Settle began).
+func (l *Ledger[H]) Withdraw(e *Entry[H]) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.state != open {
+		return false
+	}
+	e.state = settled
+	l.releaseLocked(e)
+	return true
+}
+
+// releaseLocked frees e's slot, once.
+func (l *Ledger[H]) releaseLocked(e *Entry[H]) {
+	if _, ok := l.held[e]; ok {
+		delete(l.held, e)
+		l.wakeLocked()
+	}
+}
+
+// Validate checks a settlement against the outcomes offered: writes only with Ack,
+// each write non-nil with a queue. A bad settlement matches [transport.ErrBadSettlement];
+// an outcome not offered matches [transport.ErrUnsupported].
+func Validate(broker string, s transport.Settlement, offered ...transport.Outcome) error {
+	if !slices.Contains(offered, s.Outcome) {
+		return fmt.Errorf("%s: %s: %w", broker, s.Outcome, transport.ErrUnsupported)
+	}
+	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
+		return fmt.Errorf("%s: %w: settle writes are only allowed with Ack, not %s", broker, transport.ErrBadSettlement, s.Outcome)
+	}
+	for i, w := range s.Writes {
+		if w == nil {
+			return fmt.Errorf("%s: %w: settle write %d is nil", broker, transport.ErrBadSettlement, i)
+		}
+		if w.Queue == "" {
+			return fmt.Errorf("%s: %w: settle write %d has no queue", broker, transport.ErrBadSettlement, i)
+		}
+	}
+	return nil
+}
+
+// Begin starts settling the delivery d with s. It checks that d was handed out by this
+// ledger, validates s ([Validate]) and moves the entry from open to settling. A
+// delivery already settled, or being settled, fails with [transport.ErrAlreadySettled];
+// one given back on Close with an error matching [transport.ErrClosed] and
+// [transport.ErrAlreadySettled]; one the broker took back with its
+// [transport.TakenBackError]. Every successful Begin must be followed by
+// [Ledger.Finish].
+func (l *Ledger[H]) Begin(d *transport.Delivery, s transport.Settlement) (*Entry[H], error) {
+	var e *Entry[H]
+	if d != nil {
+		e, _ = d.Handle.(*Entry[H])
+	}
+	if e == nil || e.l != l {
+		return nil, fmt.Errorf("%s: settle: %w", l.cfg.Broker, ErrForeign)
+	}
+	if err := Validate(l.cfg.Broker, s, l.outcomes...); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch e.state {
+	case open:
+		e.state = settling
+		return e, nil
+	case givenBack:
+		return nil, &givenBackError{broker: l.cfg.Broker, queue: l.cfg.Queue}
+	case takenBack:
+		return nil, e.cause
+	default:
+		return nil, transport.ErrAlreadySettled
+	}
+}
+
+// Finish ends the settle [Ledger.Begin] started, given the error of the driver's
+// settle (nil when it succeeded), and returns that error.
+//
+//   - nil: the entry is settled and its slot freed.
+//   - an error matching [transport.ErrAlreadySettled] (a [transport.TakenBackError]):
+//     the broker took the delivery back; settled, slot freed.
+//   - any other error of an Ack: nothing was acknowledged; the entry is open again and
+//     keeps its slot, so the caller can settle it again (the runtime rewinds it). Once
+//     the ledger is closed it is given back instead, to the broker's own redelivery.
+//   - any other error of a Rewind or HandOff: the slot is freed anyway and the message
+//     is left to the broker's own redelivery; a failed give-back must not hold a slot.
+//
+// A failure other than a taken-back delivery makes the next Acquire or Pause back off
+// and is logged with its cause.
+func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error {
+	taken := err != nil && errors.Is(err, transport.ErrAlreadySettled)
+	l.mu.Lock()
+	if e.state != settling {
+		l.mu.Unlock()
+		return err
+	}
+	switch {
+	case err != nil && !taken && s.Outcome == transport.Ack && !l.closed:
+		e.state = open
+	default:
+		e.state = settled
+		l.releaseLocked(e)
+	}
+	var logFailure, logRecovered bool
+	var failures int
+	var backoff time.Duration
+	switch {
+	case err == nil:
+		if l.failures > 0 {
+			logRecovered, failures = true, l.failures
+			l.failures = 0
+			l.pauseUntil = time.Time{}
+			l.wakeLocked()
+		}
+	case !taken:
+		l.failures++
+		failures = l.failures
+		backoff = min(l.cfg.MinBackoff<<min(failures-1, 20), l.cfg.MaxBackoff)
+		l.pauseUntil = time.Now().Add(backoff)
+		// Once at the start of a run of failures and at each doubling of the count.
+		logFailure = failures&(failures-1) == 0
+	}
+	l.mu.Unlock()
+	switch {
+	case logFailure:
+		l.cfg.Logger.Warn(l.cfg.Broker+": settle failed; receiving backs off while settlements fail",
+			"queue", l.cfg.Queue, "outcome", s.Outcome.String(), "failures", failures, "backoff", backoff, "error", err)
+	case logRecovered:
+		l.cfg.Logger.Info(l.cfg.Broker+": settling again", "queue", l.cfg.Queue, "failed_before", failures)
+	}
+	return err
+}
+
+// TakeBack records that the broker took e back on its own (a revoked partition, a
+// closed channel): its slot is freed and a later Settle fails with cause, which should
+// be a [transport.TakenBackError]. It does nothing to an entry that is not open: a
+// Settle in progress finds out for itself.
+func (l *Ledger[H]) TakeBack(e *Entry[H], cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.state != open {
+		return
+	}
+	e.state, e.cause = takenBack, cause
+	l.releaseLocked(e)
+}
+
+// Open returns the entries handed out and neither settled nor being settled, oldest
+// first, for which keep returns true (all of them when keep is nil).
+func (l *Ledger[H]) Open(keep func(H) bool) []*Entry[H] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*Entry[H]
+	for e := range l.held {
+		if e.state == open && (keep == nil || keep(e.Value)) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Entry[H]) int { return compare(a.seq, b.seq) })
+	return out
+}
+
+func compare(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Close closes the ledger and returns the values of the entries still open, oldest
+// first, for the driver to give back to the broker: their slots are freed and a later
+// Settle of one fails with an error matching [transport.ErrClosed] and
+// [transport.ErrAlreadySettled]. Entries being settled finish on their own. Acquire and
+// Pause calls waiting return [transport.ErrClosed]. Calling Close again returns nil.
+func (l *Ledger[H]) Close() []H {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	var back []*Entry[H]
+	for e := range l.held {
+		if e.state == open {
+			back = append(back, e)
+		}
+	}
+	slices.SortFunc(back, func(a, b *Entry[H]) int { return compare(a.seq, b.seq) })
+	out := make([]H, len(back))
+	for i, e := range back {
+		e.state = givenBack
+		delete(l.held, e)
+		out[i] = e.Value
+	}
+	l.reserved = 0
+	close(l.changed) // wake every waiter, even those not counted yet
+	l.changed = make(chan struct{})
+	return out
+}
+
+// givenBackError is the error of a Settle after Close gave the delivery back.
+type givenBackError struct{ broker, queue string }
+
+func (e *givenBackError) Error() string {
+	return fmt.Sprintf("%s: delivery from %q was given back to the broker when the consumer closed", e.broker, e.queue)
+}
+
+func (e *givenBackError) Is(target error) bool {
+	return target == transport.ErrClosed || target == transport.ErrAlreadySettled
+}
+
+// SendAll makes the settle writes ws in order with send and stops at the first that
+// fails, returning it as a [*transport.SettleWriteError] naming its queue: the writes
+// after it are not made, the ones before it stay made (a broker without transactions
+// cannot take them back; a redelivery repeats them). Drivers that can make all writes
+// and the acknowledgement in one atomic step (a Redis script) do not need it.
+func SendAll(ctx context.Context, ws []*transport.Message, send func(context.Context, *transport.Message) error) error {
+	for _, w := range ws {
+		if err := ctx.Err(); err != nil {
+			return &transport.SettleWriteError{Queue: w.Queue, Err: err}
+		}
+		if err := send(ctx, w); err != nil {
+			var swe *transport.SettleWriteError
+			if errors.As(err, &swe) {
+				return err
+			}
+			return &transport.SettleWriteError{Queue: w.Queue, Err: err}
+		}
+	}
+	return nil
+}
