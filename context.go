@@ -5,7 +5,9 @@ import "context"
 type messageKey struct{}
 
 // MessageFromContext returns the message whose handler ctx belongs to, or nil. A
-// handler's [App.Publish] with that context continues the message's trace.
+// handler's [App.Publish] with that context continues the message's trace. The hooks
+// an [Observer] is told of a delivery see its message too (nil for a poison body or a
+// schema-version rejection).
 func MessageFromContext(ctx context.Context) *Message {
 	m, _ := ctx.Value(messageKey{}).(*Message)
 	return m

@@ -213,6 +213,7 @@ func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *tr
 	var di DeliveryInfo
 	observed := a.hooks.any()
 	if observed {
+		ctx, detached = hookContext(ctx, x.message), hookContext(detached, x.message)
 		di = x.info()
 		for _, h := range a.hooks.receive {
 			h.OnReceive(ctx, di)
