@@ -2,8 +2,15 @@
 # The project's whole test run, as CI runs it: start every broker, create the Python
 # peer, then vet, staticcheck and every test (race detector on), brokers included.
 #
-#   scripts/test.sh              everything
+#   scripts/test.sh              everything: every module that go.work uses
 #   scripts/test.sh ./transport/redis/...   only these packages (brokers are still started)
+#
+# The repository is a Go workspace of several modules (the root, one per broker,
+# cmd/babelqueue; see "Modules" in README.md). From the root, ./... stops at a nested
+# module's go.mod, so "everything" is <module dir>/... for each module that go.work
+# lists (go list -m): a new module is tested once it has a "use" line in go.work.
+# Each tool runs once over all of them, from the root in workspace mode, so the
+# brokers' test packages still run in parallel.
 #
 # Needs nothing but Go and Debian: scripts/brokers.sh installs and starts the brokers,
 # scripts/pyenv.sh the Python SDK babelqueue==1.24.0. Idempotent; a second run starts
@@ -30,7 +37,14 @@ fi
 echo "$BQ_CONFORMANCE_DIR"
 
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+if [ ${#pkgs[@]} -eq 0 ]; then
+  step "modules (go.work)"
+  while IFS= read -r dir; do
+    rel="./$(realpath --relative-to=. "$dir")"
+    echo "${rel%/.}"
+    pkgs+=("${rel%/.}/...")
+  done < <(go list -m -f '{{.Dir}}')
+fi
 
 step "gofmt"
 unformatted="$(gofmt -l . | grep -v '^\.cache/' || true)"
