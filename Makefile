@@ -20,6 +20,8 @@ brokers-down:
 bench:
 	bash scripts/bench.sh
 
+# transport/redis and transport/artemis are modules of their own: go.work lets these
+# run from the root with the package path.
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s -fuzzminimizetime 3s ./envelope/
 	go test -run '^$$' -fuzz FuzzPoisonBody -fuzztime 60s -fuzzminimizetime 3s ./envelope/

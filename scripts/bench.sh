@@ -2,6 +2,8 @@
 # Rerun every benchmark of BENCHMARKS.md (brokers started first).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Each transport/<name> is its own module: from the root, go.work resolves
+# ./transport/<name>/ to it (./... would stop at the nested go.mod).
 bash scripts/brokers.sh up
 eval "$(bash scripts/brokers.sh env)"
 go test -run '^$' -bench 'Runtime|ChannelBaseline' -benchmem -benchtime 2s .
