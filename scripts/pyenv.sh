@@ -58,4 +58,11 @@ if [ "${#failed[@]}" -gt 0 ]; then
 fi
 log "installed extras: $(tr '\n' ' ' <"$stamp")"
 
+# The otel extra brings opentelemetry-api only; the otel module's interop tests record
+# the Python spans with the SDK's in-memory exporter, so the SDK of the same version.
+if grep -qx otel "$stamp" && ! "$vpy" -c "import opentelemetry.sdk.trace" 2>/dev/null; then
+  api="$("$vpy" -c "import importlib.metadata as m; print(m.version('opentelemetry-api'))")"
+  "${pipq[@]}" "opentelemetry-sdk==$api" >&2 || log "opentelemetry-sdk==$api did not install"
+fi
+
 echo "$vpy"
