@@ -53,6 +53,26 @@ type Config struct {
 	QuietPeriod time.Duration
 	// Prefetch is the prefetch the kit consumes with. Default 8.
 	Prefetch int
+
+	// The consumer-contract cases below run only for a driver that opts in, so each
+	// driver adopts them when it passes them.
+
+	// BreakSettleWrites makes the broker refuse the settle writes of tr (a fault hook of
+	// the driver, a TCP proxy that goes down, …) until restore is called; publishes may
+	// fail meanwhile and connections may be cut. Set, it runs
+	// SettleWriteFailureAcksNothing: a failed settle write acknowledges nothing, makes
+	// no write, and the delivery comes back.
+	BreakSettleWrites func(t *testing.T, tr transport.Transport) (restore func())
+	// PrefetchBound runs PrefetchBound: Receive never hands out more than the prefetch
+	// of unsettled deliveries, and acks and rewinds free their slots.
+	PrefetchBound bool
+	// SettleAfterClose runs SettleAfterClose: settling a delivery its consumer gave back
+	// on Close fails at once with ErrClosed or ErrAlreadySettled.
+	SettleAfterClose bool
+	// RefusesBadSettlements runs RefusesBadSettlements: an outcome not offered matches
+	// ErrUnsupported, writes with Rewind or a nil or queue-less write ErrBadSettlement,
+	// and neither settles the delivery.
+	RefusesBadSettlements bool
 }
 
 func (c *Config) defaults() {
@@ -80,10 +100,7 @@ func UniqueName(prefix string) string {
 // Run runs every case of the kit against the transport cfg opens.
 func Run(t *testing.T, cfg Config) {
 	cfg.defaults()
-	cases := []struct {
-		name string
-		fn   func(t *testing.T, cfg Config)
-	}{
+	cases := []kitCase{
 		{"PublishReceiveAck", testPublishReceiveAck},
 		{"BodyBytesExact", testBodyBytesExact},
 		{"HeadersAndKeyRoundTrip", testHeadersAndKey},
@@ -95,9 +112,12 @@ func Run(t *testing.T, cfg Config) {
 		{"DelayedMessage", testDelay},
 		{"ReceiveHonoursContext", testReceiveContext},
 	}
+	more, left := hardeningCases(cfg)
+	cases = append(cases, more...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, cfg) })
 	}
+	noteLeftOut(t, left)
 }
 
 func open(t *testing.T, cfg Config) transport.Transport {
