@@ -118,8 +118,8 @@ func TestInteropPythonToGo(t *testing.T) {
 	if m.Envelope.Meta.Lang != "python" || m.Attempts != 0 || m.ID() != ids[0].ID {
 		t.Errorf("meta.lang %q, attempts %d, id %s (python said %s)", m.Envelope.Meta.Lang, m.Attempts, m.ID(), ids[0].ID)
 	}
-	if len(m.Headers) != 0 {
-		t.Errorf("bq- properties leaked into headers: %v", m.Headers)
+	if len(m.Headers()) != 0 {
+		t.Errorf("bq- properties leaked into headers: %v", m.Headers())
 	}
 }
 

@@ -114,7 +114,7 @@ func TestInteropPythonToGo(t *testing.T) {
 		if err := json.Unmarshal(m.Envelope.Data, &data); err != nil || data.From != "python" {
 			t.Errorf("data = %s (%v)", m.Envelope.Data, err)
 		}
-		if m.Headers["traceparent"] == traceparent {
+		if m.Header("traceparent") == traceparent {
 			withHeader++
 		}
 	}
