@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
@@ -95,4 +97,112 @@ func BenchmarkChannelBaseline(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
+}
+
+// BenchmarkRuntimeConsume is the runtime's own cost per message, publish excluded: the
+// messages wait on memory:// before the clock starts, then one (or eight) workers
+// receive, decode, route, handle, decide and acknowledge them. cpu-µs/msg is the
+// process's user+system CPU per message. The baseline is BenchmarkChannelConsume.
+func BenchmarkRuntimeConsume(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
+			tr := memory.New()
+			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
+				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, body := range benchBodies(b.N) {
+				tr.Inject("bench", memory.Stored{Body: body})
+			}
+			var n atomic.Int64
+			done := make(chan struct{})
+			target := int64(b.N)
+			app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+				if n.Add(1) == target {
+					close(done)
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			cpu := startCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { errc <- app.Run(ctx) }()
+			<-done
+			b.StopTimer()
+			cpu.report(b)
+			cancel()
+			<-errc
+		})
+	}
+}
+
+// BenchmarkChannelConsume is the baseline of BenchmarkRuntimeConsume: the same encoded
+// envelopes, ready before the clock starts, handed over a Go channel to goroutines that
+// decode them.
+func BenchmarkChannelConsume(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
+			bodies := benchBodies(b.N)
+			ch := make(chan []byte, 64)
+			var wg sync.WaitGroup
+			cpu := startCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for body := range ch {
+						if _, err := envelope.Decode(body); err != nil {
+							panic(err)
+						}
+					}
+				}()
+			}
+			for _, body := range bodies {
+				ch <- body
+			}
+			close(ch)
+			wg.Wait()
+			b.StopTimer()
+			cpu.report(b)
+		})
+	}
+}
+
+func benchBodies(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		env, err := envelope.Make("urn:babel:orders:created", benchOrder{OrderID: i, SKU: "A-1"}, envelope.WithQueue("bench"))
+		if err != nil {
+			panic(err)
+		}
+		if out[i], err = env.Encode(); err != nil {
+			panic(err)
+		}
+	}
+	return out
+}
+
+// cpuClock measures the process's user+system CPU time across a benchmark.
+type cpuClock struct{ start time.Duration }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU() cpuClock { return cpuClock{start: processCPU()} }
+
+func (c cpuClock) report(b *testing.B) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "wall-µs/msg")
+	b.ReportMetric(float64((processCPU()-c.start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

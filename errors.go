@@ -18,9 +18,6 @@ var ErrRunning = errors.New("babelqueue: already running")
 // ErrHandlerTimeout is the failure of a handler that ran past the handler timeout.
 var ErrHandlerTimeout = errors.New("babelqueue: handler timed out")
 
-// errAbandoned marks a handler still running when the shutdown grace ran out.
-var errAbandoned = errors.New("babelqueue: handler still running at the end of the shutdown grace")
-
 // PanicError is the failure of a handler that panicked.
 type PanicError struct {
 	// Value is what the handler panicked with.

@@ -64,17 +64,19 @@ func (a *App) Run(ctx context.Context) error {
 	a.log.Info("babelqueue: consuming", "queue", a.cfg.queue, "workers", a.cfg.concurrency)
 
 	var (
-		wg       sync.WaitGroup
+		active   sync.WaitGroup
 		fatalMu  sync.Mutex
 		fatalErr error
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	for range a.cfg.concurrency {
-		wg.Add(1)
+	workers := make([]*worker, a.cfg.concurrency)
+	for i := range workers {
+		w := newWorker(a, runCtx, c, &active)
+		workers[i] = w
+		active.Add(1)
 		go func() {
-			defer wg.Done()
-			if err := a.worker(runCtx, c); err != nil {
+			if err := w.loop(); err != nil {
 				fatalMu.Lock()
 				if fatalErr == nil {
 					fatalErr = err
@@ -84,7 +86,23 @@ func (a *App) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	wg.Wait()
+	allDone := make(chan struct{})
+	go func() { active.Wait(); close(allDone) }()
+	select {
+	case <-allDone:
+	case <-runCtx.Done():
+		// Stop receiving; in-flight handlers get the shutdown grace to finish.
+		grace := time.NewTimer(a.cfg.shutdownGrace)
+		select {
+		case <-allDone:
+		case <-grace.C:
+			for _, w := range workers {
+				w.abandon()
+			}
+			<-allDone // the workers still settling finish within the settle timeout
+		}
+		grace.Stop()
+	}
 	a.consuming.Store(false)
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.settleTimeout)
 	defer cancel()
@@ -95,16 +113,88 @@ func (a *App) Run(ctx context.Context) error {
 	return fatalErr
 }
 
-func (a *App) worker(ctx context.Context, c transport.Consumer) error {
+// worker is one of Run's goroutines: it receives, runs the handler on its own goroutine
+// (or, with a handler timeout, on one it watches) and settles. What it shares with Run
+// is the hand-over at the end of the shutdown grace (abandon).
+type worker struct {
+	a        *App
+	ctx      context.Context // ends when Run stops receiving
+	c        transport.Consumer
+	active   *sync.WaitGroup
+	detached context.Context // handlers and settlements outlive ctx
+
+	// hctx is the base of every handler context: cancelled when the worker is
+	// abandoned or exits.
+	hctx    context.Context
+	hcancel context.CancelFunc
+
+	// The settle context is reused while it has at least half of the settle timeout
+	// left, so a settlement does not cost a timer.
+	sctx      context.Context
+	scancel   context.CancelFunc
+	sdeadline time.Time
+
+	mu        sync.Mutex
+	current   delivery // the delivery whose handler runs, when busy
+	busy      bool
+	abandoned bool
+	released  bool // active.Done was called
+}
+
+func newWorker(a *App, ctx context.Context, c transport.Consumer, active *sync.WaitGroup) *worker {
+	w := &worker{a: a, ctx: ctx, c: c, active: active, detached: context.WithoutCancel(ctx)}
+	w.hctx, w.hcancel = context.WithCancel(w.detached)
+	return w
+}
+
+// release marks the worker finished for Run, once.
+func (w *worker) release() {
+	if !w.released {
+		w.released = true
+		w.active.Done()
+	}
+}
+
+// abandon is called by Run when the shutdown grace ran out: a delivery whose handler
+// still runs is given back to the broker, the handler's context is cancelled, and Run
+// no longer waits for this worker. When the handler returns at last, nothing more is
+// done with its delivery.
+func (w *worker) abandon() {
+	w.mu.Lock()
+	x := w.current
+	if !w.busy || w.abandoned {
+		w.mu.Unlock()
+		return
+	}
+	w.abandoned = true
+	w.release()
+	w.mu.Unlock()
+	w.hcancel()
+	a := w.a
+	a.log.Warn("babelqueue: handler outlived the shutdown grace; giving the delivery back to the broker",
+		"queue", x.d.Queue, "urn", x.route, "id", x.env.Meta.ID)
+	ctx, cancel := context.WithTimeout(w.detached, a.cfg.settleTimeout)
+	defer cancel()
+	a.settle(ctx, w.c, x, settle.Decision{Action: settle.ActRewind}, DeliveryInfo{})
+}
+
+func (w *worker) loop() error {
+	defer func() {
+		w.mu.Lock()
+		w.release()
+		w.mu.Unlock()
+		w.hcancel()
+		if w.scancel != nil {
+			w.scancel()
+		}
+	}()
+	a := w.a
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
-	// Handlers and settlements outlive ctx (the shutdown grace, the settle timeout):
-	// they run under this context, made once per worker.
-	detached := context.WithoutCancel(ctx)
-	for ctx.Err() == nil {
-		d, err := c.Receive(ctx)
+	for w.ctx.Err() == nil {
+		d, err := w.c.Receive(w.ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if w.ctx.Err() != nil {
 				return nil
 			}
 			if errors.Is(err, transport.ErrClosed) {
@@ -114,11 +204,11 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 			a.lastRecvErr.Store(&receiveFailure{err: err, at: a.cfg.now()})
 			a.log.Warn("babelqueue: receive failed; retrying", "queue", a.cfg.queue, "error", err, "backoff", backoff)
 			for _, h := range a.hooks.receiveError {
-				h.OnReceiveError(ctx, ReceiveErrorEvent{Queue: a.cfg.queue, Err: err, Backoff: backoff})
+				h.OnReceiveError(w.ctx, ReceiveErrorEvent{Queue: a.cfg.queue, Err: err, Backoff: backoff})
 			}
 			t := time.NewTimer(backoff)
 			select {
-			case <-ctx.Done():
+			case <-w.ctx.Done():
 				t.Stop()
 				return nil
 			case <-t.C:
@@ -133,10 +223,27 @@ func (a *App) worker(ctx context.Context, c transport.Consumer) error {
 		if !a.consuming.Load() {
 			a.consuming.Store(true)
 		}
-		a.lastReceived.Store(time.Now().UnixNano())
-		a.process(ctx, detached, c, d)
+		now := time.Now()
+		a.lastReceived.Store(now.UnixNano())
+		if !w.process(d, now) {
+			return nil // abandoned at the end of the shutdown grace
+		}
 	}
 	return nil
+}
+
+// settleContext is the context of one settlement: at least half the settle timeout,
+// at most all of it.
+func (w *worker) settleContext(now time.Time) context.Context {
+	limit := w.a.cfg.settleTimeout
+	if w.sctx == nil || w.sdeadline.Sub(now) < limit/2 || w.sctx.Err() != nil {
+		if w.scancel != nil {
+			w.scancel()
+		}
+		w.sctx, w.scancel = context.WithTimeout(w.detached, limit)
+		w.sdeadline = now.Add(limit)
+	}
+	return w.sctx
 }
 
 // delivery is what the runtime learned about one delivery before settling it.
@@ -147,6 +254,13 @@ type delivery struct {
 	cause   error  // why it failed, was poison or was rejected
 	route   string // the URN, or the reserved route of a rejection
 	message *Message
+	hctx    *handlerContext // the handler's context, allocated with the message
+}
+
+// messageAndContext puts a handler's message and context in one allocation.
+type messageAndContext struct {
+	msg Message
+	ctx handlerContext
 }
 
 // classify reads a delivery: the schema-version gate, the body, the attempts.
@@ -173,7 +287,9 @@ func (a *App) classify(d *transport.Delivery) delivery {
 	x.route = env.Job
 	attempts := settle.ReconcileAttempts(a.caps.Attempts, env.Attempts, true, d)
 	x.facts = settle.Facts{Kind: settle.Handled, Attempts: attempts}
-	x.message = &Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}
+	mc := &messageAndContext{msg: Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}}
+	mc.ctx.m = &mc.msg
+	x.message, x.hctx = &mc.msg, &mc.ctx
 	return x
 }
 
@@ -206,17 +322,33 @@ func (x *delivery) info() DeliveryInfo {
 	return di
 }
 
-// process handles one delivery and settles it. ctx ends when Run stops; detached is
-// context.WithoutCancel(ctx).
-func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *transport.Delivery) {
+// handlerContext is the context a handler runs under: the worker's handler context
+// carrying the message (MessageFromContext). It is allocated with the message.
+type handlerContext struct {
+	context.Context
+	m *Message
+}
+
+// Value returns the message for messageKey, else asks the parent.
+func (c *handlerContext) Value(key any) any {
+	if key == (messageKey{}) {
+		return c.m
+	}
+	return c.Context.Value(key)
+}
+
+// process handles one delivery and settles it. It reports false when the worker was
+// abandoned while the handler ran (Run has given the delivery back and returned).
+func (w *worker) process(d *transport.Delivery, now time.Time) bool {
+	a := w.a
 	x := a.classify(d)
 	var di DeliveryInfo
-	observed := a.hooks.any()
-	if observed {
-		ctx, detached = hookContext(ctx, x.message), hookContext(detached, x.message)
+	hookCtx := w.ctx
+	if a.hooks.any() {
+		hookCtx = hookContext(w.ctx, x.message)
 		di = x.info()
 		for _, h := range a.hooks.receive {
-			h.OnReceive(ctx, di)
+			h.OnReceive(hookCtx, di)
 		}
 	}
 	if x.env != nil {
@@ -225,23 +357,28 @@ func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *tr
 			x.facts.Kind = settle.UnknownURN
 			x.cause = &UnknownURNError{URN: x.env.Job}
 		} else {
+			w.mu.Lock()
+			w.current, w.busy = x, true
+			w.mu.Unlock()
 			var start time.Time
 			if len(a.hooks.handled) > 0 {
 				start = time.Now()
 			}
-			err := a.invoke(ctx, detached, h, x.message)
+			err := w.invoke(h, x.hctx)
+			w.mu.Lock()
+			w.current, w.busy = delivery{}, false
+			abandoned := w.abandoned
+			w.mu.Unlock()
+			if abandoned {
+				return false
+			}
 			for _, hk := range a.hooks.handled {
-				hk.OnHandled(ctx, HandledEvent{Delivery: di, Duration: time.Since(start), Err: err})
+				hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Duration: time.Since(start), Err: err})
 			}
 			var noRetry *NoRetryError
 			var requeue *RequeueError
 			switch {
 			case err == nil:
-			case errors.Is(err, errAbandoned):
-				a.log.Warn("babelqueue: handler outlived the shutdown grace; giving the delivery back to the broker",
-					"queue", d.Queue, "urn", x.route, "id", x.env.Meta.ID)
-				a.settle(detached, c, x, settle.Decision{Action: settle.ActRewind}, di)
-				return
 			case errors.As(err, &requeue):
 				x.facts.Kind, x.facts.After, x.cause = settle.Requeued, requeue.After, err
 			case errors.As(err, &noRetry):
@@ -251,56 +388,47 @@ func (a *App) process(ctx, detached context.Context, c transport.Consumer, d *tr
 			}
 		}
 	}
-	a.settle(detached, c, x, settle.Decide(x.facts, a.pol, a.caps), di)
+	a.settle(w.settleContext(now), w.c, x, settle.Decide(x.facts, a.pol, a.caps), di)
+	return true
 }
 
-// invoke runs h, turning a panic or a timeout into a failure. Once ctx ends the
-// handler has the shutdown grace to finish; its own context is cancelled after it.
-func (a *App) invoke(ctx, detached context.Context, h Handler, m *Message) error {
-	hctx, cancel := context.WithCancel(context.WithValue(detached, messageKey{}, m))
+// invoke runs h, turning a panic into a failure. Without a handler timeout it runs on
+// the worker's goroutine; with one, on its own goroutine, and a handler that runs past
+// the timeout has failed (its context is cancelled; what it does later is ignored).
+func (w *worker) invoke(h Handler, hc *handlerContext) error {
+	a := w.a
+	m := hc.m
+	hc.Context = w.hctx
+	if a.cfg.handlerTimeout <= 0 {
+		return callHandler(hc, h, m)
+	}
+	hctx, cancel := context.WithTimeout(hc, a.cfg.handlerTimeout)
 	defer cancel()
-	var timeout <-chan time.Time
-	if a.cfg.handlerTimeout > 0 {
-		t := time.NewTimer(a.cfg.handlerTimeout)
-		defer t.Stop()
-		timeout = t.C
-		var dcancel context.CancelFunc
-		hctx, dcancel = context.WithTimeout(hctx, a.cfg.handlerTimeout)
-		defer dcancel()
-	}
 	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- &PanicError{Value: r, Stack: debug.Stack()}
-			}
-		}()
-		done <- h(hctx, m)
-	}()
-	stopping := ctx.Done()
-	var grace <-chan time.Time
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-timeout:
-			return fmt.Errorf("%w after %s", ErrHandlerTimeout, a.cfg.handlerTimeout)
-		case <-stopping:
-			stopping = nil
-			t := time.NewTimer(a.cfg.shutdownGrace)
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
-			return errAbandoned
-		}
+	go func() { done <- callHandler(hctx, h, m) }()
+	t := time.NewTimer(a.cfg.handlerTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w after %s", ErrHandlerTimeout, a.cfg.handlerTimeout)
 	}
+}
+
+// callHandler calls h, turning a panic into a *PanicError.
+func callHandler(ctx context.Context, h Handler, m *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, m)
 }
 
 // settle carries out a decision. A settlement whose writes were not confirmed is
 // rewound, so the broker delivers the message again: nothing is lost.
-func (a *App) settle(detached context.Context, c transport.Consumer, x delivery, dec settle.Decision, di DeliveryInfo) {
-	sctx, cancel := context.WithTimeout(detached, a.cfg.settleTimeout)
-	defer cancel()
+func (a *App) settle(sctx context.Context, c transport.Consumer, x delivery, dec settle.Decision, di DeliveryInfo) {
 	var start time.Time
 	if len(a.hooks.settled) > 0 {
 		start = time.Now()
@@ -361,6 +489,7 @@ func (a *App) tellSettled(ctx context.Context, x delivery, dec settle.Decision, 
 	for _, w := range s.Writes {
 		ev.Writes = append(ev.Writes, Write{Queue: w.Queue, Delay: w.Delay})
 	}
+	ctx = hookContext(ctx, x.message)
 	for _, h := range a.hooks.settled {
 		h.OnSettled(ctx, ev)
 	}
