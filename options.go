@@ -203,7 +203,8 @@ func WithShutdownGrace(d time.Duration) Option {
 }
 
 // WithSettleTimeout bounds one settlement call to the broker, writes included
-// (default 60s).
+// (default 60s). A worker reuses one deadline for several settlements, so each gets at
+// least half of d and at most d.
 func WithSettleTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
