@@ -52,7 +52,7 @@ func (a *App) Run(ctx context.Context) error {
 		a.mu.Unlock()
 	}()
 
-	c, err := a.tr.Consume(ctx, a.cfg.queue, transport.ConsumeOptions{Prefetch: a.cfg.concurrency})
+	c, err := a.tr.Consume(ctx, a.cfg.queue, a.consumeOptions())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

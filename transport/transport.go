@@ -75,6 +75,16 @@ type ConsumeOptions struct {
 	// Prefetch bounds the deliveries handed out and not yet settled; it matches the
 	// runtime's concurrency. Zero means 1.
 	Prefetch int
+	// SettleQueues are the queues besides the consumed one that the runtime's settle
+	// writes for this consumer may go to (its dead-letter queue). A transport whose
+	// queues must exist before they are written to (Kafka topics) checks or creates
+	// them in Consume, so that one it cannot have is an error at start instead of a
+	// failed write per message. Empty when there are none.
+	SettleQueues []string
+	// SettleDelays are the delays the runtime's retries may carry (its retry tiers).
+	// A transport that parks delayed messages on a queue per delay (Kafka) checks or
+	// creates those queues in Consume too.
+	SettleDelays []time.Duration
 }
 
 // Consumer receives deliveries from one queue.
