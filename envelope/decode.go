@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -44,6 +45,7 @@ func Decode(body []byte) (*Envelope, error) {
 		return nil, &PoisonError{Reason: ReasonInvalidJSON, Detail: "NaN or Infinity literal"}
 	}
 	e := &Envelope{raw: body}
+	var strs stringBatch
 	var job, urn *member
 	for i := range members {
 		m := &members[i]
@@ -57,7 +59,7 @@ func Decode(body []byte) (*Envelope, error) {
 			if !stringOrNull(m) {
 				return nil, wrongType(name, "a string or null", m)
 			}
-			e.TraceID = stringValue(body, m)
+			strs.add(&e.TraceID, body, m)
 		case "data":
 			if !objectOrNull(m) {
 				return nil, wrongType(name, "an object or null", m)
@@ -78,8 +80,9 @@ func Decode(body []byte) (*Envelope, error) {
 				return nil, wrongType(name, "an object or null", m)
 			}
 			e.Meta, e.hasMeta = Meta{}, false
+			strs.drop(&e.Meta.ID, &e.Meta.Queue, &e.Meta.Lang) // a later meta replaces an earlier one whole
 			if m.kind == kindObject {
-				if err := decodeMeta(body[m.valStart:m.valEnd], &e.Meta); err != nil {
+				if err := decodeMeta(body[m.valStart:m.valEnd], &e.Meta, &strs); err != nil {
 					return nil, err
 				}
 				e.hasMeta = true
@@ -98,20 +101,82 @@ func Decode(body []byte) (*Envelope, error) {
 			}
 		}
 	}
-	if job != nil && job.kind == kindString {
-		if v := stringValue(body, job); !blank(v) {
-			e.Job = v
-		}
-	}
-	if e.Job == "" && urn != nil && urn.kind == kindString {
-		if v := stringValue(body, urn); !blank(v) {
-			e.Job = v
-		}
-	}
-	if e.Job == "" {
+	switch {
+	case job != nil && job.kind == kindString && !blankString(body, job):
+		strs.add(&e.Job, body, job)
+	case urn != nil && urn.kind == kindString && !blankString(body, urn):
+		strs.add(&e.Job, body, urn)
+	default:
 		return nil, &PoisonError{Reason: ReasonIdentityLess, Detail: "neither a non-blank string job nor a non-blank string urn"}
 	}
+	strs.fill()
 	return e, nil
+}
+
+// blankString reports whether a string member's decoded value is blank.
+func blankString(b []byte, m *member) bool {
+	if m.valEsc {
+		return blank(stringValue(b, m))
+	}
+	return blank(b[m.valStart+1 : m.valEnd-1])
+}
+
+// stringBatch decodes the envelope's string members into one allocation: their raw
+// bytes are copied into a single string and each member is a substring of it. A member
+// with escapes is unescaped on its own.
+type stringBatch struct {
+	n    int
+	size int
+	reqs [8]struct {
+		dst *string
+		raw []byte
+	}
+}
+
+// add schedules the value of a string member (or "" for null) to be stored in dst. A
+// later add for the same dst replaces an earlier one (the last duplicate key wins).
+func (sb *stringBatch) add(dst *string, b []byte, m *member) {
+	sb.drop(dst)
+	if m.kind != kindString || m.valEsc || sb.n == len(sb.reqs) {
+		*dst = stringValue(b, m)
+		return
+	}
+	raw := b[m.valStart+1 : m.valEnd-1]
+	sb.reqs[sb.n].dst, sb.reqs[sb.n].raw = dst, raw
+	sb.n++
+	sb.size += len(raw)
+}
+
+// drop forgets what was scheduled for dsts.
+func (sb *stringBatch) drop(dsts ...*string) {
+	for _, dst := range dsts {
+		for i := range sb.n {
+			if sb.reqs[i].dst == dst {
+				sb.size -= len(sb.reqs[i].raw)
+				sb.reqs[i] = sb.reqs[sb.n-1]
+				sb.n--
+				break
+			}
+		}
+	}
+}
+
+// fill makes the one allocation and stores every scheduled value.
+func (sb *stringBatch) fill() {
+	if sb.n == 0 {
+		return
+	}
+	var all strings.Builder
+	all.Grow(sb.size)
+	for i := range sb.n {
+		all.Write(sb.reqs[i].raw)
+	}
+	s, at := all.String(), 0
+	for i := range sb.n {
+		n := len(sb.reqs[i].raw)
+		*sb.reqs[i].dst = s[at : at+n]
+		at += n
+	}
 }
 
 // poison turns a scanner failure into a PoisonError. Invalid UTF-8 anywhere
@@ -246,7 +311,7 @@ func membersOf(obj []byte, buf []member) []member {
 	return out
 }
 
-func decodeMeta(obj []byte, meta *Meta) error {
+func decodeMeta(obj []byte, meta *Meta, strs *stringBatch) error {
 	var buf [8]member
 	for i, ms := 0, membersOf(obj, buf[:0]); i < len(ms); i++ {
 		m := &ms[i]
@@ -255,14 +320,13 @@ func decodeMeta(obj []byte, meta *Meta) error {
 			if !stringOrNull(m) {
 				return wrongType("meta."+name, "a string or null", m)
 			}
-			v := stringValue(obj, m)
 			switch name {
 			case "id":
-				meta.ID = v
+				strs.add(&meta.ID, obj, m)
 			case "queue":
-				meta.Queue = v
+				strs.add(&meta.Queue, obj, m)
 			default:
-				meta.Lang = v
+				strs.add(&meta.Lang, obj, m)
 			}
 		case "schema_version", "created_at":
 			n, ok := intOrNull(obj, m)

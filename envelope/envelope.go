@@ -122,7 +122,7 @@ func (a *acceptError) Is(target error) bool { return target == ErrNotAccepted }
 
 // blank reports whether s is empty or only ASCII white space (space, tab,
 // LF, VT, FF, CR).
-func blank(s string) bool {
+func blank[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case ' ', '\t', '\n', '\v', '\f', '\r':
