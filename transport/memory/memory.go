@@ -14,23 +14,25 @@ package memory
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
 func init() {
-	transport.Register("memory", func(_ context.Context, u *url.URL) (transport.Transport, error) {
+	transport.Register("memory", func(ctx context.Context, u *url.URL) (transport.Transport, error) {
 		if err := transport.CheckParams(u); err != nil {
 			return nil, err
 		}
 		if u.Host != "" || (u.Path != "" && u.Path != "/") {
 			return nil, &transport.BadURLError{Scheme: "memory", Param: "host", Reason: "memory:// takes no host or path"}
 		}
-		return New(), nil
+		return New(WithLogger(transport.LoggerFrom(ctx))), nil
 	})
 }
 
@@ -45,15 +47,35 @@ func WithCapabilities(c transport.Capabilities) Option {
 	return func(t *Transport) { t.caps = c }
 }
 
+// WithLogger sets the logger of the broker's consumers (settlements that keep
+// failing). Default slog.Default(); a memory:// URL opened by the runtime logs through
+// the application's logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(t *Transport) {
+		if l != nil {
+			t.log = l
+		}
+	}
+}
+
+// WithMaxMessageSize makes the broker refuse a message whose body is longer than n
+// bytes, as a broker with a size limit does: the write fails with a
+// [*transport.TooLargeError]. Zero (the default) is no limit.
+func WithMaxMessageSize(n int) Option {
+	return func(t *Transport) { t.maxSize = n }
+}
+
 // Transport is the in-process broker. It is safe for concurrent use.
 type Transport struct {
-	mu     sync.Mutex
-	queues map[string]*queue
-	caps   transport.Capabilities
-	fail   func(m *transport.Message) error
-	closed bool
-	nextID uint64
-	now    func() time.Time
+	mu      sync.Mutex
+	queues  map[string]*queue
+	caps    transport.Capabilities
+	fail    func(m *transport.Message) error
+	closed  bool
+	nextID  uint64
+	now     func() time.Time
+	log     *slog.Logger
+	maxSize int
 }
 
 // Stored is a message as the memory broker holds it.
@@ -82,6 +104,7 @@ func New(opts ...Option) *Transport {
 		queues: map[string]*queue{},
 		caps:   transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true, PublishConfirmed: true},
 		now:    time.Now,
+		log:    slog.Default(),
 	}
 	for _, o := range opts {
 		o(t)
@@ -127,6 +150,9 @@ func (t *Transport) writeLocked(m *transport.Message) error {
 	}
 	if m.Queue == "" {
 		return errors.New("memory: message has no queue")
+	}
+	if err := transport.CheckSize("memory", m.Queue, len(m.Body), t.maxSize); err != nil {
+		return err
 	}
 	if t.fail != nil {
 		if err := t.fail(m); err != nil {
@@ -231,8 +257,12 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		return nil, transport.ErrClosed
 	}
 	t.q(queue)
-	prefetch := max(opts.Prefetch, 1)
-	return &consumer{t: t, queue: queue, slots: make(chan struct{}, prefetch), done: make(chan struct{}), mine: map[uint64]*Stored{}}, nil
+	outcomes := []transport.Outcome{transport.Ack, transport.Rewind}
+	if t.caps.HandOff {
+		outcomes = append(outcomes, transport.HandOff)
+	}
+	book := ledger.New[*Stored](ledger.Config{Broker: "memory", Queue: queue, Prefetch: opts.Prefetch, Outcomes: outcomes, Logger: t.log})
+	return &consumer{t: t, queue: queue, book: book}, nil
 }
 
 // Close closes the broker; waiting receivers return [transport.ErrClosed].
@@ -250,43 +280,37 @@ func (t *Transport) Close(context.Context) error {
 }
 
 type consumer struct {
-	t      *Transport
-	queue  string
-	slots  chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	mine   map[uint64]*Stored // guarded by t.mu
-	closed bool               // guarded by t.mu
-}
-
-type handle struct {
-	c  *consumer
-	id uint64
+	t     *Transport
+	queue string
+	book  *ledger.Ledger[*Stored] // the slots and settle state; closed with t.mu held
 }
 
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := ctx.Err(); err != nil {
+	if err := c.book.Acquire(ctx); err != nil {
 		return nil, err
-	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.done:
-		return nil, transport.ErrClosed
 	}
 	d, err := c.take(ctx)
 	if err != nil {
-		<-c.slots
+		c.book.Unacquire()
 	}
 	return d, err
+}
+
+// closedLocked reports whether the broker or this consumer is closed.
+func (c *consumer) closedLocked() bool {
+	select {
+	case <-c.book.Done():
+		return true
+	default:
+		return c.t.closed
+	}
 }
 
 func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 	t := c.t
 	for {
 		t.mu.Lock()
-		if t.closed || c.closed {
+		if c.closedLocked() {
 			t.mu.Unlock()
 			return nil, transport.ErrClosed
 		}
@@ -308,10 +332,14 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 		q.delayed = kept
 		if len(q.ready) > 0 {
 			s := q.ready[0]
+			e, err := c.book.Hand(s) // never fails: the book closes with t.mu held
+			if err != nil {
+				t.mu.Unlock()
+				return nil, err
+			}
 			q.ready[0] = nil
 			q.ready = q.ready[1:]
 			q.inflight[s.id] = s
-			c.mine[s.id] = s
 			d := &transport.Delivery{
 				Queue:             c.queue,
 				Body:              append([]byte(nil), s.Body...),
@@ -320,7 +348,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 				Redeliveries:      s.Redeliveries,
 				AttemptsHeader:    s.Attempts,
 				HasAttemptsHeader: true,
-				Handle:            handle{c: c, id: s.id},
+				Handle:            e,
 			}
 			if t.caps.SchemaGate {
 				d.SchemaVersion = s.SchemaVersion
@@ -342,7 +370,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 		case <-due:
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-c.done:
+		case <-c.book.Done():
 			err = transport.ErrClosed
 		}
 		if timer != nil {
@@ -355,80 +383,71 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 }
 
 func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.Settlement) error {
-	h, ok := d.Handle.(handle)
-	if !ok || h.c != c {
-		return errors.New("memory: delivery does not belong to this consumer")
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
 	}
+	c.t.mu.Lock()
+	err = c.settleLocked(e.Value, s)
+	c.t.mu.Unlock()
+	return c.book.Finish(e, s, err)
+}
+
+// settleLocked finishes a delivery: the writes and the acknowledgement happen together
+// or not at all.
+func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
 	t := c.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	q := t.q(c.queue)
-	stored, ok := q.inflight[h.id]
-	if !ok {
-		return transport.ErrAlreadySettled
-	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return errors.New("memory: writes are only allowed with Ack")
-	}
 	switch s.Outcome {
 	case transport.Ack:
-		// All writes or none: check every write against the fault hook first.
 		if t.closed {
 			return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
 		}
-		if t.fail != nil {
-			for _, m := range s.Writes {
-				if err := t.fail(m); err != nil {
-					return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-				}
+		// All writes or none: check every write against the fault hook first.
+		for _, m := range s.Writes {
+			err := transport.CheckSize("memory", m.Queue, len(m.Body), t.maxSize)
+			if err == nil && t.fail != nil {
+				err = t.fail(m)
+			}
+			if err != nil {
+				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 			}
 		}
 		fail := t.fail
 		t.fail = nil
+		defer func() { t.fail = fail }()
 		for _, m := range s.Writes {
 			if err := t.writeLocked(m); err != nil {
-				t.fail = fail
 				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 			}
 		}
-		t.fail = fail
 	case transport.Rewind:
 		stored.Redeliveries++
 		q.ready = append([]*Stored{stored}, q.ready...)
 		q.notify()
 	case transport.HandOff:
-		if !t.caps.HandOff {
-			return transport.ErrUnsupported
-		}
 		stored.Redeliveries++
 		q.handedOff = append(q.handedOff, stored)
-	default:
-		return transport.ErrUnsupported
 	}
-	delete(q.inflight, h.id)
-	delete(c.mine, h.id)
-	<-c.slots
+	delete(q.inflight, stored.id)
 	return nil
 }
 
 // Close stops the consumer; deliveries it handed out and did not settle go back to
-// the front of the queue with a higher redelivery count.
+// the front of the queue, in the order they were handed out, with a higher redelivery
+// count.
 func (c *consumer) Close(context.Context) error {
-	c.once.Do(func() { close(c.done) })
 	t := c.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	c.closed = true
+	back := c.book.Close()
 	q := t.q(c.queue)
-	for id, s := range c.mine {
-		delete(q.inflight, id)
+	for i := len(back) - 1; i >= 0; i-- {
+		s := back[i]
+		delete(q.inflight, s.id)
 		s.Redeliveries++
 		q.ready = append([]*Stored{s}, q.ready...)
 	}
-	clear(c.mine)
 	q.notify()
 	return nil
 }

@@ -14,8 +14,39 @@ func TestTransportKit(t *testing.T) {
 	transporttest.Run(t, transporttest.Config{
 		Open:               func(*testing.T) transport.Transport { return memory.New() },
 		NativeRedeliveries: true,
+		BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
+			m := tr.(*memory.Transport)
+			m.FailWrites(func(*transport.Message) error { return errors.New("memory: the test refuses every write") })
+			return func() { m.FailWrites(nil) }
+		},
+		PrefetchBound:         true,
+		SettleAfterClose:      true,
+		RefusesBadSettlements: true,
 	})
 }
+
+func TestMaxMessageSize(t *testing.T) {
+	ctx := context.Background()
+	tr := memory.New(memory.WithMaxMessageSize(8))
+	err := tr.Publish(ctx, &transport.Message{Queue: "q", Body: []byte(`{"a":123}`)})
+	var tl *transport.TooLargeError
+	if !errors.As(err, &tl) || tl.Size != 9 || tl.Limit != 8 || tl.Broker != "memory" {
+		t.Fatalf("publish of 9 bytes with a limit of 8 = %v, want a TooLargeError", err)
+	}
+	if err := tr.Publish(ctx, &transport.Message{Queue: "q", Body: []byte(`{"a":12}`)}); err != nil {
+		t.Fatalf("publish at the limit: %v", err)
+	}
+	c, _ := tr.Consume(ctx, "q", transport.ConsumeOptions{})
+	d, _ := c.Receive(ctx)
+	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: "q.dlq", Body: []byte(`{"dead_letter":{}}`)}}})
+	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("an oversized settle write = %v, want ErrSettleWrite and ErrTooLarge", err)
+	}
+	if n := tr.InFlight("q"); n != 1 {
+		t.Fatalf("in flight after the refused write = %d, want 1", n)
+	}
+}
+
 
 func TestOpenByURL(t *testing.T) {
 	ctx := context.Background()
