@@ -1,0 +1,182 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+type consumer struct {
+	t     *Transport
+	queue string
+	book  *ledger.Ledger[*Stored] // the slots and settle state; closed with t.mu held
+}
+
+func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	if err := c.book.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	d, err := c.take(ctx)
+	if err != nil {
+		c.book.Unacquire()
+	}
+	return d, err
+}
+
+// closedLocked reports whether the broker or this consumer is closed.
+func (c *consumer) closedLocked() bool {
+	select {
+	case <-c.book.Done():
+		return true
+	default:
+		return c.t.closed
+	}
+}
+
+func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
+	t := c.t
+	for {
+		t.mu.Lock()
+		if c.closedLocked() {
+			t.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		q := t.q(c.queue)
+		now := t.now()
+		var next time.Time
+		kept := q.delayed[:0]
+		for _, s := range q.delayed {
+			if !s.DueAt.After(now) {
+				q.ready = append(q.ready, s)
+				continue
+			}
+			if next.IsZero() || s.DueAt.Before(next) {
+				next = s.DueAt
+			}
+			kept = append(kept, s)
+		}
+		clear(q.delayed[len(kept):])
+		q.delayed = kept
+		if len(q.ready) > 0 {
+			s := q.ready[0]
+			e, err := c.book.Hand(s) // never fails: the book closes with t.mu held
+			if err != nil {
+				t.mu.Unlock()
+				return nil, err
+			}
+			q.ready[0] = nil
+			q.ready = q.ready[1:]
+			q.inflight[s.id] = s
+			d := &transport.Delivery{
+				Queue:             c.queue,
+				Body:              append([]byte(nil), s.Body...),
+				Key:               cloneKey(s.Key),
+				Headers:           cloneHeaders(s.Headers),
+				Redeliveries:      s.Redeliveries,
+				AttemptsHeader:    s.Attempts,
+				HasAttemptsHeader: true,
+				Handle:            e,
+			}
+			if t.caps.SchemaGate {
+				d.SchemaVersion = s.SchemaVersion
+			}
+			t.mu.Unlock()
+			return d, nil
+		}
+		wake := q.wake
+		t.mu.Unlock()
+		var timer *time.Timer
+		var due <-chan time.Time
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			due = timer.C
+		}
+		var err error
+		select {
+		case <-wake:
+		case <-due:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-c.book.Done():
+			err = transport.ErrClosed
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.Settlement) error {
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
+	}
+	c.t.mu.Lock()
+	err = c.settleLocked(e.Value, s)
+	c.t.mu.Unlock()
+	return c.book.Finish(e, s, err)
+}
+
+// settleLocked finishes a delivery: the writes and the acknowledgement happen together
+// or not at all.
+func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
+	t := c.t
+	q := t.q(c.queue)
+	switch s.Outcome {
+	case transport.Ack:
+		if t.closed {
+			return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
+		}
+		// All writes or none: check every write against the fault hook first.
+		for _, m := range s.Writes {
+			err := transport.CheckSize("memory", m.Queue, len(m.Body), t.maxSize)
+			if err == nil && t.fail != nil {
+				err = t.fail(m)
+			}
+			if err != nil {
+				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+			}
+		}
+		fail := t.fail
+		t.fail = nil
+		defer func() { t.fail = fail }()
+		for _, m := range s.Writes {
+			if err := t.writeLocked(m); err != nil {
+				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+			}
+		}
+	case transport.Rewind:
+		stored.Redeliveries++
+		q.ready = append([]*Stored{stored}, q.ready...)
+		q.notify()
+	case transport.HandOff:
+		stored.Redeliveries++
+		q.handedOff = append(q.handedOff, stored)
+	}
+	delete(q.inflight, stored.id)
+	return nil
+}
+
+// Close stops the consumer; deliveries it handed out and did not settle go back to
+// the front of the queue, in the order they were handed out, with a higher redelivery
+// count.
+func (c *consumer) Close(context.Context) error {
+	t := c.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	back := c.book.Close()
+	q := t.q(c.queue)
+	for i := len(back) - 1; i >= 0; i-- {
+		s := back[i]
+		delete(q.inflight, s.id)
+		s.Redeliveries++
+		q.ready = append([]*Stored{s}, q.ready...)
+	}
+	q.notify()
+	return nil
+}
