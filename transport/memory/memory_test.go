@@ -47,7 +47,6 @@ func TestMaxMessageSize(t *testing.T) {
 	}
 }
 
-
 func TestOpenByURL(t *testing.T) {
 	ctx := context.Background()
 	tr, err := transport.Open(ctx, "memory://")
