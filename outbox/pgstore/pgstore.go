@@ -116,7 +116,7 @@ var (
 )
 
 type queries struct {
-	claim, blockers, del, markPublished, fail, purge, pending string
+	claim, blockers, relock, del, markPublished, fail, purge, pending string
 }
 
 // New returns a store on db. The relay's claims use db; Save uses the caller's
@@ -151,6 +151,8 @@ WHERE o.published_at IS NULL AND o.msg_key IS NOT NULL
   AND o.msg_key IN (SELECT c.msg_key FROM ` + t + ` c WHERE c.id = ANY($1::bigint[]) AND c.msg_key IS NOT NULL)
   AND NOT (o.id = ANY($1::bigint[]))
 GROUP BY o.msg_key`,
+		relock: `SELECT id FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND published_at IS NULL
+ORDER BY id FOR UPDATE SKIP LOCKED`,
 		del:           `DELETE FROM ` + t + ` WHERE id = ANY($1::bigint[])`,
 		markPublished: `UPDATE ` + t + ` SET published_at = now(), last_error = NULL WHERE id = ANY($1::bigint[])`,
 		fail: `UPDATE ` + t + ` SET attempts = attempts + 1, last_error = $2,
@@ -291,6 +293,11 @@ func (s *Store) Claim(ctx context.Context, limit int) (outbox.Claim, error) {
 }
 
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, limit int) ([]outbox.Record, error) {
+	// The locks the claim query takes are in a savepoint, so that those of rows dropped
+	// for the order of their key can be let go (see relock).
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT bq_claim"); err != nil {
+		return nil, err
+	}
 	rows, err := tx.QueryContext(ctx, s.q.claim, limit)
 	if err != nil {
 		return nil, err
@@ -331,7 +338,53 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, limit int) ([]outbox.Reco
 	if !keyed {
 		return recs, nil
 	}
-	return s.dropBlocked(ctx, tx, recs)
+	kept, err := s.dropBlocked(ctx, tx, recs)
+	if err != nil || len(kept) == len(recs) {
+		return kept, err
+	}
+	return s.relock(ctx, tx, kept)
+}
+
+// relock lets go of the rows the claim dropped, so another claim can take them once
+// their key's earlier row is published: it rolls back to the savepoint (which releases
+// every row lock taken after it) and locks the kept rows again. A kept row another
+// claim took in between is dropped with the later rows of its key.
+func (s *Store) relock(ctx context.Context, tx *sql.Tx, kept []outbox.Record) ([]outbox.Record, error) {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bq_claim"); err != nil {
+		return nil, err
+	}
+	if len(kept) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, s.q.relock, idArray(recordIDs(kept)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	held := make(map[int64]bool, len(kept))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		held[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	lost := map[string]bool{} // keys with a row another claim took
+	out := kept[:0]
+	for _, r := range kept {
+		k := r.Message.Key
+		if !held[r.ID] || (k != nil && lost[string(k)]) {
+			if k != nil {
+				lost[string(k)] = true
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // dropBlocked removes from recs the keyed rows that come after an unpublished row of

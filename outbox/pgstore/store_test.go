@@ -332,3 +332,29 @@ func ExampleSchema() {
 	fmt.Println(strings.Split(ddl, "\n")[3])
 	// Output: CREATE TABLE IF NOT EXISTS bq_outbox (
 }
+
+// A claim lets go of the rows it dropped for their key's order: once the key's earlier
+// row is published, a third claim takes them while the second claim is still open.
+func TestDroppedRowsAreNotHeld(t *testing.T) {
+	s, db := newStore(t)
+	ctx := ctxT(t)
+	save(t, db, s,
+		&transport.Message{Queue: "q", Body: []byte("a1"), Key: []byte("a")},
+		&transport.Message{Queue: "q", Body: []byte("a2"), Key: []byte("a")},
+		&transport.Message{Queue: "q", Body: []byte("b1"), Key: []byte("b")})
+	a := claim(t, s, 1)
+	ra := ids(a.Records())
+	b := claim(t, s, 10)
+	if got := ids(b.Records()); !slices.Equal(got, []int64{ra[0] + 2}) {
+		t.Fatalf("second claim took %v, want only b1 (a2 waits for a1)", got)
+	}
+	defer b.Rollback(ctx)
+	if err := a.Commit(ctx, outbox.Result{Published: ra}); err != nil {
+		t.Fatal(err)
+	}
+	c := claim(t, s, 10)
+	defer c.Rollback(ctx)
+	if got := ids(c.Records()); !slices.Equal(got, []int64{ra[0] + 1}) {
+		t.Fatalf("third claim took %v, want a2, which the open second claim must not hold", got)
+	}
+}
