@@ -62,9 +62,9 @@ func TestMiddlewareRoundTrip(t *testing.T) {
 	broker := memory.New()
 	app, rec := wire(t, broker, newCipher(t, newKey(t, "k1")))
 	var (
-		mu               sync.Mutex
-		seen, fromCtx    []byte
-		sameTrace bool
+		mu            sync.Mutex
+		seen, fromCtx []byte
+		sameTrace     bool
 	)
 	app.Handle(usersURN, func(ctx context.Context, m *babelqueue.Message) error {
 		mu.Lock()
@@ -123,7 +123,7 @@ func TestMiddlewareWrongKey(t *testing.T) {
 		t.Fatalf("%d on the DLQ", len(dlq))
 	}
 	var body struct {
-		Data       json.RawMessage `json:"data"`
+		Data       json.RawMessage        `json:"data"`
 		DeadLetter struct{ Error string } `json:"dead_letter"`
 	}
 	if err := json.Unmarshal(dlq[0].Body, &body); err != nil {
