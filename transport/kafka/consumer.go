@@ -52,6 +52,12 @@ type partition struct {
 	delayed  []parked // parked records, due order (delay topics only)
 	paused   bool
 	revoking bool // being revoked: its buffered records are no longer handed out
+	// A settle write that failed holds the partition back: a rewind before holdUntil
+	// seeks only at holdUntil (seekAt), with the partition's fetching paused meanwhile
+	// (held), so a write that keeps failing never spins the handler.
+	holdUntil time.Time
+	seekAt    time.Time
+	held      bool
 }
 
 // record is one fetched record and its state; it is the Handle of its delivery. It
@@ -198,8 +204,10 @@ var _ transport.Consumer = (*consumer)(nil)
 
 // Consume opens a consumer on queue: one member of the transport's consumer group,
 // consuming the queue's topic and its delay topics. It returns before the group is
-// joined; records arrive once partitions are assigned.
-func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+// joined; records arrive once partitions are assigned. The topics the consumer's settle
+// writes need (opts.SettleQueues, and the delay topics of opts.SettleDelays) are created
+// first when missing, or, with auto-creation off, are a [*MissingTopicError].
+func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if err := checkTopic(queue); err != nil {
 		return nil, err
 	}
@@ -212,6 +220,9 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		return nil, transport.ErrClosed
 	}
 	t.mu.Unlock()
+	if err := t.prepareTopics(ctx, queue, opts); err != nil {
+		return nil, err
+	}
 	prefetch := max(opts.Prefetch, 1)
 	c := &consumer{
 		t:         t,
@@ -243,6 +254,9 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		// topic missing for longer than this, revoking its partitions. Give it a minute
 		// rather than franz-go's default 15 s.
 		kgo.ConsiderMissingTopicDeletedAfter(time.Minute),
+		kgo.SessionTimeout(t.cfg.sessionTimeout),
+		kgo.HeartbeatInterval(t.cfg.heartbeatInterval),
+		kgo.WithLogger(clientLogger(t.log)),
 	)
 	if err != nil {
 		return nil, err
@@ -282,8 +296,11 @@ func (c *consumer) pollLoop() {
 		}
 		c.mu.Lock()
 		room := c.buffer - c.readyLenLocked()
-		seek := c.seekWanted
+		seek, hold := c.seekPlanLocked(time.Now())
 		c.mu.Unlock()
+		if len(hold) > 0 {
+			c.cl.PauseFetchPartitions(hold)
+		}
 		if room < max(c.buffer/2, 1) && !seek {
 			select {
 			case <-c.pollSig:
@@ -295,7 +312,7 @@ func (c *consumer) pollLoop() {
 		pctx, cancel := context.WithCancel(c.ctx)
 		c.mu.Lock()
 		c.pollCancel = cancel
-		if c.seekWanted {
+		if seek, _ = c.seekPlanLocked(time.Now()); seek {
 			cancel() // enter the poll only to seek
 		}
 		c.mu.Unlock()
@@ -350,18 +367,26 @@ func (c *consumer) pollLoop() {
 			}
 		}
 		var seeks map[string]map[int32]kgo.EpochOffset
+		var unhold map[string][]int32
+		now := time.Now()
 		for _, p := range c.parts {
 			if !c.seekWanted {
 				break
 			}
-			if seeks == nil {
-				seeks = map[string]map[int32]kgo.EpochOffset{}
-			}
-			if p.seek != nil {
+			if p.seek != nil && !p.seekAt.After(now) {
+				if seeks == nil {
+					seeks = map[string]map[int32]kgo.EpochOffset{}
+				}
 				if seeks[p.tp.topic] == nil {
 					seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
 				}
 				seeks[p.tp.topic][p.tp.partition] = *p.seek
+				if p.held {
+					if unhold == nil {
+						unhold = map[string][]int32{}
+					}
+					unhold[p.tp.topic] = append(unhold[p.tp.topic], p.tp.partition)
+				}
 			}
 		}
 		c.mu.Unlock()
@@ -376,6 +401,7 @@ func (c *consumer) pollLoop() {
 				for part, eo := range ps {
 					if p := c.parts[tp{topic, part}]; p != nil && p.seek != nil && *p.seek == eo {
 						p.seek = nil
+						p.held = false
 					}
 				}
 			}
@@ -386,12 +412,38 @@ func (c *consumer) pollLoop() {
 				}
 			}
 			c.mu.Unlock()
+			if len(unhold) > 0 {
+				c.cl.ResumeFetchPartitions(unhold)
+			}
 		}
 		c.cl.AllowRebalance()
 		if delayed {
 			signal(c.delaySig)
 		}
 	}
+}
+
+// seekPlanLocked reports whether a rewind's seek is due, and returns the partitions
+// whose seek waits for the end of a hold and whose fetching is not paused yet (it marks
+// them held: the caller pauses them).
+func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]int32) {
+	if !c.seekWanted {
+		return false, nil
+	}
+	for _, p := range c.parts {
+		switch {
+		case p.seek == nil:
+		case !p.seekAt.After(now):
+			due = true
+		case !p.held:
+			p.held = true
+			if hold == nil {
+				hold = map[string][]int32{}
+			}
+			hold[p.tp.topic] = append(hold[p.tp.topic], p.tp.partition)
+		}
+	}
+	return due, hold
 }
 
 func (c *consumer) readyLenLocked() int {
@@ -653,14 +705,11 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 			rec.state = stSettling
 			c.mu.Unlock()
 			err := c.t.produceConfirmed(ctx, s.Writes)
-			c.mu.Lock()
 			if err != nil {
-				if rec.state == stSettling {
-					rec.state = stHanded
-				}
-				c.mu.Unlock()
+				c.writeFailed(ctx, rec, err)
 				return err
 			}
+			c.mu.Lock()
 			if rec.state != stSettling {
 				c.mu.Unlock()
 				c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
@@ -678,6 +727,35 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		c.mu.Unlock()
 		return transport.ErrUnsupported
 	}
+}
+
+// writeFailed hands rec back to its worker after a failed settle write and holds its
+// partition back: the rewind that follows is carried out only once the hold is over,
+// longer with each write to the same topic that fails in a row.
+func (c *consumer) writeFailed(ctx context.Context, rec *record, err error) {
+	topic, cause := "", err
+	var de *DeliveryError
+	var swe *transport.SettleWriteError
+	switch {
+	case errors.As(err, &de):
+		topic, cause = de.Topic, de.Err
+	case errors.As(err, &swe):
+		topic, cause = swe.Queue, swe.Err
+	}
+	n := c.t.settleWriteFailed(ctx, topic, cause)
+	hold := holdAfter(n)
+	c.mu.Lock()
+	if rec.state == stSettling {
+		rec.state = stHanded
+	}
+	if p := rec.p; c.parts[p.tp] == p {
+		if until := time.Now().Add(hold); until.After(p.holdUntil) {
+			p.holdUntil = until
+		}
+	}
+	c.mu.Unlock()
+	c.log.Warn("kafka: settle write failed; the record's partition is held back before it is delivered again",
+		"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
 }
 
 func (c *consumer) settleableLocked(rec *record) error {
@@ -742,11 +820,25 @@ func (c *consumer) rewindLocked(rec *record) {
 	if p.seek == nil || at.Offset < p.seek.Offset {
 		p.seek = &at
 	}
+	if d := time.Until(p.holdUntil); d > 0 && p.holdUntil.After(p.seekAt) {
+		p.seekAt = p.holdUntil
+		time.AfterFunc(d, c.kickPoll)
+	}
 	p.next = at.Offset
 	c.seekWanted = true
 	if c.pollCancel != nil {
 		c.pollCancel()
 	}
+	signal(c.pollSig)
+}
+
+// kickPoll makes the poll loop look again at once (a held seek is due).
+func (c *consumer) kickPoll() {
+	c.mu.Lock()
+	if c.pollCancel != nil {
+		c.pollCancel()
+	}
+	c.mu.Unlock()
 	signal(c.pollSig)
 }
 
@@ -918,7 +1010,7 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 				dropped++
 			}
 		}
-		if p.paused {
+		if p.paused || p.held {
 			resume[k.topic] = append(resume[k.topic], k.partition)
 		}
 		if p.seek != nil {

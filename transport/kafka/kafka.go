@@ -107,6 +107,23 @@ const DefaultGroup = "babelqueue"
 // DefaultDeliveryTimeout bounds the wait for a settle write's delivery report.
 const DefaultDeliveryTimeout = 30 * time.Second
 
+// DefaultSessionTimeout is how long the group waits for a member's heartbeat before it
+// takes the member's partitions back, unless configured otherwise. It is short so that a
+// worker that dies without leaving the group (SIGKILL, a lost host) holds its partitions
+// for at most 10 s; franz-go's and librdkafka's own default is 45 s. It must lie within
+// the broker's group.min.session.timeout.ms (6 s by default) and
+// group.max.session.timeout.ms.
+const DefaultSessionTimeout = 10 * time.Second
+
+// DefaultHeartbeatInterval is how often a consumer heartbeats to its group, unless
+// configured otherwise: a tenth of [DefaultSessionTimeout], so a session survives several
+// lost heartbeats, and members learn of a rebalance within a second.
+const DefaultHeartbeatInterval = time.Second
+
+// DefaultDialTimeout bounds a connection attempt to a broker, and the check at [Open]
+// that a broker answers.
+const DefaultDialTimeout = 10 * time.Second
+
 // ErrDelivery matches every [DeliveryError].
 var ErrDelivery = errors.New("kafka: delivery not confirmed")
 
@@ -150,13 +167,17 @@ func Factory(base ...kgo.Opt) ConsumerFactory {
 }
 
 type config struct {
-	group           string
-	deliveryTimeout time.Duration
-	autoCreate      bool
-	logger          *slog.Logger
-	metadataMaxAge  time.Duration
-	buffer          int
-	commitInterval  time.Duration
+	group             string
+	deliveryTimeout   time.Duration
+	autoCreate        bool
+	logger            *slog.Logger
+	metadataMaxAge    time.Duration
+	buffer            int
+	commitInterval    time.Duration
+	sessionTimeout    time.Duration
+	heartbeatInterval time.Duration
+	dialTimeout       time.Duration
+	confirmPublish    bool
 }
 
 // Option configures a [Transport].
@@ -171,13 +192,42 @@ func WithDeliveryTimeout(d time.Duration) Option {
 	return func(c *config) { c.deliveryTimeout = d }
 }
 
-// WithAutoCreateTopics sets whether the producer that [Open] builds asks the broker to
-// create missing topics (default true). With [New] the producer is yours and this option
-// has no effect on it.
+// WithAutoCreateTopics sets whether the transport creates the topics it writes to when
+// they are missing (default true): the producer that [Open] builds asks the broker to
+// auto-create a topic it produces to, and, with [Open] or [New], the dead-letter and
+// delay topics a consumer's settle writes need ([transport.ConsumeOptions]) are created
+// at Consume through the admin API, with the broker's default partitions and
+// replication, as is a settle-write topic found missing later. Off, a missing topic of
+// that kind is an error from Consume ([ErrMissingTopic]).
 func WithAutoCreateTopics(on bool) Option { return func(c *config) { c.autoCreate = on } }
 
-// WithLogger sets the logger (default slog.Default()).
+// WithLogger sets the logger (default: the logger of [transport.LoggerFrom] for a
+// transport opened by [transport.Open], else slog.Default()). franz-go's own log lines
+// (warnings and errors) go to it too, for the clients the transport builds.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithSessionTimeout sets how long the consumer group waits for a member's heartbeat
+// before it gives the member's partitions to the others (default
+// [DefaultSessionTimeout]). A consumer that is closed leaves the group at once; this
+// bounds how long a crashed one holds its partitions.
+func WithSessionTimeout(d time.Duration) Option {
+	return func(c *config) { c.sessionTimeout = d }
+}
+
+// WithHeartbeatInterval sets how often a consumer heartbeats to its group (default
+// [DefaultHeartbeatInterval]); it must be shorter than the session timeout.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(c *config) { c.heartbeatInterval = d }
+}
+
+// WithDialTimeout bounds a connection attempt to a broker (default
+// [DefaultDialTimeout]); [Open] fails when no broker answers within it.
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithConfirmedPublish makes [Transport.Publish] wait until the broker acknowledged the
+// record, up to the delivery timeout, and return its failure (default false:
+// fire-and-forget). [Transport.Capabilities] then reports PublishConfirmed.
+func WithConfirmedPublish(on bool) Option { return func(c *config) { c.confirmPublish = on } }
 
 // WithMetadataRefresh sets how often a consumer looks for new delay topics of its queue
 // created by other processes (default 10 s).
@@ -203,12 +253,15 @@ func WithCommitInterval(d time.Duration) Option {
 
 func defaults() config {
 	return config{
-		group:           DefaultGroup,
-		deliveryTimeout: DefaultDeliveryTimeout,
-		autoCreate:      true,
-		metadataMaxAge:  10 * time.Second,
-		buffer:          1024,
-		commitInterval:  100 * time.Millisecond,
+		group:             DefaultGroup,
+		deliveryTimeout:   DefaultDeliveryTimeout,
+		autoCreate:        true,
+		metadataMaxAge:    10 * time.Second,
+		buffer:            1024,
+		commitInterval:    100 * time.Millisecond,
+		sessionTimeout:    DefaultSessionTimeout,
+		heartbeatInterval: DefaultHeartbeatInterval,
+		dialTimeout:       DefaultDialTimeout,
 	}
 }
 
@@ -228,6 +281,20 @@ type Transport struct {
 	shut      atomic.Bool     // closed, for the publish fast path
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
+
+	limit atomic.Int64 // the largest record batch the producer and the broker accept
+
+	failMu      sync.Mutex
+	failCount   int              // publishes not delivered since the last Flush or Close
+	failReports []*DeliveryError // the first maxReported of them
+
+	streaks  sync.Map // topic → *atomic.Int32: settle writes failed in a row
+	repairMu sync.Mutex
+	repaired map[string]time.Time // when a topic's metadata was last repaired
+
+	bg     context.Context // background work: the broker limit lookup of New
+	stopBg context.CancelFunc
+	bgWG   sync.WaitGroup
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -235,12 +302,26 @@ var _ transport.Transport = (*Transport)(nil)
 // New builds a transport around a producer client and a factory for consumer clients,
 // for setups the URL cannot express (mutual TLS, OAuth, custom dialers). The producer
 // stays yours: Close flushes it but does not close it. factory may be nil when the
-// transport only publishes.
+// transport only publishes. The broker's message.max.bytes is read in the background;
+// until it is known, the producer's ProducerBatchMaxBytes alone bounds a record.
 func New(producer *kgo.Client, factory ConsumerFactory, opts ...Option) (*Transport, error) {
 	if producer == nil {
 		return nil, errors.New("kafka: New needs a producer client")
 	}
-	return newTransport(producer, false, factory, opts...)
+	t, err := newTransport(producer, false, factory, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.bgWG.Add(1)
+	go func() {
+		defer t.bgWG.Done()
+		ctx, cancel := context.WithTimeout(t.bg, t.cfg.dialTimeout)
+		defer cancel()
+		if err := t.loadLimit(ctx); err != nil && t.bg.Err() == nil {
+			t.log.Warn("kafka: cannot read the broker's message.max.bytes; the producer's ProducerBatchMaxBytes alone bounds a record", "limit", t.limit.Load(), "err", err)
+		}
+	}()
+	return t, nil
 }
 
 func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts ...Option) (*Transport, error) {
@@ -253,6 +334,15 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	}
 	if cfg.deliveryTimeout <= 0 {
 		return nil, errors.New("kafka: the delivery timeout must be positive")
+	}
+	if cfg.sessionTimeout < time.Second {
+		return nil, fmt.Errorf("kafka: the session timeout must be at least 1s, got %s", cfg.sessionTimeout)
+	}
+	if cfg.heartbeatInterval <= 0 || cfg.heartbeatInterval >= cfg.sessionTimeout {
+		return nil, fmt.Errorf("kafka: the heartbeat interval (%s) must be positive and shorter than the session timeout (%s)", cfg.heartbeatInterval, cfg.sessionTimeout)
+	}
+	if cfg.dialTimeout <= 0 {
+		return nil, errors.New("kafka: the dial timeout must be positive")
 	}
 	if cfg.metadataMaxAge < time.Second {
 		cfg.metadataMaxAge = time.Second
@@ -272,8 +362,11 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 		log:       log.With("transport", "kafka"),
 		consumers: map[*consumer]struct{}{},
 		known:     map[string]bool{},
+		repaired:  map[string]time.Time{},
 	}
 	t.onPublished = t.published
+	t.limit.Store(int64(producerLimit(producer)))
+	t.bg, t.stopBg = context.WithCancel(context.Background())
 	return t, nil
 }
 
@@ -287,15 +380,25 @@ func (t *Transport) Capabilities() transport.Capabilities {
 		PoisonNeedsRetryTiers: true,
 		SchemaGate:            true,
 		DeadLetterSuffix:      ".dlq",
+		PublishConfirmed:      t.cfg.confirmPublish,
 	}
 }
 
 // Publish buffers one record and returns without waiting for the broker
-// (fire-and-forget); a delivery failure is logged. Publish keeps no reference to m. It
-// blocks only while the producer's buffer is full.
+// (fire-and-forget), unless the transport confirms its publishes
+// ([WithConfirmedPublish], ?confirm=1): then it waits for the broker's acknowledgement,
+// up to the delivery timeout, and returns a [*DeliveryError] when there is none. A
+// record larger than the producer or the broker accepts is refused before it is
+// buffered, with a [*transport.TooLargeError] naming the limit. A fire-and-forget
+// record the broker refuses later is logged and reported by the next [Transport.Flush]
+// or [Transport.Close]. Publish keeps no reference to m. It blocks only while the
+// producer's buffer is full.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if t.isClosed() {
 		return transport.ErrClosed
+	}
+	if t.cfg.confirmPublish {
+		return t.publishConfirmedOne(ctx, m)
 	}
 	rec, err := t.record(m, time.Time{})
 	if err != nil {
@@ -308,13 +411,97 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return nil
 }
 
+// publishConfirmedOne is Publish with ?confirm=1: the record's own delivery report,
+// awaited.
+func (t *Transport) publishConfirmedOne(ctx context.Context, m *transport.Message) error {
+	err := t.PublishConfirmed(ctx, []*transport.Message{m})
+	var be *transport.BatchError
+	if errors.As(err, &be) && len(be.Errs) == 1 {
+		return be.Errs[0]
+	}
+	return err
+}
+
 // published is the delivery callback of Publish.
 func (t *Transport) published(r *kgo.Record, err error) {
 	if err != nil {
 		t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
+		t.noteUndelivered(r.Topic, err)
+		if needsRepair(err) {
+			t.bgWG.Add(1)
+			go func() {
+				defer t.bgWG.Done()
+				t.repair(t.bg, r.Topic, err)
+			}()
+		}
 		return
 	}
 	t.delivered(r.Topic)
+}
+
+// maxReported bounds the failed publishes an [UndeliveredError] lists.
+const maxReported = 16
+
+// UndeliveredError reports fire-and-forget publishes ([Transport.Publish]) that were not
+// delivered: the broker refused them, or the producer gave up on them. [Transport.Flush]
+// and [Transport.Close] return it for the publishes that failed since the last of
+// those calls. It matches [ErrDelivery]; Unwrap returns the listed DeliveryErrors.
+type UndeliveredError struct {
+	Count int              // publishes not delivered
+	Errs  []*DeliveryError // the first of them, at most 16
+}
+
+// Error says how many publishes were lost and why the first one was.
+func (e *UndeliveredError) Error() string {
+	msg := fmt.Sprintf("kafka: %d publishes not delivered", e.Count)
+	if len(e.Errs) > 0 {
+		msg += " (first: " + e.Errs[0].Error() + ")"
+	}
+	return msg
+}
+
+// Is makes the error match [ErrDelivery].
+func (e *UndeliveredError) Is(target error) bool { return target == ErrDelivery }
+
+// Unwrap returns the listed delivery errors.
+func (e *UndeliveredError) Unwrap() []error {
+	errs := make([]error, len(e.Errs))
+	for i, de := range e.Errs {
+		errs[i] = de
+	}
+	return errs
+}
+
+func (t *Transport) noteUndelivered(topic string, err error) {
+	t.failMu.Lock()
+	defer t.failMu.Unlock()
+	t.failCount++
+	if len(t.failReports) < maxReported {
+		t.failReports = append(t.failReports, &DeliveryError{Topic: topic, Err: err})
+	}
+}
+
+// takeUndelivered returns the publishes not delivered since the last call, if any.
+func (t *Transport) takeUndelivered() error {
+	t.failMu.Lock()
+	defer t.failMu.Unlock()
+	if t.failCount == 0 {
+		return nil
+	}
+	err := &UndeliveredError{Count: t.failCount, Errs: t.failReports}
+	t.failCount, t.failReports = 0, nil
+	return err
+}
+
+// Flush waits until every buffered record is delivered or failed (or ctx ends) and
+// returns an [*UndeliveredError] for the fire-and-forget publishes that were not
+// delivered since the last Flush or Close.
+func (t *Transport) Flush(ctx context.Context) error {
+	var errs []error
+	if err := t.prod.Flush(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("kafka: flushing buffered publishes: %w", err))
+	}
+	return errors.Join(append(errs, t.takeUndelivered())...)
 }
 
 // produceConfirmed writes msgs and waits for every delivery report, up to the delivery
@@ -354,6 +541,7 @@ func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs
 		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
 			if err == nil {
 				t.delivered(r.Topic)
+				t.settleWriteConfirmed(r.Topic)
 			}
 			done <- result{i, err}
 		})
@@ -402,6 +590,7 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
 			if err == nil {
 				t.delivered(r.Topic)
+				t.settleWriteConfirmed(r.Topic)
 			}
 			done <- result{i, err}
 		})
@@ -499,7 +688,8 @@ type recordAlloc struct {
 // record projects m onto a Kafka record. The record owns its bytes: the value, the key
 // and every header value are copied into one buffer, so the caller may reuse m's
 // buffers as soon as record returns. now is the time a delay counts from; the zero time
-// means time.Now().
+// means time.Now(). A record whose batch would exceed the transport's limit is a
+// *transport.TooLargeError.
 func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, error) {
 	if m == nil {
 		return nil, errors.New("kafka: nil message")
@@ -599,13 +789,18 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 	if p.CreatedAt > 0 {
 		rec.Timestamp = time.UnixMilli(p.CreatedAt)
 	}
+	if err := transport.CheckSize("kafka", m.Queue, batchSize(rec), int(t.limit.Load())); err != nil {
+		return nil, err
+	}
 	return rec, nil
 }
 
 func (t *Transport) isClosed() bool { return t.shut.Load() }
 
 // Close closes every consumer of the transport, then flushes buffered publishes (until
-// ctx ends) and, when the transport built the producer, closes it.
+// ctx ends) and, when the transport built the producer, closes it. Like
+// [Transport.Flush] it returns an [*UndeliveredError] for the fire-and-forget publishes
+// the broker refused or that could not be delivered.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if t.closed {
@@ -625,9 +820,9 @@ func (t *Transport) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := t.prod.Flush(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("kafka: flushing buffered publishes: %w", err))
-	}
+	errs = append(errs, t.Flush(ctx))
+	t.stopBg()
+	t.bgWG.Wait()
 	if t.ownProd {
 		t.prod.Close()
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -24,7 +26,10 @@ func init() {
 }
 
 // urlParams are the query parameters a kafka:// URL accepts.
-var urlParams = []string{"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl"}
+var urlParams = []string{
+	"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl",
+	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm",
+}
 
 // settings is what a kafka:// URL says.
 type settings struct {
@@ -60,156 +65,179 @@ func parseURL(u *url.URL) (*settings, error) {
 		return nil, bad("host", "no broker address (want kafka://host:port[,host:port])")
 	}
 	for _, hp := range strings.Split(u.Host, ",") {
-		if hp == "" {
-			return nil, bad("host", "empty broker address in the list")
-		}
-		host, port, err := net.SplitHostPort(hp)
+		seed, err := parseSeed(hp)
 		if err != nil {
-			// No port: the Kafka default.
-			if strings.Contains(err.Error(), "missing port") {
-				host, port = hp, "9092"
-				if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-					host = host[1 : len(host)-1]
-				}
-			} else {
-				return nil, bad("host", fmt.Sprintf("broker address %q: want host:port", hp))
-			}
+			return nil, err
 		}
-		if host == "" {
-			return nil, bad("host", fmt.Sprintf("broker address %q has no host", hp))
-		}
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
-			return nil, bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
-		}
-		s.seeds = append(s.seeds, net.JoinHostPort(host, port))
+		s.seeds = append(s.seeds, seed)
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if len(vs) > 1 {
-			return nil, bad(k, "given more than once")
-		}
+	q, err := transport.ParseQuery(u)
+	if err != nil {
+		return nil, err
 	}
-	clientID := "babelqueue-go"
-	if q.Has("client_id") {
-		clientID = q.Get("client_id")
-		if clientID == "" {
-			return nil, bad("client_id", "empty")
-		}
+	clientID, ok, err := q.NonEmpty("client_id")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		clientID = "babelqueue-go"
 	}
 	s.base = append(s.base, kgo.SeedBrokers(s.seeds...), kgo.ClientID(clientID))
-	if q.Has("group") {
-		g := q.Get("group")
-		if g == "" {
-			return nil, bad("group", "empty consumer group name")
-		}
+	if g, ok, err := q.NonEmpty("group"); err != nil {
+		return nil, bad("group", "empty consumer group name")
+	} else if ok {
 		s.opts = append(s.opts, WithGroup(g))
 	}
-	if q.Has("delivery_timeout") {
-		d, err := parseDuration(q.Get("delivery_timeout"))
-		if err != nil {
-			return nil, bad("delivery_timeout", err.Error())
-		}
-		s.opts = append(s.opts, WithDeliveryTimeout(d))
+	durations := []struct {
+		name   string
+		lo, hi time.Duration
+		opt    func(time.Duration) Option
+	}{
+		{"delivery_timeout", time.Millisecond, 24 * time.Hour, WithDeliveryTimeout},
+		{"session_timeout", time.Second, time.Hour, WithSessionTimeout},
+		{"heartbeat_interval", time.Millisecond, time.Hour, WithHeartbeatInterval},
+		{"dial_timeout", time.Millisecond, time.Hour, WithDialTimeout},
 	}
-	if q.Has("auto_create_topics") {
-		on, err := parseBool(q.Get("auto_create_topics"))
+	for _, p := range durations {
+		d, ok, err := q.Duration(p.name, time.Second, p.lo, p.hi)
 		if err != nil {
-			return nil, bad("auto_create_topics", err.Error())
+			return nil, err
 		}
-		s.opts = append(s.opts, WithAutoCreateTopics(on))
-	}
-	if q.Has("tls") {
-		on, err := parseBool(q.Get("tls"))
-		if err != nil {
-			return nil, bad("tls", err.Error())
-		}
-		if on {
-			s.base = append(s.base, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+		if ok {
+			s.opts = append(s.opts, p.opt(d))
+			if p.name == "dial_timeout" {
+				s.base = append(s.base, kgo.DialTimeout(d))
+			}
 		}
 	}
-	mech := strings.ToLower(q.Get("sasl"))
+	cfg := defaults()
+	for _, o := range s.opts {
+		o(&cfg)
+	}
+	if cfg.heartbeatInterval >= cfg.sessionTimeout {
+		return nil, bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
+	}
+	bools := []struct {
+		name string
+		opt  func(bool) Option
+	}{
+		{"auto_create_topics", WithAutoCreateTopics},
+		{"confirm", WithConfirmedPublish},
+	}
+	for _, p := range bools {
+		on, ok, err := q.Bool(p.name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			s.opts = append(s.opts, p.opt(on))
+		}
+	}
+	if on, _, err := q.Bool("tls"); err != nil {
+		return nil, err
+	} else if on {
+		s.base = append(s.base, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	mech, _ := q.String("sasl")
 	if q.Has("sasl") && u.User == nil {
 		return nil, bad("sasl", "needs a user and password in the URL (kafka://user:password@host:port)")
 	}
 	if u.User != nil {
-		user := u.User.Username()
-		pass, _ := u.User.Password()
-		if user == "" {
-			return nil, bad("userinfo", "empty SASL user name")
+		m, err := saslMechanism(u.User, strings.ToLower(mech))
+		if err != nil {
+			return nil, err
 		}
-		switch mech {
-		case "", "plain":
-			s.base = append(s.base, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
-		case "scram-sha-256":
-			s.base = append(s.base, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
-		case "scram-sha-512":
-			s.base = append(s.base, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
-		default:
-			return nil, bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
-		}
+		s.base = append(s.base, kgo.SASL(m))
 	}
 	return s, nil
 }
 
-func parseDuration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
+// parseSeed reads one host[:port] of the URL's broker list (the port defaults to 9092).
+func parseSeed(hp string) (string, error) {
+	if hp == "" {
+		return "", bad("host", "empty broker address in the list")
+	}
+	host, port, err := net.SplitHostPort(hp)
 	if err != nil {
-		f, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil || f != f {
-			return 0, fmt.Errorf("want a duration such as 30s or a number of seconds, got %q", v)
+		if !strings.Contains(err.Error(), "missing port") {
+			return "", bad("host", fmt.Sprintf("broker address %q: want host:port", hp))
 		}
-		if f > float64(24*time.Hour/time.Second) {
-			return 0, fmt.Errorf("%q is longer than a day", v)
+		host, port = hp, "9092"
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
 		}
-		d = time.Duration(f * float64(time.Second))
 	}
-	if d <= 0 {
-		return 0, fmt.Errorf("must be positive, got %q", v)
+	if host == "" {
+		return "", bad("host", fmt.Sprintf("broker address %q has no host", hp))
 	}
-	return d, nil
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
-func parseBool(v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "1", "true", "yes", "on":
-		return true, nil
-	case "0", "false", "no", "off":
-		return false, nil
+// saslMechanism is the SASL mechanism of the URL's user info.
+func saslMechanism(ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
+	user := ui.Username()
+	pass, _ := ui.Password()
+	if user == "" {
+		return nil, bad("userinfo", "empty SASL user name")
 	}
-	return false, fmt.Errorf("want true or false (1 or 0), got %q", v)
+	switch mech {
+	case "", "plain":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	case "scram-sha-256":
+		return scram.Auth{User: user, Pass: pass}.AsSha256Mechanism(), nil
+	case "scram-sha-512":
+		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
+	}
+	return nil, bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
 }
 
 // OpenURL builds a transport from a parsed kafka:// URL: it creates the producer, checks
-// that a broker answers within ctx, and returns the transport. [transport.Open] calls it
-// for kafka:// URLs.
+// that a broker answers within the dial timeout (and ctx), reads the broker's
+// message.max.bytes, and returns the transport. [transport.Open] calls it for kafka://
+// URLs; the transport then logs through the logger of [transport.LoggerFrom] unless an
+// option says otherwise.
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	s, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	all := append(s.opts, opts...)
+	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
+	all = append(all, opts...)
 	cfg := defaults()
 	for _, o := range all {
 		o(&cfg)
 	}
-	popts := append([]kgo.Opt{}, s.base...)
+	log := cfg.logger.With("transport", "kafka")
+	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))
+	popts := slices.Clip(base)
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
 	}
-	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond))
+	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: building the producer for %s: %w", transport.RedactURL(u), err)
 	}
-	if err := prod.Ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
+	defer cancel()
+	if err := prod.Ping(pctx); err != nil {
 		prod.Close()
+		if pctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within the dial timeout (%s): %w", cfg.dialTimeout, err)
+		}
 		return nil, fmt.Errorf("kafka: no broker of %s answers: %w", transport.RedactURL(u), err)
 	}
-	t, err := newTransport(prod, true, Factory(s.base...), all...)
+	t, err := newTransport(prod, true, Factory(append(base, kgo.DialTimeout(cfg.dialTimeout))...), all...)
 	if err != nil {
 		prod.Close()
 		return nil, err
+	}
+	if err := t.loadLimit(pctx); err != nil {
+		t.log.Warn("kafka: cannot read the broker's message.max.bytes; the producer's ProducerBatchMaxBytes alone bounds a record", "limit", t.limit.Load(), "err", err)
 	}
 	return t, nil
 }

@@ -1,0 +1,210 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// ErrMissingTopic matches every [MissingTopicError].
+var ErrMissingTopic = errors.New("kafka: topic missing")
+
+// MissingTopicError is returned by Consume when a topic the consumer's settle writes need
+// (its dead-letter topic, the delay topics of its retry tiers; see
+// [transport.ConsumeOptions]) does not exist and the transport may not create it
+// (auto_create_topics=false) or could not. It matches [ErrMissingTopic].
+type MissingTopicError struct {
+	Queue  string   // the queue being consumed
+	Topics []string // the missing topics
+	Err    error    // why creating them failed; nil when auto-creation is off
+}
+
+// Error names the topics and what to do.
+func (e *MissingTopicError) Error() string {
+	msg := fmt.Sprintf("kafka: the topics %s that settle writes of queue %q go to do not exist", strings.Join(e.Topics, ", "), e.Queue)
+	if e.Err == nil {
+		return msg + " and auto_create_topics is off: create them, or turn auto_create_topics on"
+	}
+	return msg + " and cannot be created: " + e.Err.Error()
+}
+
+// Is makes the error match [ErrMissingTopic].
+func (e *MissingTopicError) Is(target error) bool { return target == ErrMissingTopic }
+
+// Unwrap returns why the topics could not be created.
+func (e *MissingTopicError) Unwrap() error { return e.Err }
+
+// settleTopics are the topics the settle writes of a consumer of queue go to, besides
+// the queue itself.
+func settleTopics(queue string, opts transport.ConsumeOptions) ([]string, error) {
+	var topics []string
+	for _, q := range opts.SettleQueues {
+		if err := checkTopic(q); err != nil {
+			return nil, err
+		}
+		topics = append(topics, q)
+	}
+	for _, d := range opts.SettleDelays {
+		if d >= time.Millisecond {
+			name := delayTopic(queue, d)
+			if err := checkTopic(name); err != nil {
+				return nil, err
+			}
+			topics = append(topics, name)
+		}
+	}
+	return topics, nil
+}
+
+// prepareTopics makes sure the topics the settle writes of a consumer of queue go to
+// exist: it creates the missing ones (with the broker's default partitions and
+// replication) when auto-creation is on, and otherwise returns a [*MissingTopicError].
+func (t *Transport) prepareTopics(ctx context.Context, queue string, opts transport.ConsumeOptions) error {
+	topics, err := settleTopics(queue, opts)
+	if err != nil || len(topics) == 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.deliveryTimeout)
+	defer cancel()
+	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
+	td, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("kafka: checking the topics that settle writes of queue %q go to: %w", queue, err)
+	}
+	var missing []string
+	for _, name := range topics {
+		if d, ok := td[name]; !ok || d.Err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !t.cfg.autoCreate {
+		return &MissingTopicError{Queue: queue, Topics: missing}
+	}
+	if err := t.createTopics(ctx, missing...); err != nil {
+		return &MissingTopicError{Queue: queue, Topics: missing, Err: err}
+	}
+	t.log.Info("kafka: created the topics settle writes need", "queue", queue, "topics", missing)
+	return nil
+}
+
+// createTopics creates topics with the broker's default partitions and replication; a
+// topic that exists already is no error.
+func (t *Transport) createTopics(ctx context.Context, topics ...string) error {
+	resps, err := kadm.NewClient(t.prod).CreateTopics(ctx, -1, -1, nil, topics...)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range resps.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("creating topic %q: %w", r.Topic, r.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Settle writes that keep failing hold their partition back: minHold after the first
+// failure to a topic, doubling with each further one up to maxHold, until a write to that
+// topic is confirmed again.
+const (
+	minHold = 250 * time.Millisecond
+	maxHold = 10 * time.Second
+)
+
+// holdAfter is the pause after the n-th failed settle write in a row.
+func holdAfter(n int) time.Duration {
+	if n < 1 {
+		return 0
+	}
+	return min(minHold<<min(n-1, 16), maxHold)
+}
+
+// settleWriteFailed counts a failed settle write to topic, repairs what a client can
+// repair about it (a deleted topic's stale metadata, a missing topic) and returns how
+// many writes to topic failed in a row.
+func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err error) int {
+	v, _ := t.streaks.LoadOrStore(topic, new(atomic.Int32))
+	n := int(v.(*atomic.Int32).Add(1))
+	if needsRepair(err) {
+		t.repair(ctx, topic, err)
+	}
+	return n
+}
+
+// settleWriteConfirmed ends the failure streak of topic.
+func (t *Transport) settleWriteConfirmed(topic string) {
+	if _, ok := t.streaks.Load(topic); ok {
+		t.streaks.Delete(topic)
+	}
+}
+
+// needsRepair reports whether a write failed for a reason the client can repair.
+func needsRepair(err error) bool {
+	return errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition)
+}
+
+// repairEvery bounds how often one topic is repaired: a repair forgets the producer's
+// buffered records of the topic, which must not hit the writes made just after the last
+// one.
+const repairEvery = time.Second
+
+// repair acts on a write that failed because its topic is gone or unknown:
+//
+//   - UNKNOWN_TOPIC_ID: the topic was deleted (and maybe re-created by now). franz-go
+//     keeps the old topic's id and fails every write to the name until the topic is
+//     purged from the producer; after the purge the next write loads the topic afresh,
+//     and asks the broker to create it when auto-creation is on.
+//   - UNKNOWN_TOPIC_OR_PARTITION: with auto-creation on, the topic is created through the
+//     admin API (the broker may not auto-create topics, or the producer, built by the
+//     user for [New], may not ask it to).
+func (t *Transport) repair(ctx context.Context, topic string, err error) {
+	t.repairMu.Lock()
+	if time.Since(t.repaired[topic]) < repairEvery {
+		t.repairMu.Unlock()
+		return
+	}
+	t.repaired[topic] = time.Now()
+	t.repairMu.Unlock()
+	switch {
+	case errors.Is(err, kerr.UnknownTopicID):
+		t.log.Warn("kafka: a topic written to was deleted; forgetting its metadata so that the next write finds the topic again (or creates it)", "topic", topic, "err", err)
+		t.prod.PurgeTopicsFromProducing(topic)
+		t.forgetTopic(topic)
+		if t.cfg.autoCreate {
+			t.createMissing(ctx, topic)
+		}
+	case errors.Is(err, kerr.UnknownTopicOrPartition) && t.cfg.autoCreate:
+		t.createMissing(ctx, topic)
+	}
+}
+
+// createMissing creates topic, bounded by the delivery timeout, and logs the outcome.
+func (t *Transport) createMissing(ctx context.Context, topic string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.deliveryTimeout)
+	defer cancel()
+	if err := t.createTopics(ctx, topic); err != nil {
+		t.log.Warn("kafka: cannot create a missing topic; writes to it keep failing until it exists", "topic", topic, "err", err)
+		return
+	}
+	t.log.Info("kafka: created a missing topic", "topic", topic)
+}
+
+// forgetTopic drops topic from the topics known to be written, so consumers that consume
+// it refresh their metadata once it is written again.
+func (t *Transport) forgetTopic(topic string) {
+	t.seen.Delete(topic)
+	t.mu.Lock()
+	delete(t.known, topic)
+	t.mu.Unlock()
+}
