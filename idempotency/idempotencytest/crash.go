@@ -225,7 +225,7 @@ func (c Crash) Run(t *testing.T, at KillPoint) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- app.Run(runCtx) }()
-	acked := waitAck(t, rec, id, lease+time.Minute)
+	acked := WaitAcked(t, rec, id, lease+time.Minute)
 	time.Sleep(500 * time.Millisecond) // nothing else may come
 	stop()
 	if err := <-done; err != nil {
@@ -260,9 +260,9 @@ func (c Crash) Run(t *testing.T, at KillPoint) {
 	}
 }
 
-// waitAck waits until the message id was acknowledged after its handler (or the
-// middleware) returned nil, and returns when.
-func waitAck(t *testing.T, rec *transporttest.Recorder, id string, timeout time.Duration) time.Time {
+// WaitAcked waits until rec saw the message id acknowledged after its handler (or the
+// middleware) returned nil, and returns when; it fails the test after timeout.
+func WaitAcked(t *testing.T, rec *transporttest.Recorder, id string, timeout time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {

@@ -4,6 +4,9 @@ go 1.26.0
 
 require (
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
+	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
+	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
