@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/schema"
+	"github.com/babelqueue-go/babelqueue/schema/internal/schematest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -34,20 +34,6 @@ func newApp(t *testing.T, broker *memory.Transport, logs *transporttest.LogBuffe
 	}
 	t.Cleanup(func() { _ = app.Close(context.Background()) })
 	return app, rec
-}
-
-// runUntilSettled runs app until n deliveries were settled.
-func runUntilSettled(t *testing.T, app *babelqueue.App, rec *transporttest.Recorder, n int) []babelqueue.SettledEvent {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx) }()
-	events := rec.WaitSettled(t, n, 10*time.Second)
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	return events
 }
 
 // TestPublishCheck: invalid data never reaches the broker and Publish says why; valid
@@ -100,7 +86,7 @@ func TestMiddlewareDeadLettersOnFirstDelivery(t *testing.T) {
 	app.Handle(ordersURN, func(context.Context, *babelqueue.Message) error { calls.Add(1); return nil })
 	broker.Inject("orders", memory.Stored{Body: invalidOrder(t)})
 
-	ev := runUntilSettled(t, app, rec, 1)[0]
+	ev := schematest.RunUntilSettled(t, app, rec, 1)[0]
 	if ev.Action != babelqueue.ActionDeadLetter || ev.Reason != "failed" {
 		t.Fatalf("settled %s/%s (%s), want a dead-letter with reason failed", ev.Kind, ev.Action, ev.Reason)
 	}
@@ -142,7 +128,7 @@ func TestMiddlewareDropsWithoutDLQ(t *testing.T) {
 	app.Handle(ordersURN, func(context.Context, *babelqueue.Message) error { return nil })
 	broker.Inject("orders", memory.Stored{Body: invalidOrder(t)})
 
-	ev := runUntilSettled(t, app, rec, 1)[0]
+	ev := schematest.RunUntilSettled(t, app, rec, 1)[0]
 	if ev.Action != babelqueue.ActionDrop {
 		t.Fatalf("settled %s/%s, want a drop", ev.Kind, ev.Action)
 	}
@@ -168,7 +154,7 @@ func TestMiddlewarePassesValidAndUnknown(t *testing.T) {
 	if _, err := app.Publish(ctx, "urn:babel:no:schema", map[string]any{"order_id": "x"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range runUntilSettled(t, app, rec, 2) {
+	for _, ev := range schematest.RunUntilSettled(t, app, rec, 2) {
 		if ev.Action != babelqueue.ActionAck {
 			t.Fatalf("settled %s/%s: %v", ev.Kind, ev.Action, ev.Cause)
 		}

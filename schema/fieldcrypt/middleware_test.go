@@ -10,11 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/schema"
 	"github.com/babelqueue-go/babelqueue/schema/fieldcrypt"
+	"github.com/babelqueue-go/babelqueue/schema/internal/schematest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -41,19 +41,6 @@ func wire(t *testing.T, broker *memory.Transport, c fieldcrypt.Cipher, opts ...b
 	app.UsePublish(schema.PublishCheck(reg), fields.Protect)
 	app.Use(fields.Unprotect, schema.Middleware(reg))
 	return app, rec
-}
-
-func runUntilSettled(t *testing.T, app *babelqueue.App, rec *transporttest.Recorder, n int) []babelqueue.SettledEvent {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx) }()
-	events := rec.WaitSettled(t, n, 10*time.Second)
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	return events
 }
 
 // TestMiddlewareRoundTrip: the broker holds ciphertext only; the handler, and the
@@ -86,7 +73,7 @@ func TestMiddlewareRoundTrip(t *testing.T) {
 			t.Fatalf("%q is in clear on the broker: %s", s, onBroker[0].Body)
 		}
 	}
-	if ev := runUntilSettled(t, app, rec, 1)[0]; ev.Action != babelqueue.ActionAck {
+	if ev := schematest.RunUntilSettled(t, app, rec, 1)[0]; ev.Action != babelqueue.ActionAck {
 		t.Fatalf("settled %s/%s: %v", ev.Kind, ev.Action, ev.Cause)
 	}
 	mu.Lock()
@@ -110,7 +97,7 @@ func TestMiddlewareWrongKey(t *testing.T) {
 	consumer, rec := wire(t, broker, newCipher(t, newKey(t, "k2")))
 	called := false
 	consumer.Handle(usersURN, func(context.Context, *babelqueue.Message) error { called = true; return nil })
-	ev := runUntilSettled(t, consumer, rec, 1)[0]
+	ev := schematest.RunUntilSettled(t, consumer, rec, 1)[0]
 	var de *fieldcrypt.DecryptError
 	if ev.Action != babelqueue.ActionDeadLetter || ev.Attempts != 1 || !errors.As(ev.Cause, &de) {
 		t.Fatalf("settled %s/%s attempts %d: %v", ev.Kind, ev.Action, ev.Attempts, ev.Cause)
@@ -159,7 +146,7 @@ func TestValidationSeesCleartext(t *testing.T) {
 	if _, err := app.Publish(context.Background(), usersURN, map[string]any{"user_id": 1, "email": "a@example.com"}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := runUntilSettled(t, app, rec, 1)[0]; ev.Action != babelqueue.ActionAck {
+	if ev := schematest.RunUntilSettled(t, app, rec, 1)[0]; ev.Action != babelqueue.ActionAck {
 		t.Fatalf("settled %s/%s: %v", ev.Kind, ev.Action, ev.Cause)
 	}
 }
