@@ -175,7 +175,7 @@ func (w *worker) abandon() {
 		"queue", x.d.Queue, "urn", x.route, "id", x.env.Meta.ID)
 	ctx, cancel := context.WithTimeout(w.detached, a.cfg.settleTimeout)
 	defer cancel()
-	a.settle(ctx, w.c, x, settle.Decision{Action: settle.ActRewind}, DeliveryInfo{})
+	a.settle(ctx, w.c, x, settle.Decision{Action: settle.ActRewind}, x.info()) // hooks see the delivery given back
 }
 
 func (w *worker) loop() error {
