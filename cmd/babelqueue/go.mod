@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
+	github.com/babelqueue-go/babelqueue/schema v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/artemis v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/kafka v0.0.0-00010101000000-000000000000
@@ -15,6 +16,7 @@ require (
 
 replace (
 	github.com/babelqueue-go/babelqueue => ../..
+	github.com/babelqueue-go/babelqueue/schema => ../../schema
 	github.com/babelqueue-go/babelqueue/transport/amqp => ../../transport/amqp
 	github.com/babelqueue-go/babelqueue/transport/artemis => ../../transport/artemis
 	github.com/babelqueue-go/babelqueue/transport/kafka => ../../transport/kafka
@@ -81,10 +83,13 @@ require (
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/rabbitmq/amqp091-go v1.17.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/spaolacci/murmur3 v1.1.0 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/twmb/franz-go/plugin/kslog v1.0.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.55.0 // indirect

@@ -33,6 +33,7 @@ Usage:
   babelqueue publish [flags] URL                publish one envelope
   babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
   babelqueue redrive [flags] URL                move dead-lettered messages back to their queue
+  babelqueue schema check -registry DIR FILE... validate envelopes or data files against a babelqueue-registry
   babelqueue version                            print the SDK version
 
 Run "babelqueue <command> -h" for a command's flags.
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = consume(ctx, args[1:], stdout, stderr)
 	case "redrive":
 		err = redrive(ctx, args[1:], stdout, stderr)
+	case "schema":
+		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		err = version(stdout)
 	case "help", "-h", "-help", "--help":
