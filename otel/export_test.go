@@ -1,0 +1,9 @@
+package otel
+
+// Pending counts the CONSUMER spans kept for settlements not yet told: zero once every
+// delivery is settled.
+func (t *Tracing) Pending() int {
+	n := 0
+	t.spans.Range(func(any, any) bool { n++; return true })
+	return n
+}

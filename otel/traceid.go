@@ -1,0 +1,83 @@
+package otel
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TraceIDOf maps an envelope's trace_id to its OpenTelemetry trace id, as every SDK of
+// the family does (SPEC §8.4): a UUID (with or without hyphens) is its 16 bytes; any
+// other string, or the nil UUID, is the first 16 bytes of its SHA-256. The result is
+// never the invalid all-zero id.
+func TraceIDOf(traceID string) trace.TraceID {
+	var id trace.TraceID
+	if uuidBytes(traceID, &id) && id.IsValid() {
+		return id
+	}
+	sum := sha256.Sum256([]byte(traceID))
+	copy(id[:], sum[:16])
+	if !id.IsValid() {
+		id[15] = 1
+	}
+	return id
+}
+
+// UUIDOf formats a trace id as a canonical UUID, the trace_id that [TraceIDOf] maps
+// back to it.
+func UUIDOf(id trace.TraceID) string {
+	var b [36]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], id[10:16])
+	return string(b[:])
+}
+
+// RemoteParent is the span context a consumer starts its span under when a message
+// carries no valid traceparent: the trace of [TraceIDOf](traceID), a span id that is
+// the first 8 bytes of SHA-256("babelqueue-span:" + traceID) (never zero), sampled and
+// remote. Every SDK of the family derives the same one, so consumers in any language
+// put their spans for one trace_id in one trace, under one parent.
+func RemoteParent(traceID string) trace.SpanContext {
+	sum := sha256.Sum256([]byte("babelqueue-span:" + traceID))
+	var sid trace.SpanID
+	copy(sid[:], sum[:8])
+	if !sid.IsValid() {
+		sid[7] = 1
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    TraceIDOf(traceID),
+		SpanID:     sid,
+		TraceFlags: trace.FlagsSampled,
+		Remote:     true,
+	})
+}
+
+// uuidBytes decodes s into id when it is 32 hex digits once hyphens are removed (how
+// the family reads a UUID), without allocating.
+func uuidBytes(s string, id *trace.TraceID) bool {
+	var digits [32]byte
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' {
+			continue
+		}
+		if n == len(digits) {
+			return false
+		}
+		digits[n] = s[i]
+		n++
+	}
+	if n != len(digits) {
+		return false
+	}
+	_, err := hex.Decode(id[:], digits[:])
+	return err == nil
+}

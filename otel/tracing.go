@@ -1,0 +1,394 @@
+// Package otel traces a BabelQueue app with OpenTelemetry as every SDK of the family
+// does (SPEC §8.4), so one trace follows a job from a Python producer through a Go
+// consumer and on: a PRODUCER span per publish, a CONSUMER span per delivery handled,
+// and a span for each settlement that is not a plain acknowledgement (a retry, a
+// dead-letter write, a release, a drop, a rewind).
+//
+// Spans are linked across languages two ways, byte for byte as the family does it:
+//
+//   - The producer writes W3C traceparent and tracestate as out-of-band transport headers;
+//     a consumer that finds a valid traceparent starts its span as that span's child.
+//   - Without one (a producer that does not trace, a header the broker dropped) the
+//     consumer starts under a remote parent derived from the envelope's trace_id
+//     ([RemoteParent]): the trace id is [TraceIDOf](trace_id), so every consumer of one
+//     trace_id, in any language, lands in the same trace.
+//
+// A retry re-publish and a dead-letter write keep the delivery's headers, so the next
+// attempt and a redriven message stay children of the original producer span; the span
+// of the write itself is a child of the delivery's CONSUMER span. A handler's own
+// [babelqueue.App.Publish] with its context starts its PRODUCER span under the CONSUMER
+// span, and [babelqueue.App.Prepare] (the transactional outbox) stores the traceparent
+// its relay later publishes.
+//
+// The metrics the family has no SDK for are in the metrics package beside this one.
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
+)
+
+// ScopeName is the instrumentation scope of the spans and metrics of this module.
+const ScopeName = "github.com/babelqueue-go/babelqueue/otel"
+
+// The out-of-band headers that carry W3C Trace Context beside the envelope, as every SDK
+// of the family names them.
+const (
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+)
+
+// System is the messaging.system of every span: the family's value.
+const System = "babelqueue"
+
+// The attributes this module adds to the messaging semantic conventions. The attempts
+// key is the family's (the Python SDK writes it too).
+const (
+	AttrAttempts     = attribute.Key("messaging.babelqueue.attempts")
+	AttrURN          = attribute.Key("messaging.babelqueue.urn")
+	AttrLang         = attribute.Key("messaging.babelqueue.lang")
+	AttrKind         = attribute.Key("messaging.babelqueue.settle.kind")
+	AttrAction       = attribute.Key("messaging.babelqueue.settle.action")
+	AttrReason       = attribute.Key("messaging.babelqueue.settle.reason")
+	AttrDelay        = attribute.Key("messaging.babelqueue.settle.delay_ms")
+	AttrRequeueAfter = attribute.Key("messaging.babelqueue.requeue_after_ms")
+	AttrNoRetry      = attribute.Key("messaging.babelqueue.no_retry")
+	// attrOperation is messaging.operation, the name the family's SDKs still write beside
+	// the current messaging.operation.type and messaging.operation.name.
+	attrOperation = attribute.Key("messaging.operation")
+)
+
+// Option configures [NewTracing].
+type Option func(*config)
+
+type config struct {
+	tp   trace.TracerProvider
+	prop propagation.TextMapPropagator
+}
+
+// WithTracerProvider sets the tracer provider (default: the global one,
+// otel.GetTracerProvider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) {
+		if tp != nil {
+			c.tp = tp
+		}
+	}
+}
+
+// WithPropagator sets the propagator that writes and reads the trace headers (default:
+// W3C Trace Context, the family's traceparent and tracestate). A composite one can add
+// baggage; the family's SDKs read only traceparent and tracestate.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) {
+		if p != nil {
+			c.prop = p
+		}
+	}
+}
+
+// Tracing makes the spans of one or more apps. Install all three parts on each app: it
+// is an [babelqueue.Observer] (for the settlement spans), its [Tracing.Middleware] makes
+// the CONSUMER spans and its [Tracing.PublishMiddleware] the PRODUCER spans:
+//
+//	tr := otel.NewTracing(otel.WithTracerProvider(tp))
+//	app, err := babelqueue.Open(ctx, url, babelqueue.WithObserver(tr))
+//	...
+//	tr.Instrument(app) // app.Use(tr.Middleware()); app.UsePublish(tr.PublishMiddleware())
+//
+// Its methods are safe for concurrent use.
+type Tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	// observed is set once the Tracing is told of a delivery as an observer: from then
+	// on its middleware keeps each recorded CONSUMER span here, by message, until the
+	// settlement hook takes it (it is told of every delivery the middleware saw).
+	observed atomic.Bool
+	spans    sync.Map // *babelqueue.Message → trace.SpanContext
+}
+
+// NewTracing returns a Tracing.
+func NewTracing(opts ...Option) *Tracing {
+	c := config{prop: propagation.TraceContext{}}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	return &Tracing{
+		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(babelqueue.Version),
+			trace.WithSchemaURL(semconv.SchemaURL)),
+		prop: c.prop,
+	}
+}
+
+// Instrument adds the Tracing's middleware to app ([babelqueue.App.Use]) and its publish
+// middleware ([babelqueue.App.UsePublish]). The app must also have been given the Tracing
+// as an observer ([babelqueue.WithObserver]) for the settlement spans.
+func (t *Tracing) Instrument(app *babelqueue.App) {
+	app.Use(t.Middleware())
+	app.UsePublish(t.PublishMiddleware())
+}
+
+// Middleware makes a CONSUMER span "process <urn>" around the handler, a child of the
+// span named by the message's traceparent header, else of [RemoteParent](trace_id). The
+// handler's context carries the span: its own spans and publishes are its children. A
+// handler error, a [babelqueue.NoRetry] and a panic set the span's status to Error; a
+// [babelqueue.Requeue] does not.
+func (t *Tracing) Middleware() babelqueue.Middleware {
+	return func(next babelqueue.Handler) babelqueue.Handler {
+		return func(ctx context.Context, m *babelqueue.Message) (err error) {
+			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), "process "+m.URN(),
+				trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeProcess,
+					semconv.MessagingDestinationName(m.Queue)))
+			if span.IsRecording() {
+				env := m.Envelope
+				span.SetAttributes(
+					attrOperation.String("process"),
+					semconv.MessagingOperationName("process"),
+					semconv.MessagingMessageID(env.Meta.ID),
+					semconv.MessagingMessageConversationID(env.TraceID),
+					semconv.MessagingMessageBodySize(len(env.Raw())),
+					AttrURN.String(env.Job),
+					AttrLang.String(env.Meta.Lang),
+					AttrAttempts.Int(m.Attempts),
+				)
+				if t.observed.Load() {
+					t.spans.Store(m, span.SpanContext())
+				}
+			}
+			defer func() {
+				if r := recover(); r != nil {
+					fail(span, &babelqueue.PanicError{Value: r})
+					span.End()
+					panic(r)
+				}
+				endHandler(span, err)
+				span.End()
+			}()
+			return next(ctx, m)
+		}
+	}
+}
+
+// consumerParent is ctx with the remote parent of a delivery's CONSUMER span.
+func (t *Tracing) consumerParent(ctx context.Context, m *babelqueue.Message) context.Context {
+	return t.remoteParent(ctx, messageCarrier{m}, m.TraceID())
+}
+
+// remoteParent is ctx with the span named by the headers in carrier, else the one
+// derived from traceID, else no parent (a new trace).
+func (t *Tracing) remoteParent(ctx context.Context, carrier propagation.TextMapCarrier, traceID string) context.Context {
+	before := trace.SpanContextFromContext(ctx)
+	if extracted := t.prop.Extract(ctx, carrier); extracted != ctx {
+		if sc := trace.SpanContextFromContext(extracted); sc.IsValid() && !sc.Equal(before) {
+			return extracted
+		}
+	}
+	if traceID != "" {
+		return trace.ContextWithRemoteSpanContext(ctx, RemoteParent(traceID))
+	}
+	if before.IsValid() {
+		return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	}
+	return ctx
+}
+
+func endHandler(span trace.Span, err error) {
+	if err == nil {
+		return
+	}
+	var requeue *babelqueue.RequeueError
+	if errors.As(err, &requeue) {
+		span.SetAttributes(AttrRequeueAfter.Int64(requeue.After.Milliseconds()))
+		return
+	}
+	var noRetry *babelqueue.NoRetryError
+	if errors.As(err, &noRetry) {
+		span.SetAttributes(AttrNoRetry.Bool(true))
+	}
+	fail(span, err)
+}
+
+// fail records err on span and sets its status to Error.
+func fail(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.ErrorTypeKey.String(strings.TrimPrefix(fmt.Sprintf("%T", err), "*")))
+}
+
+// PublishMiddleware makes a PRODUCER span "publish <urn>" around every publish and
+// writes its context as traceparent (and tracestate) into the outgoing headers. Its
+// parent is the span in ctx (a handler's CONSUMER span, a request's span); with none, the
+// span derived from the new envelope's trace_id ([RemoteParent]), so the producer and
+// every consumer of that trace_id share one trace whether or not the headers arrive.
+// The envelope itself is never changed.
+func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
+	return func(next babelqueue.PublishFunc) babelqueue.PublishFunc {
+		return func(ctx context.Context, o *babelqueue.Outgoing) error {
+			env := o.Envelope
+			parent := ctx
+			if !trace.SpanContextFromContext(ctx).IsValid() && env.TraceID != "" {
+				parent = trace.ContextWithRemoteSpanContext(ctx, RemoteParent(env.TraceID))
+			}
+			ctx, span := t.tracer.Start(parent, "publish "+env.Job,
+				trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSend,
+					semconv.MessagingDestinationName(o.Queue)))
+			defer span.End()
+			if span.IsRecording() {
+				span.SetAttributes(
+					attrOperation.String("publish"),
+					semconv.MessagingOperationName("publish"),
+					semconv.MessagingMessageID(env.Meta.ID),
+					semconv.MessagingMessageConversationID(env.TraceID),
+					AttrURN.String(env.Job),
+					AttrLang.String(envelope.Lang),
+					AttrAttempts.Int(env.Attempts),
+				)
+				ctx = context.WithValue(ctx, producerKey{}, span)
+			}
+			t.prop.Inject(ctx, propagation.MapCarrier(o.Headers))
+			err := next(ctx, o)
+			if err != nil {
+				fail(span, err)
+			}
+			return err
+		}
+	}
+}
+
+// producerKey marks the context of a recorded PRODUCER span, so OnPublished adds the
+// body size to that span and no other.
+type producerKey struct{}
+
+// OnPublished adds the encoded body's size to the publish's PRODUCER span (the envelope
+// is encoded after the publish middleware runs). It is part of the observer.
+func (t *Tracing) OnPublished(ctx context.Context, e babelqueue.PublishedEvent) {
+	if span, ok := ctx.Value(producerKey{}).(trace.Span); ok {
+		span.SetAttributes(semconv.MessagingMessageBodySize(e.BodySize))
+	}
+}
+
+// OnReceive is part of the observer: it tells the middleware that settlement spans will
+// be made.
+func (t *Tracing) OnReceive(context.Context, babelqueue.DeliveryInfo) {
+	if !t.observed.Load() {
+		t.observed.Store(true)
+	}
+}
+
+// OnSettled makes the span of a settlement that is not a plain acknowledgement: "<action>
+// <urn>" (for a poison body "<action> <queue>"), a PRODUCER span when the settlement
+// wrote a message (a retry, a release, a dead-letter write), an INTERNAL one otherwise (a
+// drop, a hand-off, a rewind). It is a child of the delivery's CONSUMER span; for a
+// delivery no handler ran (an unknown URN, a poison body, a schema-version rejection) a
+// child of the delivery's remote parent, with the cause recorded. A settlement the broker
+// did not confirm has status Error. When the CONSUMER span was sampled out no settlement
+// span is made. It is part of the observer.
+func (t *Tracing) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
+	var (
+		consumer trace.SpanContext
+		found    bool
+	)
+	if m := babelqueue.MessageFromContext(ctx); m != nil {
+		if v, ok := t.spans.LoadAndDelete(m); ok {
+			consumer, found = v.(trace.SpanContext), true
+		}
+	}
+	if e.Action == babelqueue.ActionAck && e.Err == nil {
+		return
+	}
+	var parent context.Context
+	switch {
+	case found:
+		parent = trace.ContextWithSpanContext(ctx, consumer)
+	case handlerRan(e.Kind):
+		return // sampled out, or this handler is not traced
+	default:
+		parent = t.remoteParent(ctx, propagation.MapCarrier(e.Delivery.Headers), e.Delivery.TraceID)
+	}
+	d := e.Delivery
+	name := d.URN
+	if name == "" || d.Rejected {
+		name = d.Queue
+	}
+	kind, dest := trace.SpanKindInternal, d.Queue
+	if len(e.Writes) > 0 {
+		kind, dest = trace.SpanKindProducer, e.Writes[0].Queue
+	}
+	now := time.Now()
+	_, span := t.tracer.Start(parent, string(e.Action)+" "+name,
+		trace.WithSpanKind(kind), trace.WithTimestamp(now.Add(-e.Duration)),
+		trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSettle,
+			semconv.MessagingDestinationName(dest)))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attrOperation.String("settle"),
+			semconv.MessagingOperationName(string(e.Action)),
+			semconv.MessagingMessageID(d.ID),
+			semconv.MessagingMessageConversationID(d.TraceID),
+			semconv.MessagingMessageBodySize(d.BodySize),
+			AttrURN.String(d.URN),
+			AttrLang.String(d.Lang),
+			AttrAttempts.Int(e.Attempts),
+			AttrKind.String(string(e.Kind)),
+			AttrAction.String(string(e.Action)),
+		)
+		if e.Reason != "" {
+			span.SetAttributes(AttrReason.String(e.Reason))
+		}
+		if len(e.Writes) > 0 && e.Writes[0].Delay > 0 {
+			span.SetAttributes(AttrDelay.Int64(e.Writes[0].Delay.Milliseconds()))
+		}
+		if !found && e.Cause != nil {
+			span.RecordError(e.Cause)
+		}
+		if e.Err != nil {
+			fail(span, e.Err)
+		}
+	}
+	span.End(trace.WithTimestamp(now))
+}
+
+// handlerRan reports the kinds of delivery whose handler ran (under the middleware).
+func handlerRan(k babelqueue.Kind) bool {
+	switch k {
+	case babelqueue.KindHandled, babelqueue.KindFailed, babelqueue.KindUnretryable, babelqueue.KindRequeued:
+		return true
+	}
+	return false
+}
+
+// messageCarrier reads a message's headers for a propagator.
+type messageCarrier struct{ m *babelqueue.Message }
+
+func (c messageCarrier) Get(key string) string { return c.m.Header(key) }
+func (c messageCarrier) Set(string, string)    {}
+func (c messageCarrier) Keys() []string {
+	h := c.m.Headers()
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
