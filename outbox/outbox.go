@@ -61,7 +61,8 @@ type Store interface {
 	// Claim takes up to limit rows that are due, oldest first, and holds them until the
 	// claim ends, so no other claim takes them meanwhile. A keyed row is claimed only
 	// when every earlier unpublished row of its key is in the same claim. An empty
-	// claim (no records) must still be ended.
+	// claim (no records) must still be ended. ctx bounds the call, not the claim: the
+	// claim lasts until its Commit or Rollback.
 	Claim(ctx context.Context, limit int) (Claim, error)
 }
 

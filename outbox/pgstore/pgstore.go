@@ -280,7 +280,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (outbox.Claim, error) {
 	if limit <= 0 {
 		return nil, errors.New("pgstore: claim limit must be positive")
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	// database/sql rolls a transaction back when the context it began with ends; the
+	// claim outlives this call (ctx bounds the claim's queries, not the claim itself).
+	tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -356,5 +357,25 @@ func TestDroppedRowsAreNotHeld(t *testing.T) {
 	defer c.Rollback(ctx)
 	if got := ids(c.Records()); !slices.Equal(got, []int64{ra[0] + 1}) {
 		t.Fatalf("third claim took %v, want a2, which the open second claim must not hold", got)
+	}
+}
+
+// The context of Claim bounds the call, not the claim: a claim whose context has ended
+// still commits (database/sql would roll back a transaction begun with that context).
+func TestClaimOutlivesItsContext(t *testing.T) {
+	s, db := newStore(t)
+	save(t, db, s, &transport.Message{Queue: "q", Body: []byte("1")})
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, err := s.Claim(cctx, 10)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let database/sql notice the ended context
+	if err := c.Commit(ctxT(t), outbox.Result{Published: ids(c.Records())}); err != nil {
+		t.Fatalf("Commit after Claim's context ended: %v", err)
+	}
+	if n, _ := s.Pending(ctxT(t)); n != 0 {
+		t.Fatalf("%d pending, want 0", n)
 	}
 }
