@@ -23,11 +23,19 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/babelqueue-go/babelqueue => ../
+
+require (
+	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
+	go.opentelemetry.io/otel/sdk v1.47.0
+)
+
+replace github.com/babelqueue-go/babelqueue/transport/redis => ../transport/redis
