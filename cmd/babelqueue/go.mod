@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
+	github.com/babelqueue-go/babelqueue/outbox/pgstore v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/schema v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/artemis v0.0.0-00010101000000-000000000000
@@ -12,10 +13,12 @@ require (
 	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/servicebus v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/sqs v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
 )
 
 replace (
 	github.com/babelqueue-go/babelqueue => ../..
+	github.com/babelqueue-go/babelqueue/outbox/pgstore => ../../outbox/pgstore
 	github.com/babelqueue-go/babelqueue/schema => ../../schema
 	github.com/babelqueue-go/babelqueue/transport/amqp => ../../transport/amqp
 	github.com/babelqueue-go/babelqueue/transport/artemis => ../../transport/artemis
@@ -67,6 +70,9 @@ require (
 	github.com/google/shlex v0.0.0-20191202100458-e7afc7fbc510 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hamba/avro/v2 v2.29.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect

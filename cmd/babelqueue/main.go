@@ -34,6 +34,7 @@ Usage:
   babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
   babelqueue redrive [flags] URL                move dead-lettered messages back to their queue
   babelqueue schema check -registry DIR FILE... validate envelopes or data files against a babelqueue-registry
+  babelqueue outbox relay -db DSN URL           publish the transactional outbox's rows (also: outbox migrate, outbox schema)
   babelqueue version                            print the SDK version
 
 Run "babelqueue <command> -h" for a command's flags.
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = redrive(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
+	case "outbox":
+		err = outboxCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		err = version(stdout)
 	case "help", "-h", "-help", "--help":
