@@ -190,8 +190,8 @@ func (f *Fields) unprotect(ctx context.Context, urn string, data []byte) ([]byte
 	})
 }
 
-// each runs leaf on every value at a sensitive path of urn's schema, in path order,
-// and says whether any value changed.
+// each runs leaf on every value at a sensitive path of urn's schema, in the order of
+// data, and says whether any value changed.
 func (f *Fields) each(urn string, data []byte, leaf leafFunc) ([]byte, bool, error) {
 	s := f.p.Schema(urn)
 	if s == nil || len(data) == 0 {
@@ -201,15 +201,19 @@ func (f *Fields) each(urn string, data []byte, leaf leafFunc) ([]byte, bool, err
 	if err != nil {
 		return nil, false, err
 	}
-	out, changed := data, false
-	for _, p := range paths {
-		next, err := apply(out, p.Steps, "", leaf)
-		if err != nil {
-			return nil, false, err
-		}
-		if next != nil {
-			out, changed = next, true
-		}
+	if len(paths) == 0 {
+		return data, false, nil
 	}
-	return out, changed, nil
+	steps := make([][]schema.Step, len(paths))
+	for i, p := range paths {
+		steps[i] = p.Steps
+	}
+	out, err := apply(data, steps, "", leaf)
+	if err != nil {
+		return nil, false, err
+	}
+	if out == nil {
+		return data, false, nil
+	}
+	return out, true, nil
 }

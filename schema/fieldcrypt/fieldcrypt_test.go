@@ -190,8 +190,8 @@ func TestUnprotectFailures(t *testing.T) {
 	if !errors.As(err, &de) || !errors.Is(err, fieldcrypt.ErrDecrypt) || !errors.Is(err, fieldcrypt.ErrNoKeyOpens) {
 		t.Fatalf("wrong key: %v", err)
 	}
-	if de.URN != usersURN || de.Pointer != "/addresses/0/line" {
-		t.Fatalf("wrong key: %+v, want the first marked path", de)
+	if de.URN != usersURN || de.Pointer != "/email" {
+		t.Fatalf("wrong key: %+v, want the first marked value in data", de)
 	}
 	if msg := err.Error(); strings.Contains(msg, base64.StdEncoding.EncodeToString(k1.Secret)) || !strings.Contains(msg, "k2") {
 		t.Fatalf("error text %q", msg)
