@@ -29,12 +29,42 @@ func Live(app *babelqueue.App) http.Handler {
 	return health(app, func(h babelqueue.Health) bool { return h.Running })
 }
 
+// ReadyOption tunes [Ready].
+type ReadyOption func(*readyConfig)
+
+type readyConfig struct{ recovered time.Duration }
+
+// WithRecoveryWindow sets how long after the last failed receive an app counts as
+// receiving again when no delivery has arrived since (default 15 s). The runtime retries
+// a failed receive after at most 5 s, so a receive error that is not repeated within the
+// window means the broker answers again, even on an idle queue. Make it longer than the
+// time the transport takes to fail a receive on a broker that is away.
+func WithRecoveryWindow(d time.Duration) ReadyOption {
+	return func(c *readyConfig) {
+		if d > 0 {
+			c.recovered = d
+		}
+	}
+}
+
 // Ready answers a Kubernetes readiness probe: 200 while the app's consumer receives and
-// the broker answers (Run is running, its consumer is open and its last receive did not
-// fail), 503 otherwise: before Run has opened the consumer, while the broker is away and
-// after Run has returned.
-func Ready(app *babelqueue.App) http.Handler {
-	return health(app, func(h babelqueue.Health) bool { return h.Running && h.Consuming })
+// the broker answers, 503 otherwise: before Run has opened the consumer, while receives
+// fail (the broker is away) and after Run has returned. After a failed receive the app
+// is ready again once a delivery arrives, or once the recovery window
+// ([WithRecoveryWindow]) has passed without another failure.
+func Ready(app *babelqueue.App, opts ...ReadyOption) http.Handler {
+	c := readyConfig{recovered: 15 * time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return health(app, func(h babelqueue.Health) bool {
+		if !h.Running {
+			return false
+		}
+		return h.Consuming || h.LastReceiveError != nil && time.Since(h.LastReceiveErrorAt) > c.recovered
+	})
 }
 
 func health(app *babelqueue.App, ok func(babelqueue.Health) bool) http.Handler {
