@@ -11,7 +11,6 @@ import (
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/schema"
 	"github.com/babelqueue-go/babelqueue/schema/internal/schematest"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 
 	_ "github.com/babelqueue-go/babelqueue/transport/redis"
 )
@@ -78,14 +77,7 @@ func TestRedisInvalidDeadLetteredOnFirstDelivery(t *testing.T) {
 	schematest.Python(t, map[string]any{"schema": nil, "data": map[string]any{"order_id": 0, "amount": 12.5}},
 		"produce", r.URL, r.Queue, ordersURN, "-")
 
-	rec := transporttest.NewRecorder()
-	app, err := babelqueue.Open(context.Background(), r.URL,
-		babelqueue.WithQueue(r.Queue), babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(5),
-		babelqueue.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close(context.Background())
+	app, rec := r.Consumer(t)
 	app.Use(schema.Middleware(loadExamples(t)))
 	var calls atomic.Int32
 	app.Handle(ordersURN, func(context.Context, *babelqueue.Message) error { calls.Add(1); return nil })

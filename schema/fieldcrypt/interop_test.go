@@ -16,7 +16,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/schema"
 	"github.com/babelqueue-go/babelqueue/schema/fieldcrypt"
 	"github.com/babelqueue-go/babelqueue/schema/internal/schematest"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 
 	_ "github.com/babelqueue-go/babelqueue/transport/redis"
 )
@@ -112,14 +111,7 @@ func TestWrongKeyAgreement(t *testing.T) {
 // not run) and the settlement.
 func runGo(t *testing.T, r *schematest.Redis, c fieldcrypt.Cipher) (json.RawMessage, babelqueue.SettledEvent) {
 	t.Helper()
-	rec := transporttest.NewRecorder()
-	app, err := babelqueue.Open(context.Background(), r.URL,
-		babelqueue.WithQueue(r.Queue), babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(3),
-		babelqueue.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close(context.Background())
+	app, rec := r.Consumer(t)
 	reg := registry(t)
 	fields := newFields(t, reg, c)
 	app.Use(fields.Unprotect, schema.Middleware(reg))

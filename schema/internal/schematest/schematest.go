@@ -59,6 +59,21 @@ func NewRedis(t testing.TB) *Redis {
 	return r
 }
 
+// Consumer opens an app on r's queue with dead-lettering on, max_attempts 5 and rec as
+// its observer; the test's cleanup closes it.
+func (r *Redis) Consumer(t testing.TB) (*babelqueue.App, *transporttest.Recorder) {
+	t.Helper()
+	rec := transporttest.NewRecorder()
+	app, err := babelqueue.Open(context.Background(), r.URL,
+		babelqueue.WithQueue(r.Queue), babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(5),
+		babelqueue.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close(context.Background()) })
+	return app, rec
+}
+
 // Raw returns the elements of list, the bytes exactly as Redis holds them.
 func (r *Redis) Raw(t testing.TB, list string) [][]byte {
 	t.Helper()
