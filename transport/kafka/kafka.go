@@ -288,7 +288,7 @@ type Transport struct {
 	failCount   int              // publishes not delivered since the last Flush or Close
 	failReports []*DeliveryError // the first maxReported of them
 
-	streaks  sync.Map // topic → *atomic.Int32: settle writes failed in a row
+	streaks  sync.Map // topic → *streak: settle writes failed in a row
 	repairMu sync.Mutex
 	repaired map[string]time.Time // when a topic's metadata was last repaired
 

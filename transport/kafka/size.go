@@ -66,10 +66,21 @@ const defaultBatchMax = 1000012
 // loadLimit lowers the transport's record limit to the broker's message.max.bytes when
 // that is lower than the producer's own limit.
 func (t *Transport) loadLimit(ctx context.Context) error {
-	rcs, err := kadm.NewClient(t.prod).DescribeBrokerConfigs(ctx)
+	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
+	brokers, err := adm.ListBrokers(ctx)
 	if err != nil {
 		return err
 	}
+	if len(brokers) == 0 {
+		return errors.New("the cluster lists no broker")
+	}
+	// Without a broker id, DescribeConfigs answers for the cluster-wide dynamic
+	// defaults only, which leave out a static message.max.bytes.
+	rcs, err := adm.DescribeBrokerConfigs(ctx, brokers.NodeIDs()...)
+	if err != nil {
+		return err
+	}
+	found := false
 	for _, rc := range rcs {
 		if rc.Err != nil {
 			return rc.Err
@@ -82,14 +93,28 @@ func (t *Transport) loadLimit(ctx context.Context) error {
 			if err != nil || n <= 0 {
 				return fmt.Errorf("broker %s reports message.max.bytes=%q", rc.Name, *c.Value)
 			}
-			for {
-				cur := t.limit.Load()
-				if cur > 0 && int64(n) >= cur || t.limit.CompareAndSwap(cur, int64(n)) {
-					break
-				}
-			}
-			return nil
+			t.lowerLimit(n)
+			found = true
 		}
 	}
-	return errors.New("no broker reported message.max.bytes")
+	if !found {
+		return errors.New("no broker reported message.max.bytes")
+	}
+	return nil
 }
+
+// lowerLimit sets the record limit to n unless it is lower already.
+func (t *Transport) lowerLimit(n int) {
+	for {
+		cur := t.limit.Load()
+		if cur > 0 && int64(n) >= cur || t.limit.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+// MaxRecordBytes returns the largest record batch the transport produces: the lower of
+// the producer's ProducerBatchMaxBytes and the brokers' message.max.bytes (once read). A
+// message whose record would not fit is refused by Publish with a
+// [*transport.TooLargeError]. A topic's own max.message.bytes is not read.
+func (t *Transport) MaxRecordBytes() int { return int(t.limit.Load()) }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -134,12 +134,31 @@ func holdAfter(n int) time.Duration {
 // repair about it (a deleted topic's stale metadata, a missing topic) and returns how
 // many writes to topic failed in a row.
 func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err error) int {
-	v, _ := t.streaks.LoadOrStore(topic, new(atomic.Int32))
-	n := int(v.(*atomic.Int32).Add(1))
+	v, _ := t.streaks.LoadOrStore(topic, &streak{})
+	n := v.(*streak).fail(time.Now())
 	if needsRepair(err) {
 		t.repair(ctx, topic, err)
 	}
 	return n
+}
+
+// streak counts the settle writes to one topic that failed in a row. Failures during
+// the hold the last one started (the other deliveries in flight when a topic goes away)
+// count once.
+type streak struct {
+	mu   sync.Mutex
+	n    int
+	last time.Time
+}
+
+func (s *streak) fail(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 || now.Sub(s.last) >= holdAfter(s.n) {
+		s.n++
+		s.last = now
+	}
+	return s.n
 }
 
 // settleWriteConfirmed ends the failure streak of topic.

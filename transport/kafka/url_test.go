@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -40,7 +43,7 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: seeds %v, want %v", c.url, s.seeds, c.seeds)
 		}
 	}
-	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0")
+	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&session_timeout=6s&heartbeat_interval=500ms&dial_timeout=3&confirm=1")
 	s, err := parseURL(u)
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +52,29 @@ func TestParseURL(t *testing.T) {
 	for _, o := range s.opts {
 		o(&cfg)
 	}
-	if cfg.group != "g" || cfg.deliveryTimeout != 2500*time.Millisecond || cfg.autoCreate {
+	if cfg.group != "g" || cfg.deliveryTimeout != 2500*time.Millisecond || cfg.autoCreate ||
+		cfg.sessionTimeout != 6*time.Second || cfg.heartbeatInterval != 500*time.Millisecond ||
+		cfg.dialTimeout != 3*time.Second || !cfg.confirmPublish {
 		t.Errorf("options from the URL: %+v", cfg)
+	}
+	// The defaults: a 10 s session (fast failover after a crash), 1 s heartbeats.
+	d := defaults()
+	if d.sessionTimeout != 10*time.Second || d.heartbeatInterval != time.Second || d.dialTimeout != 10*time.Second || d.confirmPublish {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+// TestConfirmedPublishCapability: Publish is confirmed only with ?confirm=1, and the
+// capability says so.
+func TestConfirmedPublishCapability(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		tr, err := newTransport(nil, false, nil, WithConfirmedPublish(on))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Capabilities().PublishConfirmed; got != on {
+			t.Errorf("WithConfirmedPublish(%v): Capabilities().PublishConfirmed = %v", on, got)
+		}
 	}
 }
 
@@ -68,6 +92,14 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"kafka://u:s3cr3t@h:9092?sasl=kerberos", "sasl"},
 		{"kafka://h:9092?sasl=plain", "sasl"},
 		{"kafka://u:s3cr3t@h:9092?tls=sometimes", "tls"},
+		{"kafka://u:s3cr3t@h:9092?session_timeout=500ms", "session_timeout"},
+		{"kafka://u:s3cr3t@h:9092?session_timeout=soon", "session_timeout"},
+		{"kafka://u:s3cr3t@h:9092?session_timeout=6s&heartbeat_interval=6s", "heartbeat_interval"},
+		{"kafka://u:s3cr3t@h:9092?heartbeat_interval=11s", "heartbeat_interval"}, // the default session is 10s
+		{"kafka://u:s3cr3t@h:9092?heartbeat_interval=0", "heartbeat_interval"},
+		{"kafka://u:s3cr3t@h:9092?dial_timeout=0", "dial_timeout"},
+		{"kafka://u:s3cr3t@h:9092?confirm=perhaps", "confirm"},
+		{"kafka://u:s3cr3t@h:9092?client_id=", "client_id"},
 		{"kafka://u:s3cr3t@h:99999", "host"},
 		{"kafka://u:s3cr3t@h:0", "host"},
 		{"kafka://u:s3cr3t@h:9092,", ""}, // rejected by url.Parse itself
@@ -101,17 +133,51 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 }
 
 // TestOpenUnreachable checks that Open fails, without the password, when no broker
-// answers.
+// answers: at once on a refused connection, and within the dial timeout when the port
+// accepts connections but nothing answers; franz-go's own warnings go to the logger the
+// runtime hands to openers.
 func TestOpenUnreachable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	var logs transporttest.LogBuffer
+	ctx := transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(&logs, nil)))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := transport.Open(ctx, "kafka://u:s3cr3t@127.0.0.1:1")
+	_, err := transport.Open(cctx, "kafka://u:s3cr3t@127.0.0.1:1")
 	if err == nil {
 		t.Fatal("Open on a closed port succeeded")
 	}
 	if strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("error echoes the password: %v", err)
 	}
+	if !strings.Contains(logs.String(), "client=franz-go") || !strings.Contains(logs.String(), "unable to open connection") {
+		t.Errorf("franz-go's warnings did not reach the context's logger; it holds:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cr3t") {
+		t.Errorf("the log echoes the password:\n%s", logs.String())
+	}
+
+	// A port that accepts connections and never answers: Open gives up after the dial
+	// timeout, with no deadline of its own on ctx.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	start := time.Now()
+	_, err = transport.Open(context.Background(), "kafka://"+l.Addr().String()+"?dial_timeout=1s")
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "dial timeout (1s)") {
+		t.Fatalf("Open on a silent port = %v, want an error naming the dial timeout", err)
+	}
+	t.Logf("Open on a silent port failed after %s: %v", took.Round(time.Millisecond), err)
 }
 
 func TestParseAttempts(t *testing.T) {
