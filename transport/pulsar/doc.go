@@ -21,9 +21,32 @@
 //
 //	subscription       the subscription name (default "babelqueue")
 //	subscription_type  shared (default), exclusive, failover or key_shared
+//	connect_timeout    how long Open and each new connection wait for the broker (default 10s)
+//	send_timeout       how long a write waits for the broker's confirmation when its context has no deadline (default 30s)
+//	nack_delay         how long the broker waits before it redelivers a rewound delivery (default 1s)
+//	max_message_size   the broker's maxMessageSize in bytes (default 5242880)
 //
-// Any other parameter, a parameter given twice, a malformed value, a user, a path or a
-// missing host is an error from Open that names the part at fault.
+// Durations are Go durations ("1500ms", "30s") or a bare number of seconds, the grammar
+// every BabelQueue URL shares. Any other parameter, a parameter given twice, a malformed
+// or out-of-range value, a user, a path or a missing host is an error from Open that
+// names the part at fault.
+//
+// [OpenURL] checks that a broker of the URL accepts a connection within connect_timeout
+// and otherwise fails with one error matching [ErrUnreachable] (the Pulsar client itself
+// would retry a missing broker until each operation's timeout, logging every attempt).
+// The client's log lines go through the transport's logger, marked
+// component=pulsar-client, its Info lines lowered to Debug; opened through
+// transport.Open (babelqueue.Open) that is the App's logger.
+//
+// # Message size
+//
+// The broker refuses a message larger than its maxMessageSize, counting the payload with
+// its metadata. Every write, Publish and settle write alike, is checked first: the body,
+// the properties and the key together may be at most max_message_size less
+// [MetadataReserve] bytes (left for the producer name, sequence id and timestamps the
+// client adds). A larger write fails with a *transport.TooLargeError (matching
+// transport.ErrTooLarge) naming the size and that limit; a settle write refused so also
+// matches transport.ErrSettleWrite and acknowledges nothing.
 //
 // # Topics
 //
@@ -64,7 +87,10 @@
 // producer cached per topic; it counts once the broker confirmed it. Settle with Ack
 // sends the settle writes, waits for each confirmation and only then acknowledges the
 // delivery; when a write fails nothing is acknowledged and the error matches
-// [transport.ErrSettleWrite], and the runtime then rewinds the delivery. Rewind is a
+// [transport.ErrSettleWrite], and the runtime then rewinds the delivery. The writes are
+// made in order and the first that fails stops them: those before it stay made (Pulsar
+// cannot take them back) and are made again when the redelivery is settled, so a
+// consumer of a retry or dead-letter topic sees them at least once. Rewind is a
 // negative acknowledgement: the broker redelivers the message after the nack
 // redelivery delay (1s by default, [WithNackRedeliveryDelay]) with its redelivery count
 // one higher. A retry is a re-publish to the same topic with bq-attempts+1 and an ack of
@@ -73,8 +99,11 @@
 // Consumers subscribe at the earliest position, so messages published before the
 // subscription first existed are received. The client's receiver queue is the
 // prefetch, and no more than [transport.ConsumeOptions.Prefetch] deliveries are handed
-// out and unsettled at a time. Closing a consumer gives its unsettled deliveries back to
-// the broker.
+// out and unsettled at a time. While settlements keep failing, Receive backs off (50 ms
+// doubling to 2 s) and the failures are logged with their cause. Closing a consumer
+// gives its unsettled deliveries back to the broker; settling one of them afterwards
+// fails with an error matching transport.ErrClosed. HandOff is not offered (Pulsar has
+// no redrive the runtime hands work to) and is refused with transport.ErrUnsupported.
 //
 // # Delays
 //

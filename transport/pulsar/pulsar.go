@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
 	pclog "github.com/apache/pulsar-client-go/pulsar/log"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -72,6 +75,8 @@ type options struct {
 	subType         SubscriptionType
 	nackDelay       time.Duration
 	sendTimeout     time.Duration
+	connectTimeout  time.Duration
+	maxMessageSize  int
 	batching        bool
 	closeClient     bool
 	producerOptions func(*pc.ProducerOptions)
@@ -105,23 +110,37 @@ func WithSubscriptionType(t SubscriptionType) Option {
 }
 
 // WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a delivery
-// that was rewound (negatively acknowledged). Default 1s.
+// that was rewound (negatively acknowledged). Default 1s; the URL parameter nack_delay
+// sets the same. A delay that is not positive makes [New] and [OpenURL] fail.
 func WithNackRedeliveryDelay(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.nackDelay = d
-		}
-	}
+	return func(o *options) { o.nackDelay = d }
 }
 
 // WithSendTimeout bounds the wait for the broker to confirm a write when the caller's
-// context has no deadline (default 30s).
+// context has no deadline (default 30s); the URL parameter send_timeout sets the same.
+// A timeout that is not positive makes [New] and [OpenURL] fail.
 func WithSendTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.sendTimeout = d
-		}
-	}
+	return func(o *options) { o.sendTimeout = d }
+}
+
+// WithConnectTimeout bounds how long [OpenURL] waits for the broker to answer, and how
+// long the client it builds waits for each new connection (default
+// [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same. [New]
+// ignores it: the client is yours.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(o *options) { o.connectTimeout = d }
+}
+
+// WithMaxMessageSize tells the transport the broker's maxMessageSize in bytes (default
+// [DefaultMaxMessageSize], the broker's own default); the URL parameter
+// max_message_size sets the same. The broker counts a message's payload with its
+// metadata, so the transport allows the body, properties and key together up to that
+// size less [MetadataReserve] for what the client adds (producer name, sequence id,
+// timestamps). A larger write fails before it reaches the client with an error
+// matching [transport.ErrTooLarge] that names the size and that limit. A size not above
+// MetadataReserve makes [New] and [OpenURL] fail.
+func WithMaxMessageSize(n int) Option {
+	return func(o *options) { o.maxMessageSize = n }
 }
 
 // WithBatching turns on the Pulsar producer's batching. It is off by default: every
@@ -149,18 +168,49 @@ func WithCloseClient() Option {
 	return func(o *options) { o.closeClient = true }
 }
 
+// Defaults of the options that bound the transport's waits and writes.
+const (
+	// DefaultConnectTimeout bounds the wait for a connection to the broker.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultMaxMessageSize is the broker's default maxMessageSize (5 MiB).
+	DefaultMaxMessageSize = 5 << 20
+	// MetadataReserve is the part of the broker's maxMessageSize the size check leaves
+	// for the metadata the Pulsar client adds to every message.
+	MetadataReserve = 512
+)
+
 func buildOptions(opts []Option) options {
 	o := options{
-		logger:       slog.Default(),
-		subscription: DefaultSubscription,
-		subType:      Shared,
-		nackDelay:    time.Second,
-		sendTimeout:  30 * time.Second,
+		logger:         slog.Default(),
+		subscription:   DefaultSubscription,
+		subType:        Shared,
+		nackDelay:      time.Second,
+		sendTimeout:    30 * time.Second,
+		connectTimeout: DefaultConnectTimeout,
+		maxMessageSize: DefaultMaxMessageSize,
 	}
 	for _, f := range opts {
 		f(&o)
 	}
 	return o
+}
+
+// check refuses option values the transport cannot work with.
+func (o options) check() error {
+	if _, ok := o.subType.native(); !ok {
+		return fmt.Errorf("pulsar: unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(o.subType))
+	}
+	switch {
+	case o.nackDelay <= 0:
+		return fmt.Errorf("pulsar: the nack redelivery delay must be positive, not %s", o.nackDelay)
+	case o.sendTimeout <= 0:
+		return fmt.Errorf("pulsar: the send timeout must be positive, not %s", o.sendTimeout)
+	case o.connectTimeout <= 0:
+		return fmt.Errorf("pulsar: the connect timeout must be positive, not %s", o.connectTimeout)
+	case o.maxMessageSize <= MetadataReserve:
+		return fmt.Errorf("pulsar: the maximum message size must be above %d bytes, not %d", MetadataReserve, o.maxMessageSize)
+	}
+	return nil
 }
 
 // Config is what a pulsar:// URL says, parsed by [ParseURL].
@@ -172,6 +222,35 @@ type Config struct {
 	Subscription string
 	// SubscriptionType is the subscription type.
 	SubscriptionType SubscriptionType
+	// ConnectTimeout is the connect_timeout parameter; zero when not given.
+	ConnectTimeout time.Duration
+	// SendTimeout is the send_timeout parameter; zero when not given.
+	SendTimeout time.Duration
+	// NackDelay is the nack_delay parameter; zero when not given.
+	NackDelay time.Duration
+	// MaxMessageSize is the max_message_size parameter in bytes; zero when not given.
+	MaxMessageSize int
+}
+
+// urlParams are the query parameters a pulsar:// URL accepts.
+var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size"}
+
+// options returns the options the URL's parameters stand for.
+func (c Config) options() []Option {
+	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType)}
+	if c.ConnectTimeout > 0 {
+		opts = append(opts, WithConnectTimeout(c.ConnectTimeout))
+	}
+	if c.SendTimeout > 0 {
+		opts = append(opts, WithSendTimeout(c.SendTimeout))
+	}
+	if c.NackDelay > 0 {
+		opts = append(opts, WithNackRedeliveryDelay(c.NackDelay))
+	}
+	if c.MaxMessageSize > 0 {
+		opts = append(opts, WithMaxMessageSize(c.MaxMessageSize))
+	}
+	return opts
 }
 
 // ParseURL reads a pulsar:// or pulsar+ssl:// URL. Errors match [transport.ErrBadURL]
@@ -195,7 +274,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.User != nil {
 		return bad("user", "pulsar:// URLs carry no credentials; build a client with token or TLS authentication and use pulsar.New")
 	}
-	if err := transport.CheckParams(u, "subscription", "subscription_type"); err != nil {
+	if err := transport.CheckParams(u, urlParams...); err != nil {
 		return Config{}, err
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -226,60 +305,101 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		hosts = append(hosts, net.JoinHostPort(host, port))
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if len(vs) > 1 {
-			return bad(k, "given more than once")
-		}
+	q, err := transport.ParseQuery(u)
+	if err != nil {
+		return Config{}, err
 	}
 	c := Config{
 		ServiceURL:       scheme + "://" + strings.Join(hosts, ","),
 		Subscription:     DefaultSubscription,
 		SubscriptionType: Shared,
 	}
-	if q.Has("subscription") {
-		c.Subscription = q.Get("subscription")
-		if strings.TrimSpace(c.Subscription) == "" {
-			return bad("subscription", "empty")
-		}
+	if v, ok, err := q.NonEmpty("subscription"); err != nil {
+		return Config{}, err
+	} else if ok {
+		c.Subscription = v
 	}
-	if q.Has("subscription_type") {
-		st := SubscriptionType(strings.ToLower(q.Get("subscription_type")))
+	if v, ok := q.String("subscription_type"); ok {
+		st := SubscriptionType(strings.ToLower(v))
 		if _, ok := st.native(); !ok || st == "" {
 			return bad("subscription_type", "want shared, exclusive, failover or key_shared")
 		}
 		c.SubscriptionType = st
 	}
+	for _, d := range []struct {
+		name   string
+		lo, hi time.Duration
+		into   *time.Duration
+	}{
+		{"connect_timeout", 10 * time.Millisecond, 10 * time.Minute, &c.ConnectTimeout},
+		{"send_timeout", 10 * time.Millisecond, time.Hour, &c.SendTimeout},
+		{"nack_delay", time.Millisecond, 24 * time.Hour, &c.NackDelay},
+	} {
+		if *d.into, _, err = q.Duration(d.name, time.Second, d.lo, d.hi); err != nil {
+			return Config{}, err
+		}
+	}
+	if c.MaxMessageSize, _, err = q.Int("max_message_size", MetadataReserve+1, math.MaxInt32); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 
 // OpenURL builds a transport from a pulsar:// or pulsar+ssl:// URL. The options are
-// applied after the URL's parameters. The client it builds is closed by
-// [Transport.Close].
+// applied after the URL's parameters; the logger defaults to the one ctx carries
+// ([transport.LoggerFrom]), and the Pulsar client logs through it too. OpenURL checks
+// that a broker of the URL answers within the connect timeout and fails with an error
+// matching [ErrUnreachable] when none does, rather than leaving the client to retry in
+// the background. The client it builds is closed by [Transport.Close].
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	cfg, err := ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	all := append([]Option{WithSubscription(cfg.Subscription), WithSubscriptionType(cfg.SubscriptionType)}, opts...)
-	o := buildOptions(all)
+	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, cfg.options()...)
+	o := buildOptions(append(all, opts...))
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if err := probe(ctx, cfg.ServiceURL, o.connectTimeout); err != nil {
+		return nil, err
+	}
 	client, err := pc.NewClient(pc.ClientOptions{
 		URL:               cfg.ServiceURL,
 		Logger:            pclog.NewLoggerWithSlog(slog.New(quietInfo{o.logger.Handler()}).With("component", "pulsar-client")),
 		OperationTimeout:  30 * time.Second,
-		ConnectionTimeout: 10 * time.Second,
+		ConnectionTimeout: o.connectTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: client for %s: %w", transport.RedactURL(u), err)
 	}
-	t, err := newTransport(client, o)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
+	t := newTransport(client, o)
 	t.ownsClient = true
-	_ = ctx // the Pulsar client connects lazily, on the first producer or consumer
 	return t, nil
+}
+
+// ErrUnreachable matches the error of [OpenURL] when no broker of the URL accepted a
+// connection within the connect timeout.
+var ErrUnreachable = errors.New("pulsar: broker unreachable")
+
+// probe dials the brokers of serviceURL until one accepts a TCP connection, within
+// timeout (and ctx). The Pulsar client itself would retry a missing broker until each
+// operation's timeout, logging every attempt.
+func probe(ctx context.Context, serviceURL string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, hosts, _ := strings.Cut(serviceURL, "://")
+	d := net.Dialer{}
+	var errs []error
+	for _, hp := range strings.Split(hosts, ",") {
+		conn, err := d.DialContext(ctx, "tcp", hp)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("%w: no broker of %s accepted a connection within %s (connect_timeout): %w", ErrUnreachable, serviceURL, timeout, errors.Join(errs...))
 }
 
 // New builds a transport around a client you built yourself (TLS, token or OAuth2
@@ -290,25 +410,22 @@ func New(client pc.Client, opts ...Option) (*Transport, error) {
 		return nil, errors.New("pulsar: New needs a client")
 	}
 	o := buildOptions(opts)
-	t, err := newTransport(client, o)
-	if err != nil {
+	if err := o.check(); err != nil {
 		return nil, err
 	}
+	t := newTransport(client, o)
 	t.ownsClient = o.closeClient
 	return t, nil
 }
 
-func newTransport(client pc.Client, o options) (*Transport, error) {
-	if _, ok := o.subType.native(); !ok {
-		return nil, fmt.Errorf("pulsar: unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(o.subType))
-	}
+func newTransport(client pc.Client, o options) *Transport {
 	return &Transport{
 		client:    client,
 		opts:      o,
 		log:       o.logger,
 		producers: map[string]*producerSlot{},
 		consumers: map[*consumer]struct{}{},
-	}, nil
+	}
 }
 
 // Transport is a connection to a Pulsar cluster. It is safe for concurrent use.
@@ -317,6 +434,9 @@ type Transport struct {
 	opts       options
 	log        *slog.Logger
 	ownsClient bool
+
+	// settleFault, when set (by tests), fails the settle writes it returns an error for.
+	settleFault atomic.Pointer[func(*transport.Message) error]
 
 	mu        sync.Mutex
 	closed    bool
@@ -411,6 +531,9 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if len(m.Body) == 0 {
 		return ErrEmptyBody
 	}
+	if err := transport.CheckSize("pulsar", m.Queue, wireSize(m), t.opts.maxMessageSize-MetadataReserve); err != nil {
+		return err
+	}
 	p, err := t.producer(ctx, m.Queue)
 	if err != nil {
 		return err
@@ -421,7 +544,36 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		defer cancel()
 	}
 	_, err = p.Send(ctx, producerMessage(m))
+	if err != nil && (errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize")) {
+		// The broker's maxMessageSize is below max_message_size. The client reports it
+		// with an error of its internal package, known only by its text.
+		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
+			transport.ErrTooLarge, wireSize(m), m.Queue, t.opts.maxMessageSize, err)
+	}
 	return err
+}
+
+// wireSize is what the size check counts of m: the body, the properties and the key,
+// as the broker counts them within a message's metadata.
+func wireSize(m *transport.Message) int {
+	n := len(m.Body)
+	for k, v := range Properties(m) {
+		n += len(k) + len(v) + 8 // the key-value entry's tags and lengths
+	}
+	if len(m.Key) > 0 {
+		n += len(m.Key) + 4
+	}
+	return n
+}
+
+// sendSettle makes one settle write, unless a test's fault hook refuses it.
+func (t *Transport) sendSettle(ctx context.Context, m *transport.Message) error {
+	if f := t.settleFault.Load(); f != nil {
+		if err := (*f)(m); err != nil {
+			return err
+		}
+	}
+	return t.send(ctx, m)
 }
 
 // Publish writes one message to the topic m.Queue and waits for the broker to confirm
@@ -490,8 +642,12 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		t:     t,
 		queue: queue,
 		pc:    r.c,
-		slots: make(chan struct{}, prefetch),
-		done:  make(chan struct{}),
+		book: ledger.New[pc.Message](ledger.Config{
+			Broker:   "pulsar",
+			Queue:    queue,
+			Prefetch: prefetch,
+			Logger:   t.log,
+		}),
 	}
 	t.mu.Lock()
 	if t.closed {

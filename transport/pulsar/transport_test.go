@@ -2,6 +2,7 @@ package pulsar_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/url"
@@ -58,10 +59,18 @@ func openTransport(t testing.TB, query string, opts ...pulsar.Option) *pulsar.Tr
 func kitConfig() transporttest.Config {
 	return transporttest.Config{
 		Open: func(t *testing.T) transport.Transport {
-			return openTransport(t, "")
+			return openTransport(t, "nack_delay=200ms")
 		},
 		NativeRedeliveries: true,
 		QuietPeriod:        2 * time.Second,
+		BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
+			return pulsar.FailSettleWrites(tr.(*pulsar.Transport), func(*transport.Message) error {
+				return errors.New("settle writes broken by the test")
+			})
+		},
+		PrefetchBound:         true,
+		SettleAfterClose:      true,
+		RefusesBadSettlements: true,
 	}
 }
 

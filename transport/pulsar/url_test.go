@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	pc "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
@@ -24,6 +27,15 @@ func TestParseURL(t *testing.T) {
 		{"pulsar://h?subscription_type=Exclusive", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Exclusive}},
 		{"pulsar://h?subscription_type=failover", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Failover}},
 		{"pulsar://h?subscription_type=shared", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
+		{"pulsar://h?connect_timeout=2s&send_timeout=1m&nack_delay=250ms&max_message_size=1048576", pulsar.Config{
+			ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared,
+			ConnectTimeout: 2 * time.Second, SendTimeout: time.Minute, NackDelay: 250 * time.Millisecond, MaxMessageSize: 1 << 20,
+		}},
+		// A bare number is seconds, as on every driver.
+		{"pulsar://h?connect_timeout=3&nack_delay=0.5", pulsar.Config{
+			ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared,
+			ConnectTimeout: 3 * time.Second, NackDelay: 500 * time.Millisecond,
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -61,6 +73,14 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"pulsar://h:6650#frag", "fragment"},
 		{"pulsar://admin:s3cr3t-pw@h:6650", "user"},
 		{"pulsar://h:6650,,h2:6650", "host"},
+		{"pulsar://h:6650?connect_timeout=soon", "connect_timeout"},
+		{"pulsar://h:6650?connect_timeout=-1s", "connect_timeout"},
+		{"pulsar://h:6650?connect_timeout=0", "connect_timeout"},
+		{"pulsar://h:6650?send_timeout=1fortnight", "send_timeout"},
+		{"pulsar://h:6650?nack_delay=0s", "nack_delay"},
+		{"pulsar://h:6650?nack_delay=", "nack_delay"},
+		{"pulsar://h:6650?max_message_size=0", "max_message_size"},
+		{"pulsar://h:6650?max_message_size=5MB", "max_message_size"},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -86,30 +106,54 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 	}
 }
 
-func TestOpenNeedsNoBroker(t *testing.T) {
-	// The client connects lazily: opening a URL whose broker is not there succeeds, and
-	// the first write reports the failure.
-	tr, err := transport.Open(context.Background(), "pulsar://127.0.0.1:1?subscription=x")
+// newLazy builds a transport around a client that has not connected to anything (the
+// Pulsar client connects on the first producer or consumer).
+func newLazy(t *testing.T, opts ...pulsar.Option) *pulsar.Transport {
+	t.Helper()
+	client, err := pc.NewClient(pc.ClientOptions{URL: "pulsar://127.0.0.1:1", Logger: silentPulsarLog()})
 	if err != nil {
-		t.Fatalf("Open: %v", err)
+		t.Fatal(err)
 	}
-	defer func() { _ = tr.Close(context.Background()) }()
-	c := tr.Capabilities()
-	if c.Attempts != transport.AttemptsMaxNative || !c.Delay || c.DeadLetterSuffix != ".dlq" || c.HandOff || c.SchemaGate {
+	tr, err := pulsar.New(client, append(opts, pulsar.WithCloseClient())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	return tr
+}
+
+func TestCapabilities(t *testing.T) {
+	c := newLazy(t).Capabilities()
+	if c.Attempts != transport.AttemptsMaxNative || !c.Delay || c.DeadLetterSuffix != ".dlq" || c.HandOff || c.SchemaGate || !c.PublishConfirmed {
 		t.Errorf("Capabilities = %+v", c)
 	}
 }
 
 func TestDelayOnlyOnSharedSubscriptions(t *testing.T) {
-	for typ, want := range map[string]bool{"shared": true, "key_shared": true, "exclusive": false, "failover": false} {
-		tr, err := transport.Open(context.Background(), "pulsar://127.0.0.1:1?subscription_type="+typ)
-		if err != nil {
-			t.Fatalf("Open(%s): %v", typ, err)
-		}
-		if got := tr.Capabilities().Delay; got != want {
+	for typ, want := range map[pulsar.SubscriptionType]bool{pulsar.Shared: true, pulsar.KeyShared: true, pulsar.Exclusive: false, pulsar.Failover: false} {
+		if got := newLazy(t, pulsar.WithSubscriptionType(typ)).Capabilities().Delay; got != want {
 			t.Errorf("%s: Capabilities().Delay = %v, want %v", typ, got, want)
 		}
-		_ = tr.Close(context.Background())
+	}
+}
+
+// Options whose value the transport cannot work with are refused, not ignored.
+func TestNewRefusesBadOptions(t *testing.T) {
+	client, err := pc.NewClient(pc.ClientOptions{URL: "pulsar://127.0.0.1:1", Logger: silentPulsarLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for name, o := range map[string]pulsar.Option{
+		"nack delay":        pulsar.WithNackRedeliveryDelay(-time.Second),
+		"send timeout":      pulsar.WithSendTimeout(0),
+		"max message size":  pulsar.WithMaxMessageSize(-1),
+		"subscription type": pulsar.WithSubscriptionType("round_robin"),
+	} {
+		if tr, err := pulsar.New(client, o); err == nil {
+			_ = tr.Close(context.Background())
+			t.Errorf("New with a bad %s succeeded", name)
+		}
 	}
 }
 
