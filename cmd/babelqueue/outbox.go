@@ -155,11 +155,7 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = tr.Close(cctx)
-	}()
+	defer closeTransport(tr)
 	relay := outbox.NewRelay(store, tr, outbox.WithBatchSize(*batch), outbox.WithPollInterval(*poll),
 		outbox.WithLogger(quietLogger(stderr)))
 
@@ -187,6 +183,13 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("%d row(s) still pending after the drain (last error: %s)", pending, st.LastError)
 	}
 	return nil
+}
+
+// closeTransport closes tr, flushing what it buffered, for at most 10 s.
+func closeTransport(tr transport.Transport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = tr.Close(ctx)
 }
 
 // reportProgress prints a line every interval while something changes: rows

@@ -53,69 +53,52 @@ func mustEcho(t *testing.T, c net.Conn, line string) {
 	}
 }
 
-func TestProxyDownAndUp(t *testing.T) {
-	p, err := New(echoServer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+// Down cuts the connections the proxy carries and fails new ones, through its listener
+// and through its dialer alike; Up lets new ones through again.
+func TestDownAndUp(t *testing.T) {
+	for _, via := range []string{"listener", "dialer"} {
+		t.Run(via, func(t *testing.T) {
+			target := echoServer(t)
+			p, err := New(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			dial := func() (net.Conn, error) {
+				if via == "listener" {
+					return net.Dial("tcp", p.Addr())
+				}
+				return p.DialContext(context.Background(), "tcp", target)
+			}
+			mustDial := func() net.Conn {
+				c, err := dial()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
 
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
+			c := mustDial()
+			mustEcho(t, c, "before")
+			p.Down()
+			if _, err := roundTrip(c, "during"); err == nil {
+				t.Fatal("a connection carried across Down still answers")
+			}
+			c2, err := dial()
+			switch {
+			case err == nil:
+				defer c2.Close()
+				if _, err := roundTrip(c2, "new while down"); err == nil {
+					t.Fatal("a connection made while down answers")
+				}
+			case via == "dialer" && !errors.Is(err, ErrDown):
+				t.Fatalf("dial while down: got %v, want ErrDown", err)
+			}
+			p.Up()
+			mustEcho(t, mustDial(), "after")
+		})
 	}
-	defer c.Close()
-	mustEcho(t, c, "before")
-
-	p.Down()
-	if _, err := roundTrip(c, "during"); err == nil {
-		t.Fatal("a connection carried across Down still answers")
-	}
-	c2, err := net.Dial("tcp", p.Addr())
-	if err == nil {
-		if _, err := roundTrip(c2, "new while down"); err == nil {
-			t.Fatal("a connection made while down answers")
-		}
-		c2.Close()
-	}
-
-	p.Up()
-	c3, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	mustEcho(t, c3, "after")
-}
-
-func TestDialContextDownAndUp(t *testing.T) {
-	target := echoServer(t)
-	p, err := New(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ctx := context.Background()
-	c, err := p.DialContext(ctx, "tcp", target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	mustEcho(t, c, "before")
-	p.Down()
-	if _, err := roundTrip(c, "during"); err == nil {
-		t.Fatal("a dialled connection survives Down")
-	}
-	if _, err := p.DialContext(ctx, "tcp", target); !errors.Is(err, ErrDown) {
-		t.Fatalf("dial while down: got %v, want ErrDown", err)
-	}
-	p.Up()
-	c2, err := p.DialContext(ctx, "tcp", target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	mustEcho(t, c2, "after")
 }
 
 func TestOnlyLoopback(t *testing.T) {

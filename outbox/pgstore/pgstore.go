@@ -144,13 +144,16 @@ WHERE o.published_at IS NULL AND o.available_at <= now()
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED`,
-		// For the keys of a claim, the first unpublished row of the key that the claim
-		// does not hold (locked by another claim, or not due).
-		blockers: `SELECT o.msg_key, min(o.id) FROM ` + t + ` o
-WHERE o.published_at IS NULL AND o.msg_key IS NOT NULL
-  AND o.msg_key IN (SELECT c.msg_key FROM ` + t + ` c WHERE c.id = ANY($1::bigint[]) AND c.msg_key IS NOT NULL)
-  AND NOT (o.id = ANY($1::bigint[]))
-GROUP BY o.msg_key`,
+		// For each key of a claim, the first unpublished row of the key before the
+		// claim's last row of that key that the claim does not hold (locked by another
+		// claim, or not due). One short index scan per key.
+		blockers: `SELECT k.msg_key, b.id
+FROM (SELECT c.msg_key, max(c.id) AS last FROM ` + t + ` c
+      WHERE c.id = ANY($1::bigint[]) AND c.msg_key IS NOT NULL GROUP BY c.msg_key) k
+CROSS JOIN LATERAL (
+  SELECT o.id FROM ` + t + ` o
+  WHERE o.msg_key = k.msg_key AND o.published_at IS NULL AND o.id < k.last AND NOT (o.id = ANY($1::bigint[]))
+  ORDER BY o.id LIMIT 1) b`,
 		relock: `SELECT id FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND published_at IS NULL
 ORDER BY id FOR UPDATE SKIP LOCKED`,
 		del:           `DELETE FROM ` + t + ` WHERE id = ANY($1::bigint[])`,

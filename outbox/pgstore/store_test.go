@@ -33,6 +33,15 @@ func save(t testing.TB, db *sql.DB, s *pgstore.Store, msgs ...*transport.Message
 	}
 }
 
+// numbered returns n unkeyed messages to queue "q" whose bodies are 0, 1, 2, ...
+func numbered(n int) []*transport.Message {
+	msgs := make([]*transport.Message, n)
+	for i := range msgs {
+		msgs[i] = &transport.Message{Queue: "q", Body: []byte(fmt.Sprint(i))}
+	}
+	return msgs
+}
+
 func ids(recs []outbox.Record) []int64 {
 	var out []int64
 	for _, r := range recs {
@@ -141,11 +150,7 @@ func TestSaveRefusesBadInput(t *testing.T) {
 // rolled back (a relay that died) gives its rows back at once.
 func TestClaimsExcludeEachOther(t *testing.T) {
 	s, db := newStore(t)
-	var msgs []*transport.Message
-	for i := range 10 {
-		msgs = append(msgs, &transport.Message{Queue: "q", Body: []byte(fmt.Sprint(i))})
-	}
-	save(t, db, s, msgs...)
+	save(t, db, s, numbered(10)...)
 	a := claim(t, s, 4)
 	b := claim(t, s, 100)
 	ra, rb := ids(a.Records()), ids(b.Records())
@@ -309,10 +314,7 @@ func TestMigrateIdempotent(t *testing.T) {
 // Saving many messages at once (more than one insert statement) keeps their order.
 func TestSaveMany(t *testing.T) {
 	s, db := newStore(t)
-	var msgs []*transport.Message
-	for i := range 2500 {
-		msgs = append(msgs, &transport.Message{Queue: "q", Body: []byte(fmt.Sprint(i))})
-	}
+	msgs := numbered(2500)
 	save(t, db, s, msgs...)
 	c := claim(t, s, 3000)
 	defer c.Rollback(ctxT(t))
