@@ -1,0 +1,75 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+var _ transport.Browser = (*Transport)(nil)
+
+// Browse reads up to limit messages of queue from the place from without taking them:
+// LRANGE on the ready list (<q>, or <prefix><q> in the Laravel layout), head first, in
+// the order workers reserve them. A framed element is shown unwrapped with its
+// headers; in the Laravel layout the headers come from the header hash. Messages
+// reserved by a worker (<q>:processing, <prefix><q>:reserved) and messages waiting out
+// a delay (<q>:delayed) are not on the ready list and are not shown. The cursor is a
+// place in the list ([transport.OffsetCursor]): a page read while workers take from
+// the head starts that many messages further on.
+func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
+	off, err := from.Offset()
+	if err != nil {
+		return transport.Page{}, err
+	}
+	if queue == "" {
+		return transport.Page{}, fmt.Errorf("redis: browse: empty queue name")
+	}
+	if t.isClosed() {
+		return transport.Page{}, transport.ErrClosed
+	}
+	limit = max(limit, 1)
+	ready := t.ready(queue)
+	// One more than asked for tells whether the list goes on.
+	els, err := t.client.LRange(ctx, ready, int64(off), int64(off+limit)).Result()
+	if err != nil {
+		return transport.Page{}, fmt.Errorf("redis: browse %q: %w", ready, err)
+	}
+	p := transport.Page{End: len(els) <= limit}
+	if !p.End {
+		els = els[:limit]
+	}
+	var hdrs []any
+	if t.laravel && len(els) > 0 {
+		fields := make([]string, len(els))
+		for i, el := range els {
+			fields[i] = sha1hex([]byte(el))
+		}
+		if hdrs, err = t.client.HMGet(ctx, headersKey(ready), fields...).Result(); err != nil {
+			return transport.Page{}, fmt.Errorf("redis: browse %q: headers: %w", ready, err)
+		}
+	}
+	for i, el := range els {
+		d := &transport.Delivery{Queue: queue}
+		switch {
+		case !t.laravel:
+			if body, headers, ok := unframe([]byte(el)); ok {
+				d.Body, d.Headers = body, headers
+			} else {
+				d.Body = []byte(el)
+			}
+		default:
+			d.Body = []byte(el)
+			if s, ok := hdrs[i].(string); ok && s != "" {
+				var hs map[string]string
+				if json.Unmarshal([]byte(s), &hs) == nil && len(hs) > 0 {
+					d.Headers = hs
+				}
+			}
+		}
+		p.Deliveries = append(p.Deliveries, d)
+	}
+	p.Next = transport.OffsetCursor(off + len(p.Deliveries))
+	return p, nil
+}
