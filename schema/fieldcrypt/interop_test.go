@@ -231,3 +231,48 @@ func TestRedisWrongKeyBothConsumers(t *testing.T) {
 		assertSameJSON(t, plain, []byte(userData))
 	}
 }
+
+// TestPythonEdgeForms records what the Python SDK 1.24.0 does with two path forms where
+// Go goes further: a mark under a marked object (both seal the object once; Python's own
+// unprotect then fails on the inner mark, Go's does not) and a mark under an array of
+// arrays (Python leaves it in clear, Go seals it).
+func TestPythonEdgeForms(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t, "shared")
+	nested := json.RawMessage(`{"properties":{"p":{"x-gdpr-sensitive":true,"properties":{"q":{"x-gdpr-sensitive":true}}}}}`)
+	deep := json.RawMessage(`{"properties":{"m":{"items":{"items":{"properties":{"v":{"x-gdpr-sensitive":true}}}}}}}`)
+	fieldsFor := func(doc json.RawMessage) *fieldcrypt.Fields {
+		s, err := schema.Compile("urn:x", doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := schema.NewRegistry(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newFields(t, reg, newCipher(t, k))
+	}
+
+	data := json.RawMessage(`{"p":{"q":"secret"}}`)
+	byPython := python(t, map[string]any{"schema": nested, "data": data}, "protect", b64(k)).Data
+	if bytes.Contains(byPython, []byte("secret")) {
+		t.Fatalf("Python left the nested value in clear: %s", byPython)
+	}
+	if a := python(t, map[string]any{"schema": nested, "data": byPython}, "unprotect", b64(k)); !strings.HasPrefix(a.Error, "DecryptError") {
+		t.Fatalf("Python's unprotect of its own nested protect: %+v (the README says it fails)", a)
+	}
+	got, err := fieldsFor(nested).UnprotectData(ctx, "urn:x", byPython)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameJSON(t, got, data)
+
+	data = json.RawMessage(`{"m":[[{"v":"secret"}]]}`)
+	if a := python(t, map[string]any{"schema": deep, "data": data}, "protect", b64(k)); !bytes.Contains(a.Data, []byte("secret")) {
+		t.Fatalf("Python now protects an array of arrays (%s): update the README", a.Data)
+	}
+	sealed, err := fieldsFor(deep).ProtectData(ctx, "urn:x", data)
+	if err != nil || bytes.Contains(sealed, []byte("secret")) {
+		t.Fatalf("Go: %s %v", sealed, err)
+	}
+}
