@@ -8,15 +8,32 @@
 // optional query parameters:
 //
 //   - group: the consumer group (default "babelqueue").
-//   - delivery_timeout: how long a settle write waits for its delivery report, as a Go
-//     duration ("30s") or a number of seconds ("2.5"); default 30 s.
-//   - auto_create_topics: whether the clients the transport builds ask the broker to
-//     create a missing topic when they produce to it (true/false, 1/0; default true, the
-//     broker's auto.create.topics.enable still decides).
+//   - delivery_timeout: how long a settle write (and a confirmed publish) waits for its
+//     delivery report, as a Go duration ("30s") or a number of seconds ("2.5"); default
+//     30 s.
+//   - session_timeout: how long the group waits for a member's heartbeat before it
+//     gives the member's partitions to the others; default 10 s, so a worker killed
+//     without leaving the group holds its partitions for 10 s at most (franz-go's own
+//     default is 45 s). The broker bounds it (group.min.session.timeout.ms, 6 s by
+//     default). A consumer that is closed leaves the group at once.
+//   - heartbeat_interval: how often a consumer heartbeats; default 1 s, shorter than the
+//     session timeout.
+//   - dial_timeout: the bound on a connection attempt, and on [Open]'s check that a
+//     broker answers; default 10 s.
+//   - confirm: 1 makes Publish wait for the broker's acknowledgement and return its
+//     failure (default 0: fire-and-forget); see [WithConfirmedPublish].
+//   - auto_create_topics: whether the transport creates the topics it writes to when
+//     they are missing (true/false, 1/0; default true): its producer asks the broker to
+//     auto-create them, and the dead-letter and delay topics a consumer's settle writes
+//     need are created at Consume through the admin API. Off, such a topic that is
+//     missing is an error from Consume ([MissingTopicError]).
 //   - client_id: the Kafka client id (default "babelqueue-go").
 //   - tls: 1 to dial with TLS (system roots).
 //   - sasl: plain, scram-sha-256 or scram-sha-512, with the user and password taken from
 //     the URL's user info (user info alone means plain).
+//
+// Durations take a Go duration or a number of seconds; booleans 1/0, true/false,
+// yes/no, on/off ([transport.Query]).
 //
 // For anything else (mutual TLS, OAuth, a custom dialer) build the clients yourself and
 // use [New] with a [ConsumerFactory].
@@ -54,9 +71,21 @@
 //
 // The runtime's settle writes (retry, release, dead letter) wait for their own delivery
 // report up to the delivery timeout. On an error or a timeout, Settle returns a
-// [transport.SettleWriteError] wrapping a [*DeliveryError] and commits nothing. The user's
-// own Publish is fire-and-forget: the record is buffered and Publish returns; a failure is
-// logged. Close flushes what is buffered.
+// [transport.SettleWriteError] wrapping a [*DeliveryError] and commits nothing, and the
+// record's partition is held back before the rewind that follows takes effect: 250 ms
+// after the first failure to a topic, doubling up to 10 s while writes to that topic keep
+// failing, so a write that cannot succeed never spins the handler. A write that failed
+// because its topic was deleted (UNKNOWN_TOPIC_ID: franz-go keeps the deleted topic's id)
+// makes the producer forget the topic, so the next write finds it again, or creates it;
+// one to a missing topic creates it (auto-creation on).
+//
+// The user's own Publish is fire-and-forget by default: the record is buffered and
+// Publish returns. A record larger than the producer's ProducerBatchMaxBytes or the
+// broker's message.max.bytes ([Transport.MaxRecordBytes]) is refused before it is
+// buffered, with a [*transport.TooLargeError]. A buffered record the broker refuses is
+// logged, and [Transport.Flush] and [Transport.Close] return it in an
+// [*UndeliveredError]. With confirm=1 ([WithConfirmedPublish]) Publish waits for the
+// broker and returns its failure itself.
 //
 // # Delays
 //

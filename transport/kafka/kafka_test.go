@@ -236,6 +236,7 @@ func TestTransport(t *testing.T) {
 // TestKeysExact checks that a nil key stays a null key and an empty key stays an empty
 // key, on the wire and on a settle write.
 func TestKeysExact(t *testing.T) {
+	t.Parallel()
 	tr := openKafka(t)
 	q, next := newTopic(t, "bqtest-keys"), newTopic(t, "bqtest-keys-next")
 	keys := map[string][]byte{"nil": nil, "empty": {}, "some": []byte("order-1042")}
@@ -289,6 +290,7 @@ func publishOK(t testing.TB, tr transport.Transport, m *transport.Message) {
 // version as sent (nil when missing or null), the attempts header (first wins; unreadable
 // means absent), and out-of-band headers without the binding's own.
 func TestDeliveryHeaders(t *testing.T) {
+	t.Parallel()
 	tr := openKafka(t)
 	q := newTopic(t, "bqtest-hdr")
 	h := func(kv ...string) []kgo.RecordHeader {
@@ -350,6 +352,7 @@ func TestDeliveryHeaders(t *testing.T) {
 // commits nothing; once the topic exists the same record is settled, and the dead letter
 // is written once with the record's key.
 func TestMissingDeadLetterTopicLosesNothing(t *testing.T) {
+	t.Parallel()
 	tr := openKafka(t, "auto_create_topics", "false", "delivery_timeout", "3s")
 	q := newTopic(t, "bqtest-nodlq")
 	dlq := q + ".dlq"
@@ -442,6 +445,7 @@ func kgoClientNoBroker(t testing.TB) *kgo.Client {
 // TestDelayKeepsRecord: a delayed message comes back on its queue with its key, body and
 // out-of-band headers, without the parking headers, and the parked record is committed.
 func TestDelayKeepsRecord(t *testing.T) {
+	t.Parallel()
 	group := transporttest.UniqueName("bqtest-delay")
 	tr := openKafka(t, "group", group)
 	q := newTopic(t, "bqtest-delay")
@@ -481,6 +485,7 @@ func TestDelayKeepsRecord(t *testing.T) {
 // TestHostileRecords: a tombstone (null value), a header with a null value and a huge
 // attempts value are handed over as data, never a panic.
 func TestHostileRecords(t *testing.T) {
+	t.Parallel()
 	tr := openKafka(t)
 	q := newTopic(t, "bqtest-hostile")
 	produceRaw(t,

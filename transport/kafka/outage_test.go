@@ -57,6 +57,7 @@ func (b *breaker) set(broken bool) {
 // and once the broker is reachable again every record is settled, its write is on the
 // output topic, and the group's offsets cover everything.
 func TestOutageLosesNothing(t *testing.T) {
+	t.Parallel()
 	brokerURL(t)
 	q := newTopic(t, "bqtest-outage")
 	out := q + ".out"
@@ -150,6 +151,7 @@ func rewind(t *testing.T, c transport.Consumer, d *transport.Delivery) {
 // buffered after it (franz-go fails a whole partition's buffer when its first record's
 // context ends).
 func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
+	t.Parallel()
 	brokerURL(t)
 	q := newTopic(t, "bqtest-spare")
 	out := q + ".out"

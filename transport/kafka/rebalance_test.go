@@ -18,6 +18,7 @@ import (
 // checks that every record is settled successfully exactly once, that a settle refused
 // because of the rebalance says so with ErrRevoked, and that everything was committed.
 func TestRebalanceSettlesEveryRecordOnce(t *testing.T) {
+	t.Parallel()
 	group := transporttest.UniqueName("bqtest-rebalance")
 	q := newTopic(t, "bqtest-rebalance")
 	createTopic(t, q, 4)
