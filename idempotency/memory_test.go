@@ -64,3 +64,11 @@ func TestMemoryStoreSweepsAsItGrows(t *testing.T) {
 		t.Fatalf("Len = %d after 10000 ids that lapse within 1ms; lapsed ids are not swept", n)
 	}
 }
+
+func BenchmarkMiddleware(b *testing.B) {
+	idempotencytest.Bench(b, memoryConfig())
+}
+
+func BenchmarkCalls(b *testing.B) {
+	idempotencytest.BenchCalls(b, memoryConfig())
+}

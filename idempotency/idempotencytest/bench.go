@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
@@ -91,4 +92,53 @@ func benchRun(b *testing.B, workers int, mw babelqueue.Middleware) {
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchCalls measures the store's calls one at a time, each on a new id: "seen", "claim"
+// (the call before the handler in each mode) and "remember" (the call after it). Beside
+// a raw round trip to the same server, it tells how many round trips a call costs.
+func BenchCalls(b *testing.B, cfg Config) {
+	ctx := context.Background()
+	s := cfg.NewStore(b, 0)
+	ids := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = NewID()
+		}
+		return out
+	}
+	b.Run("seen", func(b *testing.B) {
+		id := ids(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := s.Seen(ctx, id[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remember", func(b *testing.B) {
+		id := ids(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if err := s.Remember(ctx, id[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	cs, ok := s.(idempotency.ClaimStore)
+	if !ok {
+		return
+	}
+	b.Run("claim", func(b *testing.B) {
+		id := ids(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := cs.Claim(ctx, id[i], time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

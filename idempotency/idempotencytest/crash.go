@@ -64,7 +64,7 @@ type Crash struct {
 	// Open opens the store; the child calls the function given to CrashChild, which
 	// must be the same. A store that is an io.Closer is closed at the end.
 	Open func(ctx context.Context, spec string) (idempotency.Store, error)
-	// Lease is the claim lease of both workers (default 3s). It must outlast the
+	// Lease is the claim lease of both workers (default 4s). It must outlast the
 	// broker's redelivery of the killed worker's message.
 	Lease time.Duration
 	// DeleteQueue, when set, deletes the queue (and what the broker made for it) at
@@ -148,7 +148,7 @@ func appendEffect(path, id, who string) error {
 func (c Crash) Run(t *testing.T, at KillPoint) {
 	lease := c.Lease
 	if lease <= 0 {
-		lease = 3 * time.Second
+		lease = 4 * time.Second
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])

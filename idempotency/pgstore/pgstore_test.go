@@ -169,3 +169,20 @@ func TestPHPLayoutRejectsLongIDs(t *testing.T) {
 func BenchmarkMiddleware(b *testing.B) {
 	idempotencytest.Bench(b, config(pgstore.LayoutReference))
 }
+
+// BenchmarkCalls is each store call beside a raw round trip (SELECT 1) to the same
+// database.
+func BenchmarkCalls(b *testing.B) {
+	b.Run("select-1", func(b *testing.B) {
+		db := rawDB(b)
+		ctx := context.Background()
+		var one int
+		b.ReportAllocs()
+		for range b.N {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	idempotencytest.BenchCalls(b, config(pgstore.LayoutReference))
+}

@@ -124,3 +124,18 @@ func TestStoreErrorsWhenRedisIsGone(t *testing.T) {
 func BenchmarkMiddleware(b *testing.B) {
 	idempotencytest.Bench(b, config(redisstore.LayoutReference))
 }
+
+// BenchmarkCalls is each store call beside a raw round trip (PING) to the same Redis.
+func BenchmarkCalls(b *testing.B) {
+	b.Run("ping", func(b *testing.B) {
+		rdb := rawClient(b)
+		ctx := context.Background()
+		b.ReportAllocs()
+		for range b.N {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	idempotencytest.BenchCalls(b, config(redisstore.LayoutReference))
+}
