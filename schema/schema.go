@@ -176,7 +176,7 @@ func (s *Schema) URN() string { return s.urn }
 func (s *Schema) Validate(data []byte) error {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
-		return &ValidationError{URN: s.urn, Message: "data is not JSON: " + err.Error()}
+		return &ValidationError{URN: s.urn, Message: "not JSON: " + err.Error()}
 	}
 	return s.ValidateValue(inst)
 }

@@ -213,3 +213,16 @@ func TestDefaultDraft(t *testing.T) {
 		t.Error("2020-12: minLength beside $ref was not applied")
 	}
 }
+
+func TestValidateNotJSON(t *testing.T) {
+	s, err := schema.Compile("urn:x", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{``, `{"a":`, `{} {}`} {
+		err := s.Validate([]byte(data))
+		if !errors.Is(err, schema.ErrInvalid) || !strings.Contains(err.Error(), "schema: urn:x: data: not JSON") {
+			t.Errorf("%q: %v", data, err)
+		}
+	}
+}
