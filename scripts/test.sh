@@ -28,6 +28,10 @@ step "python peer (babelqueue==1.24.0)"
 BQ_PYTHON="$(bash scripts/pyenv.sh | tail -n 1)"
 export BQ_PYTHON
 
+step "prometheus and chromium (the otel dashboard test)"
+{ read -r BQ_PROMETHEUS; read -r BQ_CHROMIUM; } < <(bash scripts/prometheus.sh | tail -n 2)
+export BQ_PROMETHEUS BQ_CHROMIUM
+
 step "conformance data"
 export BQ_CONFORMANCE_DIR="${BQ_CONFORMANCE_DIR:-$(cd .. && pwd)/shared/conformance}"
 if [ ! -f "$BQ_CONFORMANCE_DIR/manifest.json" ]; then
