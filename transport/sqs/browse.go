@@ -1,0 +1,199 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+var _ transport.Browser = (*Transport)(nil)
+
+// browseVisibility is how long a browse hides each message it has read, so that the
+// next receive of the walk returns another one. The browse makes them visible again
+// as soon as it has read the queue; a process that dies meanwhile leaves them hidden
+// this long.
+const browseVisibility = 60 * time.Second
+
+// Browse reads up to limit messages of a standard queue from the cursor from, without
+// deleting any. SQS can be read only by receiving, and a receive with a visibility
+// timeout of 0 returns the same few messages again and again, so a browse walks the
+// queue: it receives every message with a visibility timeout (hiding each one it has
+// read from the next receive of the walk and, meanwhile, from workers), then makes
+// them all visible again at once. Each walk counts one receive of every message
+// (ApproximateReceiveCount, which the runtime reads as attempts on a work queue and
+// a RedrivePolicy counts): browse dead-letter queues, not busy work queues.
+//
+// Messages come in the order they were sent (SentTimestamp, then MessageId), and the
+// cursor is the last one returned, so paging is exact however the receives come
+// back; each page walks the whole queue. A FIFO queue cannot be browsed: while the
+// head of a message group is received, SQS holds back the rest of the group, and
+// such a browse would silently miss them ([transport.ErrCannotPeek]). A queue that
+// does not exist is empty: Browse creates nothing.
+func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
+	after, err := parseSentCursor(from)
+	if err != nil {
+		return transport.Page{}, err
+	}
+	if t.isClosed() {
+		return transport.Page{}, transport.ErrClosed
+	}
+	name := t.QueueName(queue)
+	if strings.HasSuffix(name, fifoSuffix) {
+		return transport.Page{}, &transport.CannotPeekError{Transport: "sqs", Reason: "a FIFO queue holds back the rest of a message group while its head is received, so a browse would miss them"}
+	}
+	limit = max(limit, 1)
+	url, ok, err := t.existingURL(ctx, queue)
+	if err != nil || !ok {
+		return transport.Page{Next: from, End: true}, err
+	}
+	all, err := t.walk(ctx, queue, url)
+	if err != nil {
+		return transport.Page{}, err
+	}
+	i := sort.Search(len(all), func(i int) bool { return !all[i].pos.lessOrEqual(after) })
+	p := transport.Page{Next: from}
+	for ; i < len(all) && len(p.Deliveries) < limit; i++ {
+		p.Deliveries = append(p.Deliveries, all[i].d)
+		p.Next = all[i].pos.cursor()
+	}
+	p.End = i >= len(all)
+	return p, nil
+}
+
+// sentPos orders messages by the time they were sent, then by id.
+type sentPos struct {
+	sent int64
+	id   string
+}
+
+func (a sentPos) lessOrEqual(b sentPos) bool {
+	return a.sent < b.sent || a.sent == b.sent && a.id <= b.id
+}
+
+func (a sentPos) cursor() transport.Cursor {
+	return transport.Cursor(strconv.FormatInt(a.sent, 10) + "/" + a.id)
+}
+
+func parseSentCursor(c transport.Cursor) (sentPos, error) {
+	if c == "" {
+		return sentPos{sent: -1}, nil
+	}
+	ts, id, ok := strings.Cut(string(c), "/")
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || n < 0 || id == "" {
+		return sentPos{}, &transport.BadCursorError{Cursor: c, Reason: "want <sent ms>/<message id>"}
+	}
+	return sentPos{sent: n, id: id}, nil
+}
+
+type walked struct {
+	pos sentPos
+	d   *transport.Delivery
+}
+
+// walk receives every message of the queue once, hidden while the walk lasts, and
+// makes them visible again. The result is in sent order.
+func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, error) {
+	seen := map[string]bool{}
+	var out []walked
+	var receipts []string
+	defer func() { t.reveal(context.WithoutCancel(ctx), queue, url, receipts) }()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res, err := t.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(url),
+			MaxNumberOfMessages:         maxBatch,
+			WaitTimeSeconds:             1,
+			VisibilityTimeout:           int32(browseVisibility / time.Second),
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameSentTimestamp},
+		})
+		if err != nil && isMissingQueue(err) && len(out) == 0 {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
+		}
+		fresh := 0
+		for i := range res.Messages {
+			m := &res.Messages[i]
+			if m.ReceiptHandle != nil {
+				receipts = append(receipts, *m.ReceiptHandle)
+			}
+			id := aws.ToString(m.MessageId)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			fresh++
+			d := &transport.Delivery{Queue: queue}
+			readDelivery(d, m)
+			sent, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+			out = append(out, walked{pos: sentPos{sent: sent, id: id}, d: d})
+		}
+		// Nothing new: the queue is read (or what is left came round again).
+		if fresh == 0 {
+			break
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].pos.lessOrEqual(out[j].pos) && out[i].pos != out[j].pos })
+	return out, nil
+}
+
+// reveal makes the messages of receipts visible again, ten at a time.
+func (t *Transport) reveal(ctx context.Context, queue, url string, receipts []string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for start := 0; start < len(receipts); start += maxBatch {
+		batch := receipts[start:min(start+maxBatch, len(receipts))]
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
+		for i, r := range batch {
+			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: 0}
+		}
+		out, err := t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
+		if err == nil && out != nil && len(out.Failed) > 0 {
+			err = fmt.Errorf("%d of %d refused: %s", len(out.Failed), len(batch), aws.ToString(out.Failed[0].Message))
+		}
+		if err != nil {
+			t.log.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "after", browseVisibility, "error", err)
+		}
+	}
+}
+
+// existingURL returns the URL of queue without creating it; ok is false when the
+// queue does not exist.
+func (t *Transport) existingURL(ctx context.Context, queue string) (string, bool, error) {
+	name := t.QueueName(queue)
+	t.urlMu.RLock()
+	u, cached := t.urls[name]
+	t.urlMu.RUnlock()
+	if cached {
+		return u, true, nil
+	}
+	if t.prefix != "" {
+		return t.prefix + "/" + name, true, nil
+	}
+	out, err := t.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	var missing *types.QueueDoesNotExist
+	switch {
+	case errors.As(err, &missing) || isMissingQueue(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("sqs: browse: queue URL of %q: %w", name, err)
+	case out == nil || out.QueueUrl == nil:
+		return "", false, fmt.Errorf("sqs: GetQueueUrl %q returned no URL", name)
+	}
+	return *out.QueueUrl, true, nil
+}
