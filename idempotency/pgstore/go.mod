@@ -1,6 +1,6 @@
 module github.com/babelqueue-go/babelqueue/idempotency/pgstore
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
