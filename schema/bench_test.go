@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/schema"
@@ -56,9 +57,14 @@ func largeEnvelope(b *testing.B) []byte {
 	return body
 }
 
-// BenchmarkValidate measures the schema check per message beside decoding the envelope
-// alone (the baseline): the registry's order-created envelope and a 64 KiB data block.
-func BenchmarkValidate(b *testing.B) {
+type benchCase struct {
+	name string
+	body []byte
+	s    *schema.Schema
+}
+
+func benchCases(b *testing.B) []benchCase {
+	b.Helper()
 	small, err := os.ReadFile(filepath.Join(exampleRegistry, "messages", "order-created.json"))
 	if err != nil {
 		b.Fatal(err)
@@ -71,34 +77,72 @@ func BenchmarkValidate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, c := range []struct {
-		name string
-		body []byte
-		s    *schema.Schema
-	}{
+	return []benchCase{
 		{"order-created", small, reg.Schema("urn:babel:orders:created")},
 		{"data-64KiB", largeEnvelope(b), large},
-	} {
+	}
+}
+
+func decodeOnly(b *testing.B, body []byte) {
+	if _, err := envelope.Decode(body); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func decodeValidate(b *testing.B, body []byte, s *schema.Schema) {
+	env, err := envelope.Decode(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Validate(env.Data); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkValidatePaired times decode alone and decode+validate in turns inside one
+// loop (blocks of 8 messages each), so both see the same load on a shared machine; it
+// reports each per message and their ratio.
+func BenchmarkValidatePaired(b *testing.B) {
+	const block = 8
+	for _, c := range benchCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			var base, full time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				for range block {
+					decodeOnly(b, c.body)
+				}
+				t1 := time.Now()
+				for range block {
+					decodeValidate(b, c.body, c.s)
+				}
+				base += t1.Sub(t0)
+				full += time.Since(t1)
+			}
+			n := float64(b.N * block)
+			b.ReportMetric(float64(base.Nanoseconds())/n, "decode-ns/msg")
+			b.ReportMetric(float64(full.Nanoseconds())/n, "decode+validate-ns/msg")
+			b.ReportMetric(float64(full)/float64(base), "x-decode")
+		})
+	}
+}
+
+// BenchmarkValidate measures the schema check per message beside decoding the envelope
+// alone (the baseline): the registry's order-created envelope and a 64 KiB data block.
+func BenchmarkValidate(b *testing.B) {
+	for _, c := range benchCases(b) {
 		b.Run(c.name+"/decode", func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := envelope.Decode(c.body); err != nil {
-					b.Fatal(err)
-				}
+				decodeOnly(b, c.body)
 			}
 		})
 		b.Run(c.name+"/decode+validate", func(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				env, err := envelope.Decode(c.body)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := c.s.Validate(env.Data); err != nil {
-					b.Fatal(err)
-				}
+				decodeValidate(b, c.body, c.s)
 			}
 		})
 	}
