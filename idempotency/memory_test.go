@@ -70,5 +70,5 @@ func BenchmarkMiddleware(b *testing.B) {
 }
 
 func BenchmarkCalls(b *testing.B) {
-	idempotencytest.BenchCalls(b, memoryConfig())
+	idempotencytest.BenchCalls(b, memoryConfig(), nil)
 }

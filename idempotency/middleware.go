@@ -85,13 +85,7 @@ func WithMode(m Mode) Option {
 // the handler, or a handler still running when its lease lapses may be run a second
 // time beside it. The PHP SDK's default is one hour.
 func WithLease(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("lease %s (want more than zero)", d)
-			return
-		}
-		c.lease = d
-	}
+	return positive("lease", d, func(c *config) { c.lease = d })
 }
 
 // WithHeldRetry sets how long a delivery whose id another worker holds waits before it
@@ -101,13 +95,7 @@ func WithLease(d time.Duration) Option {
 // because RabbitMQ keeps one queue per distinct delay. On brokers without delays the
 // delivery comes again at once, behind the messages already waiting.
 func WithHeldRetry(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("held retry %s (want more than zero)", d)
-			return
-		}
-		c.heldRetry = d
-	}
+	return positive("held retry", d, func(c *config) { c.heldRetry = d })
 }
 
 // WithStoreTimeout bounds the store call made after the handler returned (remember, or
@@ -115,12 +103,17 @@ func WithHeldRetry(d time.Duration) Option {
 // [DefaultStoreTimeout], 10 seconds). The call before the handler uses the handler's
 // context.
 func WithStoreTimeout(d time.Duration) Option {
+	return positive("store timeout", d, func(c *config) { c.storeTimeout = d })
+}
+
+// positive is an option setting a duration that must be more than zero.
+func positive(what string, d time.Duration, set func(*config)) Option {
 	return func(c *config) {
 		if d <= 0 {
-			c.invalid("store timeout %s (want more than zero)", d)
+			c.invalid("%s %s (want more than zero)", what, d)
 			return
 		}
-		c.storeTimeout = d
+		set(c)
 	}
 }
 

@@ -100,3 +100,28 @@ func (e *StoreError) Error() string {
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// Layout names the SDK whose key or table layout a shared store uses, so that its
+// workers and Go workers dedupe each other's messages. Each store module documents
+// what the layouts are for it.
+type Layout int
+
+const (
+	// LayoutReference is the layout of the public Go reference SDK's stores, which
+	// SPEC §8.1 names (the default).
+	LayoutReference Layout = iota
+	// LayoutPHP is the layout of the PHP SDK's stores.
+	LayoutPHP
+)
+
+// String returns the layout's name.
+func (l Layout) String() string {
+	switch l {
+	case LayoutReference:
+		return "reference"
+	case LayoutPHP:
+		return "php"
+	default:
+		return fmt.Sprintf("Layout(%d)", int(l))
+	}
+}

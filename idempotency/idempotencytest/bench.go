@@ -95,10 +95,21 @@ func benchRun(b *testing.B, workers int, mw babelqueue.Middleware) {
 }
 
 // BenchCalls measures the store's calls one at a time, each on a new id: "seen", "claim"
-// (the call before the handler in each mode) and "remember" (the call after it). Beside
-// a raw round trip to the same server, it tells how many round trips a call costs.
-func BenchCalls(b *testing.B, cfg Config) {
+// (the call before the handler in each mode) and "remember" (the call after it), beside
+// "round-trip", one call of roundTrip (a PING, a SELECT 1 to the same server; skipped
+// when nil), which tells how many round trips a call costs.
+func BenchCalls(b *testing.B, cfg Config, roundTrip func(ctx context.Context) error) {
 	ctx := context.Background()
+	if roundTrip != nil {
+		b.Run("round-trip", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := roundTrip(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	s := cfg.NewStore(b, 0)
 	ids := func(n int) []string {
 		out := make([]string, n)

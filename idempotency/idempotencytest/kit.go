@@ -579,3 +579,22 @@ func runIDs(t *testing.T, cfg Config) {
 		}
 	}
 }
+
+// WantClaim claims id for a minute on s and fails the test unless the store answers
+// want; it returns the claim.
+func WantClaim(t testing.TB, s idempotency.ClaimStore, id string, want idempotency.Status) idempotency.Claim {
+	t.Helper()
+	c, err := s.Claim(context.Background(), id, time.Minute)
+	if err != nil || c.Status != want {
+		t.Fatalf("Claim = %+v, %v; want %s", c, err, want)
+	}
+	return c
+}
+
+// WantSeen fails the test unless s.Seen(id) is want.
+func WantSeen(t testing.TB, s idempotency.Store, id string, want bool) {
+	t.Helper()
+	if got, err := s.Seen(context.Background(), id); err != nil || got != want {
+		t.Fatalf("Seen = %v, %v; want %v", got, err, want)
+	}
+}

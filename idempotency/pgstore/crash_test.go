@@ -3,38 +3,19 @@ package pgstore_test
 import (
 	"testing"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/babelqueue-go/babelqueue/idempotency/idempotencytest"
 	"github.com/babelqueue-go/babelqueue/idempotency/pgstore"
-	_ "github.com/babelqueue-go/babelqueue/transport/amqp"
+	_ "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// crash is a worker on RabbitMQ whose store is this run's reference table; the
-// killed worker's unacknowledged message comes back when its connection drops.
+// crash is a worker on the Redis broker whose store is this run's reference table. A
+// one-second visibility timeout brings the killed worker's reservation back soon; the
+// queue's keys vanish once it is empty, so there is nothing to delete.
 func crash(t *testing.T) idempotencytest.Crash {
-	url := transporttest.BrokerURL(t, "BQ_AMQP_URL", "rabbitmq")
+	url := transporttest.BrokerURL(t, "BQ_REDIS_URL", "redis")
 	newStore(t, pgstore.LayoutReference) // reachable and migrated
-	return idempotencytest.Crash{
-		BrokerURL: url,
-		Spec:      spec(pgstore.LayoutReference),
-		Open:      openStore,
-		DeleteQueue: func(q string) {
-			conn, err := amqp091.Dial(url)
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				return
-			}
-			for _, name := range []string{q, q + ".dlq", q + ".delay.250"} {
-				_, _ = ch.QueueDelete(name, false, false, false)
-			}
-		},
-	}
+	return idempotencytest.Crash{BrokerURL: url + "?retry_after=1", Spec: spec(pgstore.LayoutReference), Open: openStore}
 }
 
 // A worker killed mid-handler in claim mode: the redelivery is requeued while the
@@ -43,7 +24,7 @@ func TestCrashMidHandler(t *testing.T) {
 	crash(t).Run(t, idempotencytest.KillMidHandler)
 }
 
-// The worker dies after the handler, before the acknowledgement: RabbitMQ redelivers
+// The worker dies after the handler, before the acknowledgement: the broker redelivers
 // the message, and it has one effect.
 func TestRedeliveryAfterHandlerHasOneEffect(t *testing.T) {
 	crash(t).Run(t, idempotencytest.KillAfterHandler)

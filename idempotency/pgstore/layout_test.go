@@ -18,22 +18,6 @@ import (
 // PdoStore), run here on a plain connection: what they write, this store reads as they
 // mean it, and what this store writes, they read as this store means it.
 
-func wantClaim(t *testing.T, s idempotency.ClaimStore, id string, want idempotency.Status) idempotency.Claim {
-	t.Helper()
-	c, err := s.Claim(context.Background(), id, time.Minute)
-	if err != nil || c.Status != want {
-		t.Fatalf("Claim = %+v, %v; want %s", c, err, want)
-	}
-	return c
-}
-
-func wantSeen(t *testing.T, s idempotency.Store, id string, want bool) {
-	t.Helper()
-	if got, err := s.Seen(context.Background(), id); err != nil || got != want {
-		t.Fatalf("Seen = %v, %v; want %v", got, err, want)
-	}
-}
-
 func exec(t *testing.T, db *sql.DB, query string, args ...any) int64 {
 	t.Helper()
 	res, err := db.ExecContext(context.Background(), query, args...)
@@ -75,15 +59,15 @@ WHERE `+table+`.expires_at IS NOT NULL AND `+table+`.expires_at <= now() RETURNI
 			if !refClaim(id, ttl) {
 				t.Fatal("the reference's insert did not write")
 			}
-			wantSeen(t, s, id, true)
-			wantClaim(t, s, id, idempotency.Remembered)
+			idempotencytest.WantSeen(t, s, id, true)
+			idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 		}
 	})
 	t.Run("an id whose reference row lapsed is free here", func(t *testing.T) {
 		id := idempotencytest.NewID()
 		exec(t, db, `INSERT INTO `+table+` (message_id, expires_at) VALUES ($1, now() - interval '1 second')`, id)
-		wantSeen(t, s, id, false)
-		wantClaim(t, s, id, idempotency.Claimed)
+		idempotencytest.WantSeen(t, s, id, false)
+		idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 	})
 	t.Run("what this store remembers the reference reads as remembered and does not take", func(t *testing.T) {
 		id := idempotencytest.NewID()
@@ -111,8 +95,8 @@ WHERE `+table+`.expires_at IS NOT NULL AND `+table+`.expires_at <= now() RETURNI
 			t.Fatal("the reference does not take over a lapsed claim")
 		}
 		// The reference's row now; the stale claim_token no longer makes it a claim.
-		wantSeen(t, s, id, true)
-		wantClaim(t, s, id, idempotency.Remembered)
+		idempotencytest.WantSeen(t, s, id, true)
+		idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 	})
 	t.Run("Migrate adds claim_token to a table the reference created", func(t *testing.T) {
 		legacy := tables[pgstore.LayoutReference] + "_legacy"
@@ -133,8 +117,8 @@ WHERE `+table+`.expires_at IS NOT NULL AND `+table+`.expires_at <= now() RETURNI
 		if err := s2.Migrate(ctx); err != nil {
 			t.Fatalf("a second Migrate: %v", err)
 		}
-		wantSeen(t, s2, "before-migrate", true)
-		wantClaim(t, s2, idempotencytest.NewID(), idempotency.Claimed)
+		idempotencytest.WantSeen(t, s2, "before-migrate", true)
+		idempotencytest.WantClaim(t, s2, idempotencytest.NewID(), idempotency.Claimed)
 	})
 }
 
@@ -171,18 +155,18 @@ func TestPHPLayout(t *testing.T) {
 		if !phpClaim(id, 3600) {
 			t.Fatal("PHP's claim failed on a fresh id")
 		}
-		c := wantClaim(t, s, id, idempotency.Held)
+		c := idempotencytest.WantClaim(t, s, id, idempotency.Held)
 		if c.Remaining < 59*time.Minute || c.Remaining > time.Hour+time.Second {
 			t.Fatalf("Remaining = %s, want the PHP claim's hour", c.Remaining)
 		}
-		wantSeen(t, s, id, false)
+		idempotencytest.WantSeen(t, s, id, false)
 		phpRemember(id)
-		wantSeen(t, s, id, true)
-		wantClaim(t, s, id, idempotency.Remembered)
+		idempotencytest.WantSeen(t, s, id, true)
+		idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 	})
 	t.Run("this store's claim parks a PHP worker; its remember is PHP's seen", func(t *testing.T) {
 		id := idempotencytest.NewID()
-		c := wantClaim(t, s, id, idempotency.Claimed)
+		c := idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 		if phpSeen(id) || phpClaim(id, 3600) {
 			t.Fatal("PHP reads this store's live claim as free or committed")
 		}
@@ -206,7 +190,7 @@ func TestPHPLayout(t *testing.T) {
 	t.Run("lapsed claims are taken over both ways", func(t *testing.T) {
 		id := idempotencytest.NewID()
 		exec(t, db, `INSERT INTO `+table+` (message_id, state, expires_at) VALUES ($1, 'claimed', $2)`, id, now()-5)
-		wantClaim(t, s, id, idempotency.Claimed)
+		idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 
 		id2 := idempotencytest.NewID()
 		if c, err := s.Claim(ctx, id2, time.Second); err != nil || c.Status != idempotency.Claimed {

@@ -83,28 +83,15 @@ import (
 	"github.com/babelqueue-go/babelqueue/idempotency"
 )
 
-// Layout is a table layout; see the package documentation.
-type Layout int
+// Layout is the table layout: [idempotency.LayoutReference] (the default) or
+// [idempotency.LayoutPHP]; see the package documentation.
+type Layout = idempotency.Layout
 
+// The layouts, as this package's names.
 const (
-	// LayoutReference is the public Go reference SDK's table, plus a claim_token
-	// column (the default).
-	LayoutReference Layout = iota
-	// LayoutPHP is the PHP SDK's PdoStore table.
-	LayoutPHP
+	LayoutReference = idempotency.LayoutReference
+	LayoutPHP       = idempotency.LayoutPHP
 )
-
-// String returns the layout's name.
-func (l Layout) String() string {
-	switch l {
-	case LayoutReference:
-		return "reference"
-	case LayoutPHP:
-		return "php"
-	default:
-		return fmt.Sprintf("Layout(%d)", int(l))
-	}
-}
 
 // The default table names of the layouts.
 const (

@@ -29,22 +29,6 @@ func rawClient(t testing.TB) *goredis.Client {
 	return c
 }
 
-func wantClaim(t *testing.T, s idempotency.ClaimStore, id string, want idempotency.Status) idempotency.Claim {
-	t.Helper()
-	c, err := s.Claim(context.Background(), id, time.Minute)
-	if err != nil || c.Status != want {
-		t.Fatalf("Claim = %+v, %v; want %s", c, err, want)
-	}
-	return c
-}
-
-func wantSeen(t *testing.T, s idempotency.Store, id string, want bool) {
-	t.Helper()
-	if got, err := s.Seen(context.Background(), id); err != nil || got != want {
-		t.Fatalf("Seen = %v, %v; want %v", got, err, want)
-	}
-}
-
 func TestReferenceLayout(t *testing.T) {
 	ctx := context.Background()
 	rdb := rawClient(t)
@@ -56,8 +40,8 @@ func TestReferenceLayout(t *testing.T) {
 		if ok, err := rdb.SetNX(ctx, key(id), "1", time.Hour).Result(); err != nil || !ok {
 			t.Fatalf("SETNX: %v %v", ok, err)
 		}
-		wantSeen(t, s, id, true)
-		wantClaim(t, s, id, idempotency.Remembered)
+		idempotencytest.WantSeen(t, s, id, true)
+		idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 		if err := s.Forget(ctx, id); err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +53,8 @@ func TestReferenceLayout(t *testing.T) {
 		id := idempotencytest.NewID()
 		rdb.SetNX(ctx, key(id), "1", 0)
 		t.Cleanup(func() { rdb.Del(ctx, key(id)) })
-		wantSeen(t, s, id, true)
-		wantClaim(t, s, id, idempotency.Remembered)
+		idempotencytest.WantSeen(t, s, id, true)
+		idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 	})
 	t.Run("what this store remembers the reference reads as remembered (EXISTS), value 1 with the TTL", func(t *testing.T) {
 		id := idempotencytest.NewID()
@@ -90,7 +74,7 @@ func TestReferenceLayout(t *testing.T) {
 	})
 	t.Run("a claim is a key the reference reads as remembered, lapsing with the lease", func(t *testing.T) {
 		id := idempotencytest.NewID()
-		wantClaim(t, s, id, idempotency.Claimed)
+		idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 		v := rdb.Get(ctx, key(id)).Val()
 		if !strings.HasPrefix(v, redisstore.ClaimValuePrefix) {
 			t.Fatalf("claim value %q, want %s<token>", v, redisstore.ClaimValuePrefix)
@@ -101,7 +85,7 @@ func TestReferenceLayout(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, key(id)).Val(); ttl <= 0 || ttl > time.Minute {
 			t.Fatalf("PTTL = %s, want the 1m lease", ttl)
 		}
-		wantSeen(t, s, id, false)
+		idempotencytest.WantSeen(t, s, id, false)
 	})
 	t.Run("prefix option", func(t *testing.T) {
 		id := idempotencytest.NewID()
@@ -112,7 +96,7 @@ func TestReferenceLayout(t *testing.T) {
 		if v := rdb.Get(ctx, "app2:idemp:"+id).Val(); v != "1" {
 			t.Fatalf("GET app2:idemp:<id> = %q", v)
 		}
-		wantSeen(t, s, id, false) // the default prefix does not see it
+		idempotencytest.WantSeen(t, s, id, false) // the default prefix does not see it
 	})
 }
 
@@ -136,20 +120,20 @@ func TestPHPLayout(t *testing.T) {
 		if !phpClaim(id) {
 			t.Fatal("PHP claim failed on a fresh id")
 		}
-		c := wantClaim(t, s, id, idempotency.Held)
+		c := idempotencytest.WantClaim(t, s, id, idempotency.Held)
 		if c.Remaining <= 59*time.Minute {
 			t.Fatalf("Remaining = %s, want the PHP claim's hour", c.Remaining)
 		}
-		wantSeen(t, s, id, false)
+		idempotencytest.WantSeen(t, s, id, false)
 		// PHP commits: SET key 2 (no expiry).
 		rdb.Set(ctx, key(id), "2", 0)
-		wantSeen(t, s, id, true)
-		wantClaim(t, s, id, idempotency.Remembered)
+		idempotencytest.WantSeen(t, s, id, true)
+		idempotencytest.WantClaim(t, s, id, idempotency.Remembered)
 	})
 	t.Run("this store's claim parks a PHP worker; its remember is PHP's seen", func(t *testing.T) {
 		id := idempotencytest.NewID()
 		t.Cleanup(func() { rdb.Del(ctx, key(id)) })
-		c := wantClaim(t, s, id, idempotency.Claimed)
+		c := idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 		if phpSeen(id) {
 			t.Fatal("PHP's seen() reads a claim as committed")
 		}
@@ -158,7 +142,7 @@ func TestPHPLayout(t *testing.T) {
 		}
 		// PHP's release deletes only its own claim value "1".
 		rdb.Eval(ctx, "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end", []string{key(id)}, "1")
-		wantClaim(t, s, id, idempotency.Held)
+		idempotencytest.WantClaim(t, s, id, idempotency.Held)
 		if err := s.Remember(ctx, id); err != nil {
 			t.Fatal(err)
 		}
@@ -180,6 +164,6 @@ func TestPHPLayout(t *testing.T) {
 		t.Cleanup(func() { rdb.Del(ctx, key(id)) })
 		rdb.SetNX(ctx, key(id), "1", 100*time.Millisecond)
 		time.Sleep(150 * time.Millisecond)
-		wantClaim(t, s, id, idempotency.Claimed)
+		idempotencytest.WantClaim(t, s, id, idempotency.Claimed)
 	})
 }

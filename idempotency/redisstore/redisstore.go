@@ -60,30 +60,15 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// Layout is a key layout; see the package documentation.
-type Layout int
+// Layout is the key layout: [idempotency.LayoutReference] (the default) or
+// [idempotency.LayoutPHP]; see the package documentation.
+type Layout = idempotency.Layout
 
+// The layouts, as this package's names.
 const (
-	// LayoutReference is the public Go reference SDK's layout (the default): prefix
-	// "bq:idemp:", remembered value "1", any other value that is not a claim read as
-	// remembered.
-	LayoutReference Layout = iota
-	// LayoutPHP is the PHP SDK's layout: prefix "bq:idem:", remembered value "2",
-	// every other value a claim.
-	LayoutPHP
+	LayoutReference = idempotency.LayoutReference
+	LayoutPHP       = idempotency.LayoutPHP
 )
-
-// String returns the layout's name.
-func (l Layout) String() string {
-	switch l {
-	case LayoutReference:
-		return "reference"
-	case LayoutPHP:
-		return "php"
-	default:
-		return fmt.Sprintf("Layout(%d)", int(l))
-	}
-}
 
 // The keys and values of the layouts.
 const (
