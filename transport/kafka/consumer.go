@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -67,9 +68,11 @@ type record struct {
 	r     *kgo.Record
 	p     *partition // nil for a record never admitted (already fetched)
 	state uint8
-	slot  bool               // holds one of the consumer's prefetch slots
-	d     transport.Delivery // what Receive hands out
+	d     transport.Delivery // what Receive hands out; its Handle is the ledger entry
 }
+
+// entry is the ledger's account of a record handed out.
+type entry = ledger.Entry[*record]
 
 // parked is a record of a delay topic waiting until due.
 type parked struct {
@@ -175,8 +178,9 @@ type consumer struct {
 		Error(string, ...any)
 	}
 
-	prefetch  int             // the most deliveries handed out and not settled
-	ctx       context.Context // lifetime of the background goroutines
+	book      *ledger.Ledger[*record] // prefetch slots, settle-once, give-back on Close
+	takenBack error                   // what Settle of a revoked or superseded delivery returns
+	ctx       context.Context         // lifetime of the background goroutines
 	cancel    context.CancelFunc
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -190,7 +194,6 @@ type consumer struct {
 	closed       bool
 	parts        map[tp]*partition
 	ready        readyList
-	handed       int           // records holding a prefetch slot
 	wake         chan struct{} // closed and replaced when a waiting Receive may go on
 	waiting      bool          // a Receive waits on wake
 	pollCancel   context.CancelFunc
@@ -224,12 +227,15 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, err
 	}
 	prefetch := max(opts.Prefetch, 1)
+	log := t.log.With("queue", queue, "group", t.cfg.group)
 	c := &consumer{
-		t:         t,
-		queue:     queue,
-		pattern:   regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
-		log:       t.log.With("queue", queue, "group", t.cfg.group),
-		prefetch:  prefetch,
+		t:       t,
+		queue:   queue,
+		pattern: regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
+		log:     log,
+		book:    ledger.New[*record](ledger.Config{Broker: "kafka", Queue: queue, Prefetch: prefetch, Logger: log}),
+		takenBack: &transport.TakenBackError{Broker: "kafka", Queue: queue,
+			Reason: "its partition was revoked in a rebalance, or an earlier record of it was rewound", Err: ErrRevoked},
 		done:      make(chan struct{}),
 		commitSig: make(chan struct{}, 1),
 		pollSig:   make(chan struct{}, 1),
@@ -569,43 +575,52 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 	return due
 }
 
-// Receive hands out the next record of the queue.
+// Receive hands out the next record of the queue, once a prefetch slot is free (and
+// after the ledger's backoff while settlements fail).
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := ctx.Err(); err != nil {
+	if err := c.book.Acquire(ctx); err != nil {
 		return nil, err
 	}
+	d, err := c.next(ctx)
+	if err != nil {
+		c.book.Unacquire()
+	}
+	return d, err
+}
+
+// next waits for a ready record and hands it out under the slot Receive acquired.
+func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
 	c.mu.Lock()
 	for {
 		if c.closed {
 			c.mu.Unlock()
 			return nil, transport.ErrClosed
 		}
-		if c.handed < c.prefetch {
-			var rec *record
-			for c.ready.len() > 0 && rec == nil {
-				if r := c.ready.pop(); r.state == stBuffered && !r.p.revoking {
-					rec = r
-				}
+		var rec *record
+		for c.ready.len() > 0 && rec == nil {
+			if r := c.ready.pop(); r.state == stBuffered && !r.p.revoking {
+				rec = r
 			}
-			if rec != nil {
-				rec.state = stHanded
-				rec.slot = true
-				c.handed++
-				low := c.ready.len() < max(c.buffer/2, 1)
+		}
+		if rec != nil {
+			e, err := c.book.Hand(rec)
+			if err != nil { // closed meanwhile: the record is redelivered by the group
 				c.mu.Unlock()
-				if low {
-					signal(c.pollSig)
-				}
-				return &rec.d, nil
+				return nil, err
 			}
+			rec.state = stHanded
+			rec.d.Handle = e
+			low := c.ready.len() < max(c.buffer/2, 1)
+			c.mu.Unlock()
+			if low {
+				signal(c.pollSig)
+			}
+			return &rec.d, nil
 		}
 		wake := c.wake
 		c.waiting = true
-		empty := c.ready.len() == 0
 		c.mu.Unlock()
-		if empty {
-			signal(c.pollSig)
-		}
+		signal(c.pollSig)
 		select {
 		case <-wake:
 		case <-ctx.Done():
@@ -639,7 +654,7 @@ func isReserved(name string) bool {
 func (c *consumer) fillDelivery(rec *record) {
 	r := rec.r
 	d := &rec.d
-	d.Queue, d.Body, d.Key, d.Handle = c.queue, r.Value, r.Key, rec
+	d.Queue, d.Body, d.Key = c.queue, r.Value, r.Key
 	var seenSchema, seenAttempts bool
 	for i := range r.Headers {
 		h := &r.Headers[i]
@@ -676,57 +691,53 @@ func (c *consumer) fillDelivery(rec *record) {
 	}
 }
 
-// releaseLocked gives back the prefetch slot a record holds.
-func (c *consumer) releaseLocked(rec *record) {
-	if rec.slot {
-		rec.slot = false
-		c.handed--
-		c.wakeLocked()
+// takeBackLocked records that a delivery handed out can no longer be settled (its
+// partition was revoked, or a rewind superseded it): its prefetch slot is freed and its
+// Settle returns the consumer's TakenBackError. A record never handed out has no entry.
+func (c *consumer) takeBackLocked(rec *record) {
+	if e, ok := rec.d.Handle.(*entry); ok {
+		c.book.TakeBack(e, c.takenBack)
 	}
 }
 
-// Settle finishes a delivery: see the package documentation.
+// Settle finishes a delivery: see the package documentation. The ledger checks that d
+// is this consumer's, that s is well formed and that d is settled once.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	rec, ok := d.Handle.(*record)
-	if !ok || rec == nil || rec.p == nil || rec.p.c != c {
-		return errors.New("kafka: delivery does not belong to this consumer")
-	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return errors.New("kafka: settle writes are only allowed with Ack")
-	}
-	c.mu.Lock()
-	if err := c.settleableLocked(rec); err != nil {
-		c.mu.Unlock()
+	e, err := c.book.Begin(d, s)
+	if err != nil {
 		return err
 	}
-	switch s.Outcome {
-	case transport.Ack:
-		if len(s.Writes) > 0 {
-			rec.state = stSettling
-			c.mu.Unlock()
-			err := c.t.produceConfirmed(ctx, s.Writes)
-			if err != nil {
-				c.writeFailed(ctx, rec, err)
-				return err
-			}
-			c.mu.Lock()
-			if rec.state != stSettling {
-				c.mu.Unlock()
-				c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
-				return ErrRevoked
-			}
-		}
-		c.ackLocked(rec)
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+}
+
+func (c *consumer) settle(ctx context.Context, rec *record, s transport.Settlement) error {
+	c.mu.Lock()
+	if rec.state != stHanded { // dropped by a revoke or a rewind
 		c.mu.Unlock()
-		return nil
-	case transport.Rewind:
+		return c.takenBack
+	}
+	if s.Outcome == transport.Rewind {
 		c.rewindLocked(rec)
 		c.mu.Unlock()
 		return nil
-	default:
-		c.mu.Unlock()
-		return transport.ErrUnsupported
 	}
+	if len(s.Writes) > 0 {
+		rec.state = stSettling
+		c.mu.Unlock()
+		if err := c.t.produceConfirmed(ctx, s.Writes); err != nil {
+			c.writeFailed(ctx, rec, err)
+			return err
+		}
+		c.mu.Lock()
+		if rec.state != stSettling {
+			c.mu.Unlock()
+			c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
+			return c.takenBack
+		}
+	}
+	c.ackLocked(rec)
+	c.mu.Unlock()
+	return nil
 }
 
 // writeFailed hands rec back to its worker after a failed settle write and holds its
@@ -758,27 +769,10 @@ func (c *consumer) writeFailed(ctx context.Context, rec *record, err error) {
 		"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
 }
 
-func (c *consumer) settleableLocked(rec *record) error {
-	switch rec.state {
-	case stHanded:
-		if c.closed {
-			return transport.ErrClosed
-		}
-		return nil
-	case stDropped:
-		return ErrRevoked
-	case stSettling:
-		return errors.New("kafka: delivery is being settled concurrently")
-	default:
-		return transport.ErrAlreadySettled
-	}
-}
-
 // ackLocked marks rec settled and moves the partition's commit mark past every settled
 // record at its head.
 func (c *consumer) ackLocked(rec *record) {
 	rec.state = stSettled
-	c.releaseLocked(rec)
 	p := rec.p
 	moved := false
 	for p.pending.len() > 0 && p.pending.front().state == stSettled {
@@ -804,17 +798,15 @@ func (c *consumer) rewindLocked(rec *record) {
 	}
 	if i < 0 { // not tracked: the partition was revoked meanwhile
 		rec.state = stDropped
-		c.releaseLocked(rec)
 		return
 	}
 	for _, r := range pending[i:] {
 		if r != rec {
 			r.state = stDropped
-			c.releaseLocked(r)
+			c.takeBackLocked(r)
 		}
 	}
 	rec.state = stRewound
-	c.releaseLocked(rec)
 	p.pending.truncate(i)
 	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
 	if p.seek == nil || at.Offset < p.seek.Offset {
@@ -1006,7 +998,7 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		for _, r := range p.pending.items() {
 			if r.state != stSettled {
 				r.state = stDropped
-				c.releaseLocked(r)
+				c.takeBackLocked(r)
 				dropped++
 			}
 		}
@@ -1045,6 +1037,10 @@ func (c *consumer) Close(ctx context.Context) error {
 	if !first {
 		return nil
 	}
+	// The deliveries handed out and not settled need no give-back: their offsets are not
+	// committed, so the group delivers them again. A later Settle of one fails with an
+	// error matching transport.ErrClosed and transport.ErrAlreadySettled.
+	c.book.Close()
 	c.cancel()
 	c.wg.Wait()
 	err := c.commit(ctx, nil)
