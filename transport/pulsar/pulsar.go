@@ -81,6 +81,7 @@ type options struct {
 	closeClient     bool
 	producerOptions func(*pc.ProducerOptions)
 	consumerOptions func(*pc.ConsumerOptions)
+	adminURL        string // the admin REST API, for Browse (browse.go)
 }
 
 // WithLogger sets the logger of the transport (default slog.Default()). A transport
@@ -230,10 +231,13 @@ type Config struct {
 	NackDelay time.Duration
 	// MaxMessageSize is the max_message_size parameter in bytes; zero when not given.
 	MaxMessageSize int
+	// AdminURL is the admin parameter: the http(s) URL of the admin REST API that
+	// Browse reads through; empty when not given (see [WithAdminURL]).
+	AdminURL string
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
-var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size"}
+var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size", "admin"}
 
 // options returns the options the URL's parameters stand for.
 func (c Config) options() []Option {
@@ -249,6 +253,9 @@ func (c Config) options() []Option {
 	}
 	if c.MaxMessageSize > 0 {
 		opts = append(opts, WithMaxMessageSize(c.MaxMessageSize))
+	}
+	if c.AdminURL != "" {
+		opts = append(opts, WithAdminURL(c.AdminURL))
 	}
 	return opts
 }
@@ -342,6 +349,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	if c.MaxMessageSize, _, err = q.Int("max_message_size", MetadataReserve+1, math.MaxInt32); err != nil {
 		return Config{}, err
 	}
+	if c.AdminURL, err = adminParam(q); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 
@@ -356,7 +366,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, cfg.options()...)
+	all := append([]Option{WithLogger(transport.LoggerFrom(ctx)), WithAdminURL(defaultAdminURL(cfg.ServiceURL))}, cfg.options()...)
 	o := buildOptions(append(all, opts...))
 	if err := o.check(); err != nil {
 		return nil, err
