@@ -25,6 +25,7 @@
 //	send_timeout       how long a write waits for the broker's confirmation when its context has no deadline (default 30s)
 //	nack_delay         how long the broker waits before it redelivers a rewound delivery (default 1s)
 //	max_message_size   the broker's maxMessageSize in bytes (default 5242880)
+//	admin              the admin REST API that Browse reads through (default http://<first host>:8080, https://…:8443 for pulsar+ssl)
 //
 // Durations are Go durations ("1500ms", "30s") or a bare number of seconds, the grammar
 // every BabelQueue URL shares. Any other parameter, a parameter given twice, a malformed
