@@ -101,4 +101,3 @@ func parseSequence(c transport.Cursor) (int64, error) {
 	}
 	return n, nil
 }
-
