@@ -176,8 +176,8 @@ func TestInteropPythonToGo(t *testing.T) {
 			if m.TraceID() != "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b" {
 				t.Errorf("trace id %q", m.TraceID())
 			}
-			if m.Headers["traceparent"] != "00-abc-01" || len(m.Headers) != 1 {
-				t.Errorf("headers %v, want only traceparent", m.Headers)
+			if m.Header("traceparent") != "00-abc-01" || len(m.Headers()) != 1 {
+				t.Errorf("headers %v, want only traceparent", m.Headers())
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -45,14 +46,16 @@ type consumer struct {
 	// The keys of the default layout: reserve script keys, then settle script keys.
 	reserveKeys, settleKeys []string
 
+	// book holds the reservations handed out and not finished: their prefetch slots
+	// and settle state. It is closed with mu held, so under mu !closed means open.
+	book *ledger.Ledger[*handle]
+
 	mu        sync.Mutex
-	done      chan struct{}
 	closed    bool
-	fetchers  int              // Receive calls in a reserve call now
-	reserving int              // messages those reserve calls may bring
-	buf       []*handle        // reserved, not yet handed out
-	out       map[*handle]bool // handed out and not settled; true while a Settle runs
-	waiting   []*waiter        // Receive calls waiting, first come first served
+	fetchers  int       // Receive calls in a reserve call now
+	reserving int       // messages those reserve calls may bring
+	buf       []*handle // reserved, not yet handed out
+	waiting   []*waiter // Receive calls waiting, first come first served
 
 	swept   time.Time // when a reserve call last swept
 	settles committer[settleItem]
@@ -67,7 +70,7 @@ type consumer struct {
 
 // waiter is a Receive call waiting for a message or for its turn to reserve.
 type waiter struct {
-	ch chan *handle // one send: a handle handed out to it, or nil to look again
+	ch chan *ledger.Entry[*handle] // one send: a reservation handed out to it, or nil to look again
 }
 
 // settleItem is one reservation to settle and how.
@@ -91,8 +94,7 @@ func newConsumer(t *Transport, queue string, prefetch int) *consumer {
 		queue:    queue,
 		readyKey: t.ready(queue),
 		prefetch: prefetch,
-		done:     make(chan struct{}),
-		out:      map[*handle]bool{},
+		book:     ledger.New[*handle](ledger.Config{Broker: "redis", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	c.reserveKeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
 	c.settleKeys = []string{processingKey(queue), deadlinesKey(queue), c.readyKey, c.readyKey}
@@ -110,14 +112,14 @@ func (c *consumer) handOutLocked(h *handle) {
 	}
 	w := c.waiting[0]
 	c.waiting = slices.Delete(c.waiting, 0, 1)
-	c.out[h] = false
-	w.ch <- h
+	e, _ := c.book.Add(h) // the book is open while c.closed is false
+	w.ch <- e
 }
 
 // nudgeLocked wakes the first waiting Receive call to reserve when nobody is reserving
 // and the prefetch allows another message.
 func (c *consumer) nudgeLocked() {
-	if c.fetchers >= maxFetchers || len(c.waiting) == 0 || len(c.out)+len(c.buf)+c.reserving >= c.prefetch {
+	if c.fetchers >= maxFetchers || len(c.waiting) == 0 || c.book.Held()+len(c.buf)+c.reserving >= c.prefetch {
 		return
 	}
 	w := c.waiting[0]
@@ -126,9 +128,9 @@ func (c *consumer) nudgeLocked() {
 }
 
 // Receive blocks until a message is reserved for the caller, ctx ends or the consumer
-// is closed.
+// is closed. While settlements fail it first waits out their backoff.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := ctx.Err(); err != nil {
+	if err := c.book.Pause(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -142,11 +144,11 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			h := c.buf[0]
 			c.buf[0] = nil
 			c.buf = c.buf[1:]
-			c.out[h] = false
+			e, _ := c.book.Add(h)
 			c.mu.Unlock()
-			return c.delivery(h), nil
+			return c.delivery(e), nil
 		}
-		if room := c.prefetch - len(c.out) - len(c.buf) - c.reserving; room > 0 && c.fetchers < maxFetchers {
+		if room := c.prefetch - c.book.Held() - len(c.buf) - c.reserving; room > 0 && c.fetchers < maxFetchers {
 			n := min(1+len(c.waiting), room, c.t.batch)
 			c.fetchers++
 			c.reserving += n
@@ -172,8 +174,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				return nil, transport.ErrClosed
 			}
 			if len(hs) > 0 {
-				mine := hs[0]
-				c.out[mine] = false
+				mine, _ := c.book.Add(hs[0])
 				for _, h := range hs[1:] {
 					c.handOutLocked(h)
 				}
@@ -189,7 +190,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				}
 				c.t.log.Warn("redis: reserve failed; retrying", "queue", c.queue, "error", err, "backoff", backoff)
 				c.mu.Unlock()
-				serr := sleep(ctx, c.done, backoff)
+				serr := sleep(ctx, c.book.Done(), backoff)
 				c.mu.Lock()
 				if serr != nil {
 					c.nudgeLocked()
@@ -202,19 +203,19 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			backoff = 50 * time.Millisecond
 			continue
 		}
-		w := &waiter{ch: make(chan *handle, 1)}
+		w := &waiter{ch: make(chan *ledger.Entry[*handle], 1)}
 		c.waiting = append(c.waiting, w)
 		c.mu.Unlock()
 		select {
-		case h := <-w.ch:
+		case e := <-w.ch:
 			c.mu.Lock()
-			if h != nil {
-				_, held := c.out[h]
+			if e != nil {
+				closed := c.closed
 				c.mu.Unlock()
-				if !held { // Close took it back between the hand-out and now
+				if closed { // Close took it back between the hand-out and now
 					return nil, transport.ErrClosed
 				}
-				return c.delivery(h), nil
+				return c.delivery(e), nil
 			}
 			// nudged: look again
 		case <-ctx.Done():
@@ -222,7 +223,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			c.leaveLocked(w)
 			c.mu.Unlock()
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.book.Done():
 			c.mu.Lock()
 			c.leaveLocked(w)
 		}
@@ -237,15 +238,15 @@ func (c *consumer) leaveLocked(w *waiter) {
 		return
 	}
 	// Not queued any more, so something was sent to it (under c.mu, before we got it).
-	h := <-w.ch
-	if h == nil {
+	e := <-w.ch
+	if e == nil {
 		c.nudgeLocked()
 		return
 	}
-	if _, held := c.out[h]; !held {
+	if c.closed || !c.book.Withdraw(e) {
 		return // Close took it back already
 	}
-	delete(c.out, h)
+	h := e.Value
 	if len(c.waiting) > 0 {
 		c.handOutLocked(h)
 		return
@@ -266,9 +267,10 @@ func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) error {
 	}
 }
 
-// delivery builds what the runtime sees of h.
-func (c *consumer) delivery(h *handle) *transport.Delivery {
-	d := &transport.Delivery{Queue: c.queue, Handle: h}
+// delivery builds what the runtime sees of the reservation e holds.
+func (c *consumer) delivery(e *ledger.Entry[*handle]) *transport.Delivery {
+	h := e.Value
+	d := &transport.Delivery{Queue: c.queue, Handle: e}
 	if !c.t.laravel {
 		if body, headers, ok := unframe([]byte(h.raw)); ok {
 			d.Body, d.Headers = body, headers
@@ -498,41 +500,39 @@ func (c *consumer) wait(ctx context.Context) error {
 }
 
 // Settle finishes d in one script: the gate (the reservation is still ours), the
-// writes, and the removal of the reservation, or nothing at all.
+// writes, and the removal of the reservation, or nothing at all. A reservation that
+// lapsed (and was swept back to the queue) fails with a [transport.TakenBackError]
+// wrapping [ErrReservationLost].
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	h, ok := d.Handle.(*handle)
-	if !ok || h.c != c {
-		return errors.New("redis: delivery does not belong to this consumer")
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
 	}
-	switch s.Outcome {
-	case transport.Ack, transport.Rewind:
-	default:
-		return transport.ErrUnsupported
-	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return errors.New("redis: settle writes are only allowed with Ack")
-	}
-	for _, w := range s.Writes {
-		if w == nil || w.Queue == "" {
-			return errors.New("redis: settle write has no queue")
-		}
-	}
-	c.mu.Lock()
-	busy, held := c.out[h]
-	if !held || busy {
-		c.mu.Unlock()
-		return transport.ErrAlreadySettled
-	}
+	h := e.Value
 	if c.t.ackLinger > 0 && s.Outcome == transport.Ack && len(s.Writes) == 0 {
-		delete(c.out, h)
-		c.deferAckLocked(h)
-		c.nudgeLocked() // a worker may be waiting for this slot of the prefetch
+		c.mu.Lock()
+		if !c.closed { // Close sends the deferred acks it finds
+			c.deferAckLocked(h)
+			c.mu.Unlock()
+			return c.finish(e, s, nil)
+		}
 		c.mu.Unlock()
-		return nil
 	}
-	c.out[h] = true
-	c.mu.Unlock()
+	return c.finish(e, s, c.settle(ctx, h, s))
+}
 
+// finish records the end of a settle and lets a worker waiting for the freed prefetch
+// slot reserve.
+func (c *consumer) finish(e *ledger.Entry[*handle], s transport.Settlement, err error) error {
+	err = c.book.Finish(e, s, err)
+	c.mu.Lock()
+	c.nudgeLocked()
+	c.mu.Unlock()
+	return err
+}
+
+// settle runs the settle script for one reservation.
+func (c *consumer) settle(ctx context.Context, h *handle, s transport.Settlement) error {
 	item := settleItem{h: h, rewind: s.Outcome == transport.Rewind, writes: s.Writes}
 	var settled bool
 	var err error
@@ -547,22 +547,13 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		res, err = c.runSettle(ctx, []settleItem{item})
 		settled = err == nil && res[0]
 	}
-
-	c.mu.Lock()
-	if err != nil {
-		c.out[h] = false
-	} else {
-		delete(c.out, h)
-		c.nudgeLocked() // a worker may be waiting for this slot of the prefetch
-	}
-	c.mu.Unlock()
 	switch {
 	case err != nil && len(s.Writes) > 0:
 		return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: err}
 	case err != nil:
 		return fmt.Errorf("redis: %s on %q: %w", s.Outcome, c.queue, err)
 	case !settled:
-		return ErrReservationLost
+		return &transport.TakenBackError{Broker: "redis", Queue: c.queue, Reason: "the reservation lapsed and was swept back to the queue", Err: ErrReservationLost}
 	}
 	return nil
 }
@@ -664,16 +655,9 @@ func (c *consumer) Close(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
-	close(c.done)
 	acks := c.takeAcksLocked()
-	hs := append([]*handle(nil), c.buf...)
+	hs := append(c.buf, c.book.Close()...)
 	c.buf = nil
-	for h, busy := range c.out {
-		if !busy {
-			hs = append(hs, h)
-			delete(c.out, h)
-		}
-	}
 	c.mu.Unlock()
 	c.t.forget(c)
 	c.flushes.Wait() // a flush the timer started finishes first

@@ -1,18 +1,19 @@
 package redis
 
-import "github.com/babelqueue-go/babelqueue/transport"
+import (
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport"
+)
 
 // RehomeForTest returns the handle of d as if to had handed it out: what a worker that
 // lost its connection presents when it settles late.
 func RehomeForTest(from, to transport.Consumer, d *transport.Delivery) any {
-	h, ok := d.Handle.(*handle)
+	e, ok := d.Handle.(*ledger.Entry[*handle])
 	if !ok {
 		return nil
 	}
+	h := e.Value
 	c := to.(*consumer)
-	nh := &handle{c: c, member: h.member, raw: h.raw, hdr: h.hdr}
-	c.mu.Lock()
-	c.out[nh] = false
-	c.mu.Unlock()
+	nh, _ := c.book.Add(&handle{c: c, member: h.member, raw: h.raw, hdr: h.hdr})
 	return nh
 }

@@ -102,8 +102,8 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 			if stale.Handle != nil {
 				err = consA2.Settle(ctx, &stale, transport.Settlement{Outcome: transport.Ack,
 					Writes: []*transport.Message{{Queue: q + ".dlq", Body: []byte(`{"x":1}`)}}})
-				if !errors.Is(err, bqredis.ErrReservationLost) {
-					t.Fatalf("late settle = %v, want ErrReservationLost", err)
+				if !errors.Is(err, bqredis.ErrReservationLost) || !errors.Is(err, transport.ErrTakenBack) || !errors.Is(err, transport.ErrAlreadySettled) {
+					t.Fatalf("late settle = %v, want ErrReservationLost, ErrTakenBack and ErrAlreadySettled", err)
 				}
 				if n := admin.Exists(ctx, q+".dlq", "bqtest:"+q+".dlq").Val(); n != 0 {
 					t.Fatalf("a refused late settle still wrote its dead-letter message")

@@ -129,8 +129,8 @@ func TestInteropPythonToGo(t *testing.T) {
 				if err := m.Bind(&data); err != nil || data.From != "python" {
 					t.Errorf("data %+v (%v)", data, err)
 				}
-				if l.headers && data.N%2 == 1 && m.Headers["traceparent"] != traceparent {
-					t.Errorf("message %d lost its traceparent header: %v", data.N, m.Headers)
+				if l.headers && data.N%2 == 1 && m.Header("traceparent") != traceparent {
+					t.Errorf("message %d lost its traceparent header: %v", data.N, m.Headers())
 				}
 			}
 			assertDrained(t, l, q)

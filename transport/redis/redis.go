@@ -130,7 +130,8 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 		return nil, err
 	}
 	client := goredis.NewClient(rest)
-	t := New(client, opts...)
+	routeClientLog(transport.LoggerFrom(ctx))
+	t := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
 	t.owned = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()

@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -56,30 +60,61 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func TestTransportKit(t *testing.T) {
-	for _, layout := range []struct{ name, query string }{
+	for i, layout := range []struct{ name, query string }{
 		{"default", ""},
 		{"laravel", "?laravel=1&prefix=bqtest:"},
 		{"default-deferred-acks", "?deferred_acks=2ms"},
 		{"laravel-deferred-acks", "?laravel=1&prefix=bqtest:&deferred_acks=2ms"},
 	} {
 		t.Run(layout.name, func(t *testing.T) {
+			t.Parallel() // each layout on queues of its own
 			raw := brokerURL(t)
 			c := client(t)
-			cleanKeys(t, c, "*bqtest-*")
+			tag := fmt.Sprintf("bqtest-l%d", i)
+			cleanKeys(t, c, "*"+tag+"-*")
+			var proxies sync.Map // transport.Transport → *faultproxy.Proxy
 			cfg := transporttest.Config{
 				Open: func(t *testing.T) transport.Transport {
-					tr, err := transport.Open(ctxT(t), raw+layout.query)
+					u, p := proxied(t, raw)
+					tr, err := transport.Open(ctxT(t), u+layout.query)
 					if err != nil {
 						t.Fatal(err)
 					}
+					proxies.Store(tr, p)
 					return tr
 				},
-				NoKeys: true,
+				NewQueue: func(*testing.T) string { return transporttest.UniqueName(tag) },
+				NoKeys:   true,
+				BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
+					p, _ := proxies.Load(tr)
+					p.(*faultproxy.Proxy).Down()
+					return p.(*faultproxy.Proxy).Up
+				},
+				PrefetchBound:         true,
+				SettleAfterClose:      true,
+				RefusesBadSettlements: true,
 			}
 			t.Run("Transport", func(t *testing.T) { transporttest.Run(t, cfg) })
 			t.Run("Runtime", func(t *testing.T) { transporttest.RunRuntime(t, cfg) })
 		})
 	}
+}
+
+// proxied returns raw with its host replaced by a loopback proxy to it, and the proxy
+// (closed at the end of the test).
+func proxied(t testing.TB, raw string) (string, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	u.Host = p.Addr()
+	return u.String(), p
 }
 
 func TestOpenRejectsBadURLs(t *testing.T) {
