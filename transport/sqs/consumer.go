@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -13,26 +12,28 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// maxBatch is the most messages one ReceiveMessage returns.
+// maxBatch is the most messages one ReceiveMessage returns, and the most entries of one
+// ChangeMessageVisibilityBatch.
 const maxBatch = 10
 
 // idlePause is how long a short-polling consumer (wait_time=0) waits after an empty
 // receive.
 const idlePause = 250 * time.Millisecond
 
-// held is the bookkeeping of one received message (Delivery.Handle).
+// held is the SQS side of one received message: what settling it and extending its
+// visibility need. No lock guards it across a call to SQS; the consumer's ledger says
+// whether it is still open.
 type held struct {
-	c       *consumer
 	receipt string
 	msgID   string
 	group   string
 
-	mu       sync.Mutex // serialises settling and heartbeats of this message
-	settled  bool
-	extended time.Time // last time its visibility was set
+	extended time.Time   // last time its visibility was set; the heartbeat's alone
+	rewound  atomic.Bool // a Rewind made it visible: an extension racing it is undone
 }
 
 type consumer struct {
@@ -41,18 +42,13 @@ type consumer struct {
 	url      atomic.Pointer[string] // re-resolved when the queue vanished
 	vis      time.Duration          // visibility timeout the heartbeat keeps up; 0: none
 	askVis   int32                  // VisibilityTimeout asked of ReceiveMessage; 0: the queue's
-	credits  chan struct{}          // one per unsettled message (buffered or handed out)
+	book     *ledger.Ledger[*held]  // received and not settled, buffered or handed out
 	ready    chan *transport.Delivery
-	wake     chan struct{} // Receive took a delivery: the poller re-checks the buffer
-	done     chan struct{}
-	ctx      context.Context // cancelled by Close; bounds the poller's calls
+	wake     chan struct{}   // Receive took a delivery: the poller re-checks the buffer
+	ctx      context.Context // cancelled by Close; bounds the poller's and heartbeat's calls
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closeOne sync.Once
-
-	mu     sync.Mutex
-	closed bool
-	live   map[*held]struct{} // received and not settled
 }
 
 // Consume opens a consumer on queue. The queue is created when it does not exist (see
@@ -88,17 +84,21 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	prefetch := max(opts.Prefetch, 1)
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &consumer{
-		t:       t,
-		queue:   queue,
-		vis:     vis,
-		askVis:  ask,
-		credits: make(chan struct{}, prefetch),
-		ready:   make(chan *transport.Delivery, prefetch),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		ctx:     cctx,
-		cancel:  cancel,
-		live:    map[*held]struct{}{},
+		t:      t,
+		queue:  queue,
+		vis:    vis,
+		askVis: ask,
+		book: ledger.New[*held](ledger.Config{
+			Broker:   "sqs",
+			Queue:    queue,
+			Prefetch: prefetch,
+			Outcomes: []transport.Outcome{transport.Ack, transport.Rewind, transport.HandOff},
+			Logger:   t.log,
+		}),
+		ready:  make(chan *transport.Delivery, prefetch),
+		wake:   make(chan struct{}, 1),
+		ctx:    cctx,
+		cancel: cancel,
 	}
 	t.mu.Lock()
 	if t.closed {
@@ -121,7 +121,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 // Receive returns the next delivery, waiting until one is received or ctx ends.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 	select {
-	case <-c.done:
+	case <-c.book.Done():
 		return nil, transport.ErrClosed
 	default:
 	}
@@ -134,29 +134,24 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		return d, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-c.done:
+	case <-c.book.Done():
 		return nil, transport.ErrClosed
 	}
 }
 
-// poll receives batches while there is room for more unsettled messages.
+// poll receives batches while there is room for more unsettled messages. Every message
+// received holds a prefetch slot from then on, buffered or handed out.
 func (c *consumer) poll() {
 	defer c.wg.Done()
 	backoff := time.Duration(0)
 	for {
-		select {
-		case <-c.done:
-			return
-		default:
-		}
-		// One credit to start, then as many more as are free, up to a batch.
-		select {
-		case c.credits <- struct{}{}:
-		case <-c.done:
+		// One slot to start (after the ledger's backoff while settlements fail), then
+		// as many more as are free, up to a batch.
+		if c.book.Acquire(c.ctx) != nil {
 			return
 		}
-		n := 1
-		if !c.gather(&n) {
+		n, ok := c.gather()
+		if !ok {
 			return
 		}
 		out, err := c.t.client.ReceiveMessage(c.ctx, &awssqs.ReceiveMessageInput{
@@ -175,7 +170,7 @@ func (c *consumer) poll() {
 			for i := range out.Messages {
 				m := &out.Messages[i]
 				if used == n {
-					// More than asked for: no credit to hold it, so give it back.
+					// More than asked for: no slot to hold it, so give it back.
 					if m.ReceiptHandle != nil {
 						extra = append(extra, &held{receipt: *m.ReceiptHandle})
 					}
@@ -188,13 +183,11 @@ func (c *consumer) poll() {
 			c.giveBack(extra)
 		}
 		for range n - used {
-			<-c.credits
+			c.book.Unacquire()
 		}
 		if err == nil && got == 0 && c.t.waitTime == 0 {
 			// Short polling on an empty queue: do not spin on the broker.
-			select {
-			case <-time.After(idlePause):
-			case <-c.done:
+			if !c.sleep(idlePause) {
 				return
 			}
 		}
@@ -212,43 +205,71 @@ func (c *consumer) poll() {
 			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			c.t.log.Warn("sqs: receive failed; retrying", "queue", c.queue, "retry_in", backoff, "error", err)
-			select {
-			case <-time.After(backoff):
-			case <-c.done:
+			if !c.sleep(backoff) {
 				return
 			}
 		}
 	}
 }
 
-// gather takes more credits for the next batch: every free one at once, and, while
-// the workers still have deliveries buffered, waits for more, so a busy consumer
-// receives full batches instead of one message per acknowledgement. It reports false
-// when the consumer closed.
-func (c *consumer) gather(n *int) bool {
-	target := min(cap(c.credits), maxBatch)
-	for *n < target {
-		select {
-		case c.credits <- struct{}{}:
-			*n++
+// sleep waits d, reporting false when the consumer closed first.
+func (c *consumer) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.book.Done():
+		return false
+	}
+}
+
+// gather takes more slots for the next batch, on top of the one acquired: every free
+// one at once, and, while the workers still have deliveries buffered, waits for more,
+// so a busy consumer receives full batches instead of one message per acknowledgement.
+// It returns the slots held, or false when the consumer closed.
+func (c *consumer) gather() (int, bool) {
+	n := 1
+	target := min(c.book.Prefetch(), maxBatch)
+	for n < target {
+		if c.book.Room() > 0 {
+			if c.book.Acquire(c.ctx) != nil {
+				return 0, false
+			}
+			n++
 			continue
-		default:
 		}
 		if len(c.ready) <= lowWater(target) {
-			return true
+			break
+		}
+		// Wait for a slot, or for a worker to take a buffered delivery.
+		wctx, cancel := context.WithCancel(c.ctx)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-c.wake:
+				cancel()
+			case <-stop:
+			}
+		}()
+		err := c.book.Acquire(wctx)
+		close(stop)
+		cancel()
+		if err == nil {
+			n++
+			continue
 		}
 		select {
-		case c.credits <- struct{}{}:
-			*n++
-		case <-c.wake:
-		case <-c.done:
-			for range *n {
-				<-c.credits
-			}
-			return false
+		case <-c.book.Done():
+			return 0, false // Close dropped the slots held
+		default:
 		}
+		if c.ctx.Err() != nil {
+			return 0, false
+		}
+		// A worker took a buffered delivery: look again.
 	}
-	return true
+	return n, true
 }
 
 // lowWater is how few buffered deliveries make the poller receive at once.
@@ -256,110 +277,125 @@ func lowWater(target int) int { return target / 2 }
 
 func (c *consumer) queueURL() string { return *c.url.Load() }
 
-// accept turns a received message into a delivery on the ready channel. A message
-// without a receipt handle cannot be settled and is skipped.
+// accept turns a received message into a delivery on the ready channel, under a slot
+// the poller acquired. A message without a receipt handle cannot be settled and is
+// skipped.
 func (c *consumer) accept(msg *types.Message) bool {
 	if msg.ReceiptHandle == nil || *msg.ReceiptHandle == "" {
 		c.t.log.Warn("sqs: received a message without a receipt handle; skipped", "queue", c.queue, "message_id", aws.ToString(msg.MessageId))
 		return false
 	}
 	h := &held{
-		c:        c,
 		receipt:  *msg.ReceiptHandle,
 		msgID:    aws.ToString(msg.MessageId),
 		group:    msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		extended: time.Now(),
 	}
-	d := &transport.Delivery{Queue: c.queue, Handle: h}
-	readDelivery(d, msg)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	e, err := c.book.Hand(h)
+	if err != nil {
+		// Closed meanwhile.
 		c.giveBack([]*held{h})
 		return false
 	}
-	c.live[h] = struct{}{}
-	c.mu.Unlock()
-	c.ready <- d // never blocks: a credit is held for every message in the channel
+	d := &transport.Delivery{Queue: c.queue, Handle: e}
+	readDelivery(d, msg)
+	c.ready <- d // never blocks: a slot is held for every message in the channel
 	return true
 }
 
-// heartbeat extends the visibility of every held message before it lapses.
+// heartbeat extends the visibility of every held message before it lapses, ten
+// messages a call, the ones being settled too: a slow settle write must not let the
+// message go back to the queue under it.
 func (c *consumer) heartbeat() {
 	defer c.wg.Done()
 	every := max(c.vis/3, 200*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	secs := int32(c.vis / time.Second)
 	for {
 		select {
 		case <-tick.C:
-		case <-c.done:
+		case <-c.book.Done():
 			return
 		}
 		now := time.Now()
-		c.mu.Lock()
-		due := make([]*held, 0, len(c.live))
-		for h := range c.live {
-			if now.Sub(h.extended) >= every {
-				due = append(due, h)
-			}
+		due := c.book.Unsettled(func(h *held) bool { return now.Sub(h.extended) >= every })
+		for len(due) > 0 {
+			n := min(len(due), maxBatch)
+			c.extend(due[:n], every)
+			due = due[n:]
 		}
-		c.mu.Unlock()
-		for _, h := range due {
-			h.mu.Lock()
-			if !h.settled {
-				_, err := c.t.client.ChangeMessageVisibility(c.ctx, &awssqs.ChangeMessageVisibilityInput{
-					QueueUrl:          aws.String(c.queueURL()),
-					ReceiptHandle:     aws.String(h.receipt),
-					VisibilityTimeout: secs,
-				})
-				if err == nil {
-					h.extended = time.Now()
-				} else if c.ctx.Err() == nil {
-					c.t.log.Warn("sqs: could not extend a held message's visibility; it may be redelivered", "queue", c.queue, "message_id", h.msgID, "error", err)
-				}
-			}
-			h.mu.Unlock()
+	}
+}
+
+// extend sets the visibility of up to ten held messages to the visibility timeout, in
+// one call bounded by timeout.
+func (c *consumer) extend(es []*ledger.Entry[*held], timeout time.Duration) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
+	for i, e := range es {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+			Id:                aws.String(strconv.Itoa(i)),
+			ReceiptHandle:     aws.String(e.Value.receipt),
+			VisibilityTimeout: int32(c.vis / time.Second),
 		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	out, err := c.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{
+		QueueUrl: aws.String(c.queueURL()),
+		Entries:  entries,
+	})
+	cancel()
+	// A Rewind that ran meanwhile may have reached SQS before this extension: make
+	// those messages visible again, so a rewound message is never held back.
+	var rewound []*held
+	for _, e := range es {
+		if e.Value.rewound.Load() {
+			rewound = append(rewound, e.Value)
+		}
+	}
+	c.giveBack(rewound)
+	switch {
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(es), "error", err)
+		}
+		return
+	case out == nil:
+		return
+	}
+	now := time.Now()
+	for _, s := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(es) {
+			es[i].Value.extended = now
+		}
+	}
+	if len(out.Failed) > 0 {
+		f := out.Failed[0]
+		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue,
+			"count", len(out.Failed), "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
 	}
 }
 
 // Settle finishes a delivery: Ack sends every write, then deletes; Rewind makes the
 // message visible at once; HandOff leaves it for the queue's RedrivePolicy.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	if d == nil {
-		return errors.New("sqs: nil delivery")
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
 	}
-	h, ok := d.Handle.(*held)
-	if !ok || h.c != c {
-		return errors.New("sqs: delivery does not belong to this consumer")
-	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return fmt.Errorf("sqs: settle writes are only allowed with ack, not %s", s.Outcome)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.settled {
-		return transport.ErrAlreadySettled
-	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		return transport.ErrClosed
-	}
-	var result error
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+}
+
+func (c *consumer) settle(ctx context.Context, h *held, s transport.Settlement) error {
 	switch s.Outcome {
 	case transport.Ack:
-		for i, w := range s.Writes {
-			if w == nil {
-				return &transport.SettleWriteError{Queue: c.queue, Err: errors.New("nil write")}
-			}
+		i := 0
+		err := ledger.SendAll(ctx, s.Writes, func(ctx context.Context, w *transport.Message) error {
 			seed := h.msgID + "\x00" + strconv.Itoa(i)
-			if err := c.t.send(ctx, w, seed, h.group); err != nil {
-				return &transport.SettleWriteError{Queue: w.Queue, Err: err}
-			}
+			i++
+			return c.t.send(ctx, w, seed, h.group)
+		})
+		if err != nil {
+			return err
 		}
 		if _, err := c.t.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{
 			QueueUrl:      aws.String(c.queueURL()),
@@ -368,39 +404,28 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 			return fmt.Errorf("sqs: delete from %q: %w", c.queue, err)
 		}
 	case transport.Rewind:
+		h.rewound.Store(true)
 		if _, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl:          aws.String(c.queueURL()),
 			ReceiptHandle:     aws.String(h.receipt),
 			VisibilityTimeout: 0,
 		}); err != nil {
-			// The heartbeat stops, so the message still comes back when its
-			// visibility timeout lapses.
-			result = fmt.Errorf("sqs: rewind on %q (the message returns when its visibility timeout lapses): %w", c.queue, err)
+			// No heartbeat extends it any more, so the message still comes back when
+			// its visibility timeout lapses.
+			return fmt.Errorf("sqs: rewind on %q (the message returns when its visibility timeout lapses): %w", c.queue, err)
 		}
 	case transport.HandOff:
 		// Nothing on the wire: visibility expiry redelivers it and the RedrivePolicy
 		// counts the receives.
-	default:
-		return transport.ErrUnsupported
 	}
-	h.settled = true
-	c.release(h)
-	return result
-}
-
-// release forgets a settled message and frees its credit.
-func (c *consumer) release(h *held) {
-	c.mu.Lock()
-	_, ok := c.live[h]
-	delete(c.live, h)
-	c.mu.Unlock()
-	if ok {
-		<-c.credits
-	}
+	return nil
 }
 
 // giveBack makes messages visible again at once, in batches of ten.
 func (c *consumer) giveBack(hs []*held) {
+	if len(hs) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for len(hs) > 0 {
@@ -425,45 +450,24 @@ func (c *consumer) giveBack(hs []*held) {
 
 // Close stops the poller and the heartbeat and makes every unsettled message visible
 // again, so another consumer receives it at once. It waits for a long poll in progress
-// (at most the wait time) unless ctx ends first.
+// (at most the wait time) unless ctx ends first; what that poll receives is given back
+// too.
 func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	c.mu.Unlock()
-	c.closeOne.Do(func() { close(c.done) })
-	// Let a long poll in progress finish (at most the wait time) rather than cancel it:
-	// SQS may already have handed it messages, which a cancelled call would leave
-	// invisible until their visibility timeout. What it receives is given back below.
-	waited := make(chan struct{})
-	go func() { c.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-	}
-	c.cancel()
-	c.mu.Lock()
-	hs := make([]*held, 0, len(c.live))
-	for h := range c.live {
-		hs = append(hs, h)
-	}
-	clear(c.live)
-	c.mu.Unlock()
-	var back []*held
-	for _, h := range hs {
-		h.mu.Lock()
-		if !h.settled {
-			h.settled = true
-			back = append(back, h)
+	c.closeOne.Do(func() {
+		c.giveBack(c.book.Close())
+		// Let a long poll in progress finish (at most the wait time) rather than cancel
+		// it: SQS may already have handed it messages, which a cancelled call would leave
+		// invisible until their visibility timeout. The poller gives them back.
+		waited := make(chan struct{})
+		go func() { c.wg.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-ctx.Done():
 		}
-		h.mu.Unlock()
-	}
-	c.giveBack(back)
-	c.t.mu.Lock()
-	delete(c.t.consumers, c)
-	c.t.mu.Unlock()
+		c.cancel()
+		c.t.mu.Lock()
+		delete(c.t.consumers, c)
+		c.t.mu.Unlock()
+	})
 	return nil
 }

@@ -8,7 +8,8 @@
 //
 // # URL
 //
-//	sqs://<region>[?endpoint=URL][&prefix=URL][&fifo=1][&group_id=ID][&wait_time=SECONDS]
+//	sqs://<region>[?endpoint=URL][&prefix=URL][&fifo=1][&group_id=ID][&wait_time=DURATION]
+//	              [&visibility_timeout=DURATION][&max_message_size=BYTES][&connect_timeout=DURATION]
 //
 // The query parameters are:
 //
@@ -18,13 +19,42 @@
 //   - fifo=1: every logical queue is a FIFO queue named <queue>.fifo.
 //   - group_id: the MessageGroupId of every FIFO write (default: the message key, else
 //     the consumed delivery's group for a settle write, else "babelqueue").
-//   - wait_time: the long-poll wait of ReceiveMessage in seconds, 0 to 20 (default 10;
+//   - wait_time: the long-poll wait of ReceiveMessage, 0 to 20 seconds (default 10s;
 //     closing a consumer waits for a poll in progress, so it also bounds Close).
+//   - visibility_timeout: the visibility timeout asked of ReceiveMessage and kept up by
+//     the heartbeat (default: the queue's own VisibilityTimeout).
+//   - max_message_size: the size check's limit in bytes, at most 1048576 (the default):
+//     set it to the MaximumMessageSize of queues that have a smaller one.
+//   - connect_timeout: how long each start-up check of Open may take (default 10s).
 //
-// Any other query parameter, user information in the URL, or an invalid value is an
-// error matching transport.ErrBadURL that names the parameter. Credentials come from the
-// default AWS chain (environment, shared config, web identity, instance role). To use
-// a client you built yourself (custom credentials, retries, HTTP client), call [New].
+// Durations are Go durations ("1500ms", "20s") or a bare number of seconds, the grammar
+// every BabelQueue URL shares; wait_time and visibility_timeout are rounded up to whole
+// seconds. Any other query parameter, user information in the URL, or an invalid or
+// out-of-range value is an error matching transport.ErrBadURL that names the
+// parameter. Credentials come from the default AWS chain (environment, shared config,
+// web identity, instance role). To use a client you built yourself (custom credentials,
+// retries, HTTP client), call [New].
+//
+// # Starting
+//
+// Open fails at once, with one error that says what to do, when the default chain finds
+// no credentials ([ErrNoCredentials]: which are missing and how to give them) or when
+// the endpoint does not answer within connect_timeout ([ErrUnreachable]; one
+// ListQueues call of at most one name, any answer will do). With an endpoint on this
+// machine (an emulator) the EC2 instance metadata service is never asked for a role.
+// The AWS SDK's own log lines (its warnings, and what ClientLogMode asks for) go through
+// the transport's logger, marked component=aws-sdk: opened through transport.Open
+// (babelqueue.Open), that is the App's logger. [New] makes none of these checks and
+// leaves the client's logger as you configured it.
+//
+// # Message size
+//
+// SQS counts a message as its body plus every message attribute's name, data type and
+// value, and accepts at most 1 MiB ([MaxMessageSize]) or the queue's smaller
+// MaximumMessageSize. Every write, Publish and settle write alike, is checked first: a
+// larger one fails with a *transport.TooLargeError (matching transport.ErrTooLarge)
+// naming the size and the limit, and a settle write refused so also matches
+// transport.ErrSettleWrite and deletes nothing.
 //
 // # Wire format
 //
@@ -46,11 +76,18 @@
 // # Consuming
 //
 // A consumer long-polls ReceiveMessage in batches of up to ten, never holding more
-// unsettled messages than its prefetch. While a delivery is held its visibility is
-// extended (a heartbeat at a third of the queue's visibility timeout), so a long handler
-// does not see its message redelivered under it. Settling:
+// unsettled messages than its prefetch. While a delivery is held, or being settled, its
+// visibility is extended (a heartbeat at a third of the visibility timeout, ten messages
+// per ChangeMessageVisibilityBatch call), so a long handler or a slow settle write does
+// not see its message redelivered under it; no lock is held across a call to SQS, so
+// one slow call stalls nothing else. While settlements keep failing the poller backs off
+// (50 ms doubling to 2 s) and the failures are logged with their cause. Settling:
 //
 //   - Ack: every settle write is sent (SendMessage must succeed) before DeleteMessage.
+//     The writes are made in order and the first that fails stops them: those before
+//     it stay made (SQS cannot take them back) and are made again when the redelivery
+//     is settled; on a FIFO queue the repeat carries the same deduplication id, so SQS
+//     drops it within its five-minute window.
 //   - Rewind: ChangeMessageVisibility to 0; ApproximateReceiveCount rises on redelivery.
 //   - HandOff: nothing is sent; the message becomes visible again when its visibility
 //     timeout lapses and the queue's RedrivePolicy moves it to the native DLQ after

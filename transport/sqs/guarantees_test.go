@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,7 +126,9 @@ func TestHeartbeatKeepsLongHandlerInvisible(t *testing.T) {
 }
 
 // TestSettleWriteFailureKeepsOriginal: when a settle write is refused, nothing is
-// deleted, the error matches ErrSettleWrite, and a Rewind brings the message back.
+// deleted, the error matches ErrSettleWrite, and a Rewind brings the message back. The
+// writes are made in order and stop at the refused one: the write before it stays made
+// (SQS cannot take it back) and the write after it is never made.
 func TestSettleWriteFailureKeepsOriginal(t *testing.T) {
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqsettlefail")
@@ -136,10 +140,13 @@ func TestSettleWriteFailureKeepsOriginal(t *testing.T) {
 	c := consumeT(t, tr, q, 1)
 	d := transporttest.Receive(t, c, 20*time.Second)
 	writes := []*transport.Message{
-		{Queue: q + "-ok", Body: body},
+		{Queue: q + "-ok", Body: []byte(`{"first":"write"}`)},
 		{Queue: "no such queue!", Body: body}, // SQS refuses the name
+		{Queue: q + "-after", Body: []byte(`{"never":"made"}`)},
 	}
 	deleteQueueLater(t, tr, q+"-ok")
+	deleteQueueLater(t, tr, q+"-after")
+	queueURL(t, tr, q+"-after")
 	err := c.Settle(ctxT(t, 30*time.Second), d, transport.Settlement{Outcome: transport.Ack, Writes: writes})
 	var swe *transport.SettleWriteError
 	if !errors.Is(err, transport.ErrSettleWrite) || !errors.As(err, &swe) || swe.Queue != "no such queue!" {
@@ -153,6 +160,71 @@ func TestSettleWriteFailureKeepsOriginal(t *testing.T) {
 		t.Fatalf("after the failed settle: body %q, Redeliveries %d; want the original, 1", d.Body, d.Redeliveries)
 	}
 	ack(t, c, d)
+	ok := consumeT(t, tr, q+"-ok", 1)
+	w := transporttest.Receive(t, ok, 20*time.Second)
+	if string(w.Body) != `{"first":"write"}` {
+		t.Fatalf("%s-ok holds %q, want the write made before the refused one", q, w.Body)
+	}
+	ack(t, ok, w)
+	transporttest.ExpectNothing(t, consumeT(t, tr, q+"-after", 1), 2*time.Second)
+}
+
+// TestSizeLimit: every write is checked against SQS's limit, the body and the
+// attributes together: the error names the broker, the queue, the size and the limit;
+// a message at the limit is accepted by the broker; a settle write over it
+// acknowledges nothing.
+func TestSizeLimit(t *testing.T) {
+	tr := openTest(t, WithWaitTime(time.Second))
+	q := transporttest.UniqueName("bqsize")
+	deleteQueueLater(t, tr, q)
+	ctx := ctxT(t, 60*time.Second)
+	m := &transport.Message{Queue: q, Headers: map[string]string{"h": "v"}, Projection: transport.Projection{URN: "urn:babel:test:size", MessageID: "m-1"}}
+	// bq-job, bq-message-id and h, each with its data type String.
+	attrs := len(AttrJob+"String"+"urn:babel:test:size") + len(AttrMessageID+"String"+"m-1") + len("h"+"String"+"v")
+
+	m.Body = bytes.Repeat([]byte("x"), MaxMessageSize-attrs+1)
+	err := tr.Publish(ctx, m)
+	var tl *transport.TooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("Publish over the limit = %v, want a *transport.TooLargeError", err)
+	}
+	if tl.Broker != "sqs" || tl.Queue != q || tl.Size != MaxMessageSize+1 || tl.Limit != MaxMessageSize {
+		t.Errorf("TooLargeError = %+v", tl)
+	}
+	if !strings.Contains(err.Error(), "1048576") {
+		t.Errorf("error %q does not name the limit", err)
+	}
+
+	m.Body = m.Body[1:]
+	if err := tr.Publish(ctx, m); err != nil {
+		t.Fatalf("Publish at the limit: %v", err)
+	}
+	c := consumeT(t, tr, q, 1)
+	d := transporttest.Receive(t, c, 20*time.Second)
+	if !bytes.Equal(d.Body, m.Body) {
+		t.Fatalf("received %d bytes, want the %d published", len(d.Body), len(m.Body))
+	}
+	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
+		{Queue: q + "-dlq", Body: bytes.Repeat([]byte("z"), MaxMessageSize+1)},
+	}})
+	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("oversized settle write = %v, want ErrSettleWrite and ErrTooLarge", err)
+	}
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
+		t.Fatal(err)
+	}
+	d = transporttest.Receive(t, c, 20*time.Second)
+	if !bytes.Equal(d.Body, m.Body) {
+		t.Fatal("the delivery whose settle write was too large did not come back")
+	}
+	ack(t, c, d)
+
+	// max_message_size lowers the limit for queues configured smaller.
+	small := openTestURL(t, testURL(t)+"&max_message_size=2048")
+	err = small.Publish(ctx, &transport.Message{Queue: q, Body: bytes.Repeat([]byte("x"), 2049)})
+	if !errors.As(err, &tl) || tl.Limit != 2048 {
+		t.Fatalf("Publish over max_message_size=2048 = %v", err)
+	}
 }
 
 // TestSchemaVersionAndAttempts: the gate reads bq-schema-version as the string SQS
@@ -267,4 +339,76 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 		t.Fatalf("body = %q", d.Body)
 	}
 	ack(t, c, d)
+}
+
+// slowSends makes every SendMessage wait before it reaches the broker, and counts the
+// visibility calls the consumer makes.
+type slowSends struct {
+	api
+	delay         time.Duration
+	single, batch atomic.Int32
+}
+
+func (s *slowSends) SendMessage(ctx context.Context, in *awssqs.SendMessageInput, o ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.api.SendMessage(ctx, in, o...)
+}
+
+func (s *slowSends) ChangeMessageVisibility(ctx context.Context, in *awssqs.ChangeMessageVisibilityInput, o ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error) {
+	s.single.Add(1)
+	return s.api.ChangeMessageVisibility(ctx, in, o...)
+}
+
+func (s *slowSends) ChangeMessageVisibilityBatch(ctx context.Context, in *awssqs.ChangeMessageVisibilityBatchInput, o ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+	s.batch.Add(1)
+	return s.api.ChangeMessageVisibilityBatch(ctx, in, o...)
+}
+
+// TestSlowSettleDoesNotStallHeartbeat: while one delivery's settle write is slow, it
+// and the other held deliveries keep their visibility extended (in batches), so a
+// second consumer sees none of them for several visibility timeouts.
+func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
+	const held = 12
+	tr := openTest(t, WithWaitTime(time.Second))
+	q := transporttest.UniqueName("bqslowsettle")
+	createQueue(t, tr, q, map[string]string{"VisibilityTimeout": "2"})
+	deleteQueueLater(t, tr, q+"-retry")
+	ctx := ctxT(t, 60*time.Second)
+	for i := range held {
+		if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{"n":` + strconv.Itoa(i) + `}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := &slowSends{api: tr.client, delay: 6 * time.Second}
+	tr.client = slow
+	t.Cleanup(func() { tr.client = slow.api }) // after the consumer closed, before the queues go
+	c := consumeT(t, tr, q, held)
+	ds := make([]*transport.Delivery, held)
+	for i := range ds {
+		ds[i] = transporttest.Receive(t, c, 20*time.Second)
+	}
+	settled := make(chan error, 1)
+	go func() {
+		settled <- c.Settle(ctx, ds[0], transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: q + "-retry", Body: ds[0].Body}}})
+	}()
+	// Two and a half visibility timeouts while the settle write waits.
+	other := consumeT(t, openTest(t, WithWaitTime(time.Second)), q, held)
+	transporttest.ExpectNothing(t, other, 5*time.Second)
+	if err := <-settled; err != nil {
+		t.Fatalf("the slow settle: %v", err)
+	}
+	for _, d := range ds[1:] {
+		ack(t, c, d)
+	}
+	transporttest.ExpectNothing(t, other, time.Second)
+	if n := slow.single.Load(); n != 0 {
+		t.Errorf("the heartbeat made %d single ChangeMessageVisibility calls, want batches only", n)
+	}
+	if slow.batch.Load() == 0 {
+		t.Error("no ChangeMessageVisibilityBatch call extended the held messages")
+	}
 }

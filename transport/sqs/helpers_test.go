@@ -2,13 +2,16 @@ package sqs
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -89,4 +92,47 @@ func deleteQueueLater(t testing.TB, tr *Transport, queue string) {
 			_, _ = rawClient(t, tr).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(u)})
 		}
 	})
+}
+
+// proxies maps each transport openProxied opened to the fault proxy its calls go through.
+var proxies sync.Map // *Transport -> *faultproxy.Proxy
+
+// openProxied opens a transport on the test broker whose every call goes through a
+// loopback fault proxy, so a test can take ElasticMQ away from it and bring it back
+// without stopping the shared broker.
+func openProxied(t *testing.T, query string, opts ...Option) (*Transport, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	ep, err := url.Parse(q.Get("endpoint"))
+	if err != nil || ep.Host == "" {
+		t.Fatalf("BQ_SQS_URL has no endpoint to proxy: %v", err)
+	}
+	p, err := faultproxy.New(ep.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	q.Set("endpoint", "http://"+p.Addr())
+	u.RawQuery = q.Encode()
+	if query != "" {
+		u.RawQuery += "&" + query
+	}
+	tr := openTestURL(t, u.String(), append([]Option{WithWaitTime(time.Second)}, opts...)...)
+	proxies.Store(tr, p)
+	t.Cleanup(func() { proxies.Delete(tr) })
+	return tr, p
+}
+
+// proxyOf returns the fault proxy of a transport openProxied opened.
+func proxyOf(t *testing.T, tr *Transport) *faultproxy.Proxy {
+	t.Helper()
+	p, ok := proxies.Load(tr)
+	if !ok {
+		t.Fatal("transport was not opened through a fault proxy")
+	}
+	return p.(*faultproxy.Proxy)
 }

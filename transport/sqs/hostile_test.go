@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // fakeSQS hands out the messages it is given once, then answers empty receives; every
@@ -172,38 +172,50 @@ func TestHostileBroker(t *testing.T) {
 	}
 }
 
-// TestBrokerDown: with nothing listening, Publish fails with an error instead of
-// hanging, and a consumer keeps retrying in the background while Receive honours its
-// context and Close returns.
+// TestBrokerDown: when ElasticMQ goes away after Open, Publish fails with an error
+// instead of hanging, a consumer keeps retrying in the background while Receive
+// honours its context, and once the broker is back the same consumer receives again.
 func TestBrokerDown(t *testing.T) {
-	setTestCredentials(t)
-	// A loopback port nothing listens on: take one and close it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	ep := "http://" + addr
-	tr, err := Open(context.Background(), "sqs://us-east-1?endpoint="+ep+"&prefix="+ep+"/000000000000&wait_time=0",
-		WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var logs transporttest.LogBuffer
+	tr, p := openProxied(t, "wait_time=0", WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	q := transporttest.UniqueName("bqdown")
+	queueURL(t, tr, q)
+	deleteQueueLater(t, tr, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := tr.Publish(ctx, &transport.Message{Queue: "orders", Body: []byte(`{}`)}); err == nil {
-		t.Fatal("Publish to a broker that is down succeeded")
-	}
-	c, err := tr.Consume(ctx, "orders", transport.ConsumeOptions{Prefetch: 2})
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 2})
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	p.Down()
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{}`)}); err == nil {
+		t.Fatal("Publish to a broker that is down succeeded")
 	}
 	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancelShort()
 	if _, err := c.Receive(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Receive with the broker down = %v, want the context's deadline", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "receive failed; retrying") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the poller did not log its failing receives:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	p.Up()
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{"back":true}`)}); err != nil {
+		t.Fatalf("Publish once the broker is back: %v", err)
+	}
+	d := transporttest.Receive(t, c, 30*time.Second)
+	if string(d.Body) != `{"back":true}` {
+		t.Fatalf("received %q", d.Body)
+	}
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Close(ctx); err != nil {
 		t.Errorf("Close: %v", err)

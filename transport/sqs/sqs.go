@@ -41,6 +41,12 @@ type api interface {
 	GetQueueAttributes(ctx context.Context, in *awssqs.GetQueueAttributesInput, optFns ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error)
 }
 
+// MaxMessageSize is the largest message SQS accepts, in bytes (1 MiB): the body and
+// every message attribute's name, type and value together. It is the default limit of
+// the size check; [WithMaxMessageSize] lowers it for a queue whose MaximumMessageSize
+// attribute is smaller.
+const MaxMessageSize = 1 << 20
+
 // Option configures a [Transport].
 type Option func(*Transport)
 
@@ -73,10 +79,10 @@ func WithGroupID(id string) Option {
 }
 
 // WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time),
-// clamped to SQS's 0 to 20 seconds. The default is 10 seconds. Closing a consumer waits
+// clamped to SQS's 0 to 20 seconds and rounded up to a whole second. The default is 10 seconds. Closing a consumer waits
 // for a poll in progress, so the wait time also bounds how long Close takes.
 func WithWaitTime(d time.Duration) Option {
-	return func(t *Transport) { t.waitTime = int32(min(max(d, 0), 20*time.Second) / time.Second) }
+	return func(t *Transport) { t.waitTime = int32((min(max(d, 0), 20*time.Second) + time.Second - 1) / time.Second) }
 }
 
 // WithVisibilityTimeout asks ReceiveMessage for this visibility timeout instead of the
@@ -84,6 +90,29 @@ func WithWaitTime(d time.Duration) Option {
 // default) uses the queue's VisibilityTimeout attribute.
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(t *Transport) { t.visibility = min(max(d, 0), 12*time.Hour) }
+}
+
+// WithMaxMessageSize sets the size check's limit in bytes (the URL's max_message_size;
+// default and most [MaxMessageSize]): set it to the MaximumMessageSize attribute of
+// queues that have a smaller one. A write whose body and attributes together are
+// larger fails before it is sent, with an error matching [transport.ErrTooLarge] that
+// names the limit.
+func WithMaxMessageSize(n int) Option {
+	return func(t *Transport) {
+		if n > 0 {
+			t.maxSize = min(n, MaxMessageSize)
+		}
+	}
+}
+
+// WithConnectTimeout bounds each start-up check of [Open] (the URL's connect_timeout;
+// default [DefaultConnectTimeout]). [New] makes no such checks.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(t *Transport) {
+		if d > 0 {
+			t.connectTimeout = d
+		}
+	}
 }
 
 // WithCreateQueues controls whether a queue that GetQueueUrl does not find is created
@@ -102,6 +131,9 @@ type Transport struct {
 	waitTime   int32
 	visibility time.Duration
 	create     bool
+	maxSize    int
+
+	connectTimeout time.Duration
 
 	urlMu sync.RWMutex
 	urls  map[string]string // SQS queue name -> queue URL
@@ -120,12 +152,15 @@ func New(client *awssqs.Client, opts ...Option) *Transport {
 
 func newTransport(client api, opts ...Option) *Transport {
 	t := &Transport{
-		client:    client,
-		log:       slog.Default(),
-		waitTime:  10,
-		create:    true,
-		urls:      map[string]string{},
-		consumers: map[*consumer]struct{}{},
+		client:   client,
+		log:      slog.Default(),
+		waitTime: 10,
+		create:   true,
+		maxSize:  MaxMessageSize,
+
+		connectTimeout: DefaultConnectTimeout,
+		urls:           map[string]string{},
+		consumers:      map[*consumer]struct{}{},
 	}
 	for _, o := range opts {
 		o(t)
@@ -228,6 +263,9 @@ func (t *Transport) send(ctx context.Context, m *transport.Message, dedupSeed st
 	if err != nil {
 		return err
 	}
+	if err := transport.CheckSize("sqs", m.Queue, messageSize(m.Body, attrs), t.maxSize); err != nil {
+		return err
+	}
 	qurl, err := t.QueueURL(ctx, m.Queue)
 	if err != nil {
 		return err
@@ -260,6 +298,16 @@ func (t *Transport) send(ctx context.Context, m *transport.Message, dedupSeed st
 		return fmt.Errorf("sqs: send to %q: %w", m.Queue, err)
 	}
 	return nil
+}
+
+// messageSize is the size SQS counts of a message: the body and each attribute's name,
+// data type and value.
+func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int {
+	n := len(body)
+	for name, a := range attrs {
+		n += len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+	}
+	return n
 }
 
 // forgetURL drops the cached URL of a logical queue.

@@ -34,11 +34,22 @@ func TestTransportKit(t *testing.T) {
 	transporttest.Run(t, transporttest.Config{
 		NewQueue: kitQueues(admin),
 		Open: func(t *testing.T) transport.Transport {
-			return openTest(t, WithWaitTime(time.Second))
+			tr, _ := openProxied(t, "")
+			return tr
 		},
 		TextBodiesOnly:     true,
 		NativeRedeliveries: true,
 		ReceiveTimeout:     20 * time.Second,
+		// ElasticMQ goes away from the transport (every connection cut, new ones
+		// refused) and comes back.
+		BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
+			p := proxyOf(t, tr.(*Transport))
+			p.Down()
+			return p.Up
+		},
+		PrefetchBound:         true,
+		SettleAfterClose:      true,
+		RefusesBadSettlements: true,
 	})
 }
 

@@ -3,13 +3,14 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -22,7 +23,7 @@ func init() {
 }
 
 // urlParams are the query parameters an sqs:// URL accepts.
-var urlParams = []string{"endpoint", "prefix", "fifo", "group_id", "wait_time"}
+var urlParams = []string{"endpoint", "prefix", "fifo", "group_id", "wait_time", "visibility_timeout", "max_message_size", "connect_timeout"}
 
 // settings is what an sqs:// URL says.
 type settings struct {
@@ -33,6 +34,13 @@ type settings struct {
 
 // Open parses an sqs:// URL and returns a transport whose client uses the default AWS
 // credential chain. opts are applied after the URL's own settings.
+//
+// Open checks the start-up conditions a new user trips over, each with one error that
+// says what to do: credentials the default chain cannot find ([ErrNoCredentials]; with
+// a loopback endpoint the EC2 instance metadata service is not asked), and an endpoint
+// that does not answer within the connect timeout ([ErrUnreachable]). The AWS SDK's own
+// log lines go through the transport's logger ([WithLogger]; opened through
+// transport.Open, the logger of the context, see [transport.LoggerFrom]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -46,16 +54,34 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(s.region))
+	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
+	t := newTransport(nil, append(all, opts...)...)
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithRegion(s.region),
+		config.WithLogger(sdkLogger{l: t.log}),
+	}
+	if isLoopback(s.endpoint) {
+		// An emulator on this machine: never wait for an instance role that cannot be
+		// there (the metadata service answers, or times out, on any other host).
+		loadOpts = append(loadOpts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("sqs: load AWS configuration: %w", err)
+	}
+	if err := checkCredentials(ctx, cfg, t.connectTimeout, isLoopback(s.endpoint)); err != nil {
+		return nil, err
 	}
 	client := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) {
 		if s.endpoint != "" {
 			o.BaseEndpoint = aws.String(s.endpoint)
 		}
 	})
-	return New(client, append(s.opts, opts...)...), nil
+	if err := probe(ctx, client, s.endpoint, s.region, t.connectTimeout); err != nil {
+		return nil, err
+	}
+	t.client = client
+	return t, nil
 }
 
 func bad(param, reason string) error {
@@ -94,51 +120,71 @@ func parseURL(u *url.URL) (settings, error) {
 	if err := transport.CheckParams(u, urlParams...); err != nil {
 		return s, err
 	}
-	q := u.Query()
-	for k, v := range q {
-		if len(v) > 1 {
-			return s, bad(k, "given more than once")
-		}
+	q, err := transport.ParseQuery(u)
+	if err != nil {
+		return s, err
 	}
-	if q.Has("endpoint") {
-		ep := q.Get("endpoint")
+	if ep, ok := q.String("endpoint"); ok {
 		if err := checkHTTPURL(ep); err != "" {
 			return s, bad("endpoint", err)
 		}
 		s.endpoint = strings.TrimRight(ep, "/")
 	}
-	if q.Has("prefix") {
-		p := q.Get("prefix")
+	if p, ok := q.String("prefix"); ok {
 		if err := checkHTTPURL(p); err != "" {
 			return s, bad("prefix", err)
 		}
 		s.opts = append(s.opts, WithQueueURLPrefix(p))
 	}
-	if q.Has("fifo") {
-		switch strings.ToLower(q.Get("fifo")) {
-		case "1", "true", "yes", "on":
-			s.opts = append(s.opts, WithFIFO(true))
-		case "0", "false", "no", "off":
-			s.opts = append(s.opts, WithFIFO(false))
-		default:
-			return s, bad("fifo", fmt.Sprintf("%q is not a boolean (want 1 or 0)", q.Get("fifo")))
-		}
+	if on, ok, err := q.Bool("fifo"); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithFIFO(on))
 	}
-	if q.Has("group_id") {
-		g := q.Get("group_id")
+	if g, ok := q.String("group_id"); ok {
 		if !validFIFOID(g) {
 			return s, bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
 		}
 		s.opts = append(s.opts, WithGroupID(g))
 	}
-	if q.Has("wait_time") {
-		n, err := strconv.Atoi(q.Get("wait_time"))
-		if err != nil || n < 0 || n > 20 {
-			return s, bad("wait_time", fmt.Sprintf("%q is not a whole number of seconds from 0 to 20", q.Get("wait_time")))
-		}
-		s.opts = append(s.opts, WithWaitTime(time.Duration(n)*time.Second))
+	if d, ok, err := q.Duration("wait_time", time.Second, 0, 20*time.Second); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithWaitTime(d))
+	}
+	if d, ok, err := q.Duration("visibility_timeout", time.Second, time.Second, 12*time.Hour); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithVisibilityTimeout(d))
+	}
+	if n, ok, err := q.Int("max_message_size", 1024, MaxMessageSize); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithMaxMessageSize(n))
+	}
+	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithConnectTimeout(d))
 	}
 	return s, nil
+}
+
+// isLoopback reports whether endpoint is an http(s) URL on this machine.
+func isLoopback(endpoint string) bool {
+	if endpoint == "" {
+		return false
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	h := strings.ToLower(u.Hostname())
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 func validRegion(r string) bool {

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,13 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"sqs://us-east-1?fifo=maybe", "fifo"},
 		{"sqs://us-east-1?wait_time=21", "wait_time"},
 		{"sqs://us-east-1?wait_time=-1", "wait_time"},
-		{"sqs://us-east-1?wait_time=5s", "wait_time"},
+		{"sqs://us-east-1?wait_time=20.5s", "wait_time"},
+		{"sqs://us-east-1?wait_time=soon", "wait_time"},
+		{"sqs://us-east-1?visibility_timeout=0", "visibility_timeout"},
+		{"sqs://us-east-1?visibility_timeout=13h", "visibility_timeout"},
+		{"sqs://us-east-1?max_message_size=1048577", "max_message_size"},
+		{"sqs://us-east-1?max_message_size=1MiB", "max_message_size"},
+		{"sqs://us-east-1?connect_timeout=-1s", "connect_timeout"},
 		{"sqs://us-east-1?group_id=", "group_id"},
 		{"sqs://us-east-1?group_id=" + strings.Repeat("g", 129), "group_id"},
 		{"sqs://us-east-1?group_id=has%20space", "group_id"},
@@ -60,16 +67,32 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 	}
 }
 
-func TestOpenAcceptsEveryParameter(t *testing.T) {
-	setTestCredentials(t)
-	raw := "sqs://eu-central-1?endpoint=http://127.0.0.1:9324&prefix=http://127.0.0.1:9324/000000000000&fifo=1&group_id=orders-42&wait_time=3"
-	tr, err := Open(context.Background(), raw)
+// parsed returns the transport an sqs:// URL describes, without a client.
+func parsed(t *testing.T, raw string) *Transport {
+	t.Helper()
+	u, err := url.Parse(raw)
 	if err != nil {
-		t.Fatalf("Open: %v", err)
+		t.Fatal(err)
 	}
-	defer tr.Close(context.Background())
-	if tr.prefix != "http://127.0.0.1:9324/000000000000" || !tr.fifo || tr.groupID != "orders-42" || tr.waitTime != 3 {
-		t.Errorf("settings not applied: prefix=%q fifo=%v group=%q wait=%d", tr.prefix, tr.fifo, tr.groupID, tr.waitTime)
+	s, err := parseURL(u)
+	if err != nil {
+		t.Fatalf("parseURL(%q): %v", raw, err)
+	}
+	return newTransport(nil, s.opts...)
+}
+
+func TestURLAcceptsEveryParameter(t *testing.T) {
+	raw := "sqs://eu-central-1?endpoint=http://127.0.0.1:9324&prefix=http://127.0.0.1:9324/000000000000&fifo=1&group_id=orders-42&wait_time=3" +
+		"&visibility_timeout=2m&max_message_size=262144&connect_timeout=1500ms"
+	tr := parsed(t, raw)
+	if tr.prefix != "http://127.0.0.1:9324/000000000000" || !tr.fifo || tr.groupID != "orders-42" || tr.waitTime != 3 ||
+		tr.visibility != 2*time.Minute || tr.maxSize != 262144 || tr.connectTimeout != 1500*time.Millisecond {
+		t.Errorf("settings not applied: prefix=%q fifo=%v group=%q wait=%d visibility=%s max=%d connect=%s",
+			tr.prefix, tr.fifo, tr.groupID, tr.waitTime, tr.visibility, tr.maxSize, tr.connectTimeout)
+	}
+	// The one duration grammar: a Go duration or a bare number of seconds.
+	if got := parsed(t, "sqs://us-east-1?wait_time=20s").waitTime; got != 20 {
+		t.Errorf("wait_time=20s gave %ds", got)
 	}
 	// With a prefix the queue URL is built, never looked up.
 	u, err := tr.QueueURL(context.Background(), "orders")
@@ -98,16 +121,11 @@ func TestOpenAcceptsEveryParameter(t *testing.T) {
 }
 
 func TestStandardCapabilities(t *testing.T) {
-	setTestCredentials(t)
-	tr, err := Open(context.Background(), "sqs://us-east-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(context.Background())
+	tr := parsed(t, "sqs://us-east-1")
 	c := tr.Capabilities()
 	want := transport.Capabilities{
 		Attempts: transport.AttemptsMaxNative, Delay: true, MaxDelay: 15 * time.Minute, HandOff: true,
-		SchemaGate: true, DeadLetterSuffix: "-dlq", FIFOSuffix: ".fifo",
+		SchemaGate: true, DeadLetterSuffix: "-dlq", FIFOSuffix: ".fifo", PublishConfirmed: true,
 	}
 	if c != want {
 		t.Errorf("Capabilities = %+v, want %+v", c, want)
@@ -115,7 +133,7 @@ func TestStandardCapabilities(t *testing.T) {
 	if got := settle.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
 		t.Errorf("DLQ of orders = %q, want orders-dlq", got)
 	}
-	if tr.waitTime != 10 {
-		t.Errorf("default wait time = %ds, want 10s", tr.waitTime)
+	if tr.waitTime != 10 || tr.maxSize != MaxMessageSize || tr.connectTimeout != DefaultConnectTimeout {
+		t.Errorf("defaults: wait time %ds, max size %d, connect timeout %s", tr.waitTime, tr.maxSize, tr.connectTimeout)
 	}
 }

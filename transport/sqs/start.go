@@ -1,0 +1,113 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// DefaultConnectTimeout bounds each start-up check of [Open]: finding the credentials
+// and reaching the endpoint.
+const DefaultConnectTimeout = 10 * time.Second
+
+var (
+	// ErrNoCredentials matches the error of [Open] when the default AWS credential
+	// chain found no credentials. The error says which are missing and how to give them.
+	ErrNoCredentials = errors.New("sqs: no AWS credentials")
+	// ErrUnreachable matches the error of [Open] when the SQS endpoint did not answer
+	// within the connect timeout.
+	ErrUnreachable = errors.New("sqs: endpoint unreachable")
+)
+
+// checkCredentials asks the default chain for credentials once, so a missing key fails
+// Open with an error that says how to give one, instead of every later call.
+func checkCredentials(ctx context.Context, cfg aws.Config, timeout time.Duration, loopback bool) error {
+	if cfg.Credentials == nil {
+		return credentialsError(errors.New("the configuration has no credential provider"), loopback)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return credentialsError(err, loopback)
+	}
+	return nil
+}
+
+// credentialsError says which credentials are missing and how to give them. It names
+// environment variables, never their values.
+func credentialsError(cause error, loopback bool) error {
+	key, secret := os.Getenv("AWS_ACCESS_KEY_ID") != "", os.Getenv("AWS_SECRET_ACCESS_KEY") != ""
+	var missing []string
+	switch {
+	case key && !secret:
+		missing = append(missing, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not")
+	case secret && !key:
+		missing = append(missing, "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not")
+	case !key:
+		missing = append(missing, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set")
+	}
+	if p := os.Getenv("AWS_PROFILE"); p != "" {
+		missing = append(missing, fmt.Sprintf("the profile AWS_PROFILE=%q gave none", p))
+	} else {
+		missing = append(missing, "no default profile in ~/.aws/credentials or ~/.aws/config")
+	}
+	if loopback {
+		missing = append(missing, "the EC2 instance metadata service is not asked with an endpoint on this machine")
+	}
+	return fmt.Errorf("%w (%s): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any non-empty values do for ElasticMQ or LocalStack), "+
+		"or AWS_PROFILE naming a profile with credentials, or run with a web identity or an instance or task role; "+
+		"or build the client yourself and call sqs.New: %w", ErrNoCredentials, strings.Join(missing, "; "), cause)
+}
+
+// probe makes one cheap call (ListQueues of at most one name) to see that the endpoint
+// answers. Any answer will do, a refusal too: only a request that could not be sent or
+// got no answer within timeout fails.
+func probe(ctx context.Context, client *awssqs.Client, endpoint, region string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String("babelqueue-probe")},
+		func(o *awssqs.Options) { o.RetryMaxAttempts = 1 })
+	var send *smithyhttp.RequestSendError
+	if err == nil || (!errors.As(err, &send) && ctx.Err() == nil) {
+		return nil
+	}
+	where := endpoint
+	if where == "" {
+		where = "the SQS endpoint of " + region
+	}
+	return fmt.Errorf("%w: %s did not answer within %s (connect_timeout): %w", ErrUnreachable, where, timeout, err)
+}
+
+// sdkLogger hands the AWS SDK's log lines to the transport's logger: warnings as Warn,
+// the rest as Debug, marked component=aws-sdk.
+type sdkLogger struct {
+	l   *slog.Logger
+	ctx context.Context
+}
+
+// Logf logs one line of the SDK.
+func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	level := slog.LevelDebug
+	if c == logging.Warn {
+		level = slog.LevelWarn
+	}
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	s.l.Log(ctx, level, fmt.Sprintf(format, v...), "component", "aws-sdk")
+}
+
+// WithContext returns the logger for one operation, so handlers see its context.
+func (s sdkLogger) WithContext(ctx context.Context) logging.Logger {
+	return sdkLogger{l: s.l, ctx: ctx}
+}

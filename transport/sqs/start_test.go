@@ -1,0 +1,127 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// noAWSCredentials empties every source of the default credential chain but the
+// instance metadata service, which it points at a loopback server that knows no role
+// (and refuses IMDSv2 tokens, so the SDK warns that it falls back to IMDSv1). It
+// returns how many requests that server got.
+func noAWSCredentials(t *testing.T) *atomic.Int32 {
+	t.Helper()
+	dir := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+		"AWS_EC2_METADATA_DISABLED"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("HOME", dir)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	var hits atomic.Int32
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Method == http.MethodPut {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(imds.Close)
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.URL)
+	return &hits
+}
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// As a new user meets it against an emulator: without credentials, Open fails at once
+// and says which are missing and how to give them, and it never asks the EC2 metadata
+// service, which cannot hold a role for a broker on this machine.
+func TestOpenWithoutCredentialsOnLoopback(t *testing.T) {
+	hits := noAWSCredentials(t)
+	_, err := babelqueue.Open(context.Background(), "sqs://us-east-1?endpoint=http://"+closedAddr(t))
+	if !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("Open without credentials = %v, want ErrNoCredentials", err)
+	}
+	for _, want := range []string{"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set", "ElasticMQ", "AWS_PROFILE", "sqs.New", "metadata service is not asked"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the EC2 metadata service was asked %d times with a loopback endpoint", n)
+	}
+}
+
+// Half a key pair is named as such.
+func TestOpenWithHalfACredential(t *testing.T) {
+	noAWSCredentials(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEONLY")
+	_, err := Open(context.Background(), "sqs://us-east-1?endpoint=http://"+closedAddr(t))
+	if !errors.Is(err, ErrNoCredentials) || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not") {
+		t.Fatalf("Open with only a key id = %v", err)
+	}
+	if strings.Contains(err.Error(), "AKIAEXAMPLEONLY") {
+		t.Errorf("error echoes the key id: %v", err)
+	}
+}
+
+// Without a loopback endpoint the chain does ask the metadata service (an instance
+// role is a normal way to run on AWS), and the SDK's own warnings reach the App's
+// logger instead of the standard logger.
+func TestOpenWithoutCredentialsElsewhereAsksIMDSAndLogsThroughSlog(t *testing.T) {
+	hits := noAWSCredentials(t)
+	var logs transporttest.LogBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, err := babelqueue.Open(context.Background(), "sqs://us-east-1", babelqueue.WithLogger(logger))
+	if !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("Open without credentials = %v, want ErrNoCredentials", err)
+	}
+	if strings.Contains(err.Error(), "metadata service is not asked") {
+		t.Errorf("error claims the metadata service was not asked: %v", err)
+	}
+	if hits.Load() == 0 {
+		t.Error("the metadata service was not asked without a loopback endpoint")
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "IMDSv1") || !strings.Contains(out, "component=aws-sdk") {
+		t.Errorf("the SDK's warning did not reach the App's logger:\n%s", out)
+	}
+}
+
+// An endpoint where nothing answers fails Open with one error naming it.
+func TestOpenUnreachableEndpoint(t *testing.T) {
+	setTestCredentials(t)
+	addr := closedAddr(t)
+	_, err := babelqueue.Open(context.Background(), "sqs://us-east-1?connect_timeout=3s&endpoint=http://"+addr)
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Open on %s = %v, want ErrUnreachable", addr, err)
+	}
+	for _, want := range []string{"http://" + addr, "connect_timeout", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+}
