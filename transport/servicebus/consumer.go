@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -17,71 +18,108 @@ import (
 // buffer).
 const maxCredits = 5000
 
-// Consume opens a peek-lock receiver on queue. At most opts.Prefetch messages are held
-// at a time (handed out and not settled, plus received and not yet handed out).
-func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+// Consume opens a peek-lock receiver on queue and checks, with one PeekMessages call
+// bounded by the connect timeout, that the queue can be read: a namespace that does not
+// answer, a missing queue or a credential without the Listen right fails here. At most
+// opts.Prefetch messages are held at a time (handed out and not settled, plus received
+// and not yet handed out).
+func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("servicebus: consume: empty queue name")
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
+	if t.isClosed() {
 		return nil, transport.ErrClosed
 	}
 	r, err := t.ns.newReceiver(queue)
 	if err != nil {
 		return nil, fmt.Errorf("servicebus: receiver for %q: %w", queue, err)
 	}
+	if err := t.checkQueue(ctx, r, queue); err != nil {
+		_ = r.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	prefetch := min(max(opts.Prefetch, 1), maxCredits)
-	ctx, cancel := context.WithCancel(context.Background())
+	cctx, cancel := context.WithCancel(context.Background())
+	log := t.cfg.logger.With(slog.String("transport", "servicebus"), slog.String("queue", queue))
 	c := &consumer{
-		t:        t,
-		queue:    queue,
-		r:        r,
-		prefetch: prefetch,
-		slots:    make(chan struct{}, prefetch),
-		recvTok:  make(chan struct{}, 1),
-		ctx:      ctx,
-		cancel:   cancel,
-		out:      map[*lease]struct{}{},
-		log:      t.cfg.logger.With(slog.String("transport", "servicebus"), slog.String("queue", queue)),
+		t:       t,
+		queue:   queue,
+		r:       r,
+		recvTok: make(chan struct{}, 1),
+		ctx:     cctx,
+		cancel:  cancel,
+		log:     log,
+		book: ledger.New[*lease](ledger.Config{
+			Broker:   "servicebus",
+			Queue:    queue,
+			Prefetch: prefetch,
+			Outcomes: []transport.Outcome{transport.Ack, transport.Rewind, transport.HandOff},
+			Logger:   t.cfg.logger,
+		}),
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		cancel()
+		_ = r.Close(context.WithoutCancel(ctx))
+		return nil, transport.ErrClosed
 	}
 	t.consumers[c] = struct{}{}
 	return c, nil
 }
 
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// checkQueue peeks at queue once, within the connect timeout, and turns what goes wrong
+// into one error that says what to do.
+func (t *Transport) checkQueue(ctx context.Context, r receiver, queue string) error {
+	pctx, cancel := context.WithTimeout(ctx, t.cfg.connect)
+	defer cancel()
+	_, err := r.PeekMessages(pctx, 1, nil)
+	var sbe *azservicebus.Error
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case pctx.Err() != nil:
+		return fmt.Errorf("%w: no answer from the namespace for queue %q within %s (connect_timeout): check its address and that AMQP (port 5671, or 443 with websockets) is reachable: %w",
+			ErrUnreachable, queue, t.cfg.connect, err)
+	case errors.As(err, &sbe) && sbe.Code == azservicebus.CodeNotFound:
+		return fmt.Errorf("servicebus: queue %q does not exist in the namespace (the transport does not create queues): %w", queue, err)
+	case errors.As(err, &sbe) && sbe.Code == azservicebus.CodeUnauthorizedAccess:
+		return fmt.Errorf("servicebus: not allowed to receive from %q: the credential needs the Listen right on it: %w", queue, err)
+	}
+	return fmt.Errorf("servicebus: queue %q cannot be read: %w", queue, err)
+}
+
+// ErrUnreachable matches the error of Consume when the namespace did not answer within
+// the connect timeout.
+var ErrUnreachable = errors.New("servicebus: namespace unreachable")
+
 type consumer struct {
-	t        *Transport
-	queue    string
-	r        receiver
-	prefetch int
-	slots    chan struct{} // one per delivery handed out and not settled
-	recvTok  chan struct{} // held by the one goroutine calling ReceiveMessages
-	ctx      context.Context
-	cancel   context.CancelFunc
-	log      *slog.Logger
+	t       *Transport
+	queue   string
+	r       receiver
+	book    *ledger.Ledger[*lease] // handed out and not settled
+	recvTok chan struct{}          // held by the one goroutine calling ReceiveMessages
+	ctx     context.Context
+	cancel  context.CancelFunc
+	log     *slog.Logger
 
 	mu     sync.Mutex
-	buffer []*lease            // received, not yet handed out
-	out    map[*lease]struct{} // handed out, not settled
+	buffer []*lease // received, not yet handed out
 	closed bool
 }
 
-type leaseState int
-
-const (
-	leaseBuffered leaseState = iota
-	leasePending
-	leaseSettling
-	leaseDone
-	leaseReleased // given back by Close
-)
-
-// lease is the transport's hold on one received message ([transport.Delivery.Handle]).
+// lease is the transport's hold on one received message: the message and the renewal
+// of its lock.
 type lease struct {
-	c         *consumer
 	msg       *azservicebus.ReceivedMessage
-	state     leaseState // guarded by c.mu
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
 }
@@ -92,21 +130,14 @@ func (l *lease) stopRenewal() {
 }
 
 // Receive hands out the next message, receiving a batch of up to the free prefetch when
-// none is held.
+// none is held. While settlements keep failing it backs off first.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := ctx.Err(); err != nil {
+	if err := c.book.Acquire(ctx); err != nil {
 		return nil, err
-	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.ctx.Done():
-		return nil, transport.ErrClosed
 	}
 	d, err := c.next(ctx)
 	if err != nil {
-		<-c.slots
+		c.book.Unacquire()
 	}
 	return d, err
 }
@@ -131,15 +162,19 @@ func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
 			l := c.buffer[0]
 			c.buffer[0] = nil
 			c.buffer = c.buffer[1:]
-			l.state = leasePending
-			c.out[l] = struct{}{}
 			c.mu.Unlock()
+			e, err := c.book.Hand(l)
+			if err != nil {
+				c.abandon(context.Background(), l, "handing out on close")
+				return nil, err
+			}
 			d := Reconcile(c.queue, l.msg)
-			d.Handle = l
+			d.Handle = e
 			return d, nil
 		}
-		want := min(max(c.prefetch-len(c.out), 1), maxCredits)
 		c.mu.Unlock()
+		// Room for this caller's slot and those of the callers waiting behind it.
+		want := min(max(c.book.Prefetch()-c.book.Held(), 1), maxCredits)
 
 		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(c.ctx, cancel)
@@ -174,21 +209,30 @@ func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
 	}
 }
 
-// hold buffers received messages and starts renewing their locks.
+// hold buffers received messages and starts renewing their locks. Once the consumer
+// closed it abandons them instead.
 func (c *consumer) hold(msgs []*azservicebus.ReceivedMessage) int {
-	n := 0
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	var ls []*lease
 	for _, m := range msgs {
-		if m == nil {
-			continue
+		if m != nil {
+			l := &lease{msg: m}
+			c.startRenewal(l)
+			ls = append(ls, l)
 		}
-		l := &lease{c: c, msg: m, state: leaseBuffered}
-		c.startRenewal(l)
-		c.buffer = append(c.buffer, l)
-		n++
 	}
-	return n
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.buffer = append(c.buffer, ls...)
+	}
+	c.mu.Unlock()
+	if closed {
+		for _, l := range ls {
+			c.abandon(context.Background(), l, "receiving on close")
+		}
+		return 0
+	}
+	return len(ls)
 }
 
 func (c *consumer) startRenewal(l *lease) {
@@ -255,69 +299,44 @@ func (c *consumer) renew(ctx context.Context, l *lease, start time.Time) {
 // then completes the message; Rewind and HandOff abandon it, so Service Bus raises its
 // DeliveryCount and dead-letters it natively at the queue's MaxDeliveryCount.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	if d == nil {
-		return errors.New("servicebus: settle: nil delivery")
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
 	}
-	l, ok := d.Handle.(*lease)
-	if !ok || l.c != c {
-		return errors.New("servicebus: delivery does not belong to this consumer")
-	}
-	switch s.Outcome {
-	case transport.Ack, transport.Rewind, transport.HandOff:
-	default:
-		return transport.ErrUnsupported
-	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return errors.New("servicebus: settle writes are only allowed with Ack")
-	}
-	c.mu.Lock()
-	switch l.state {
-	case leaseDone, leaseSettling:
-		c.mu.Unlock()
-		return transport.ErrAlreadySettled
-	case leaseReleased:
-		c.mu.Unlock()
-		return fmt.Errorf("servicebus: delivery was given back when the consumer closed: %w", transport.ErrClosed)
-	}
-	l.state = leaseSettling
-	c.mu.Unlock()
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+}
 
+func (c *consumer) settle(ctx context.Context, l *lease, s transport.Settlement) error {
 	if s.Outcome == transport.Ack {
-		for _, w := range s.Writes {
-			if err := c.t.send(ctx, w); err != nil {
-				c.mu.Lock()
-				l.state = leasePending
-				c.mu.Unlock()
-				return &transport.SettleWriteError{Queue: w.Queue, Err: err}
-			}
+		// A failed write leaves the lock renewed, for the Rewind that follows.
+		if err := ledger.SendAll(ctx, s.Writes, c.t.send); err != nil {
+			return err
 		}
 	}
 	l.stopRenewal()
-	var err error
+	verb, err := "complete", error(nil)
 	if s.Outcome == transport.Ack {
 		err = c.r.CompleteMessage(ctx, l.msg, nil)
 	} else {
-		err = c.r.AbandonMessage(ctx, l.msg, nil)
+		verb, err = "abandon", c.r.AbandonMessage(ctx, l.msg, nil)
 	}
-	c.finish(l, leaseDone)
-	if err != nil {
-		verb := "complete"
-		if s.Outcome != transport.Ack {
-			verb = "abandon"
-		}
-		return fmt.Errorf("servicebus: %s message on %q (Service Bus redelivers it once its lock expires): %w", verb, c.queue, err)
+	var sbe *azservicebus.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &sbe) && sbe.Code == azservicebus.CodeLockLost:
+		// The lock expired: Service Bus took the message back and redelivers it.
+		return &transport.TakenBackError{Broker: "servicebus", Queue: c.queue, Reason: "the message lock expired", Err: err}
 	}
-	return nil
+	return fmt.Errorf("servicebus: %s message on %q (Service Bus redelivers it once its lock expires): %w", verb, c.queue, err)
 }
 
-func (c *consumer) finish(l *lease, st leaseState) {
-	c.mu.Lock()
-	l.state = st
-	delete(c.out, l)
-	c.mu.Unlock()
-	select {
-	case <-c.slots:
-	default:
+// abandon gives a held message back at once, logging a failure (the lock then expires).
+func (c *consumer) abandon(ctx context.Context, l *lease, when string) {
+	l.stopRenewal()
+	if err := c.r.AbandonMessage(ctx, l.msg, nil); err != nil {
+		c.log.Warn("servicebus: abandoning an unsettled message failed ("+when+"); Service Bus redelivers it once its lock expires",
+			slog.String("message_id", l.msg.MessageID), slog.Any("error", err))
 	}
 }
 
@@ -342,26 +361,12 @@ func (c *consumer) Close(ctx context.Context) error {
 	}
 
 	c.mu.Lock()
-	var give []*lease
-	give = append(give, c.buffer...)
+	give := c.buffer
 	c.buffer = nil
-	for l := range c.out {
-		if l.state == leasePending {
-			give = append(give, l)
-		}
-	}
-	for _, l := range give {
-		l.state = leaseReleased
-		delete(c.out, l)
-	}
 	c.mu.Unlock()
-
+	give = append(give, c.book.Close()...)
 	for _, l := range give {
-		l.stopRenewal()
-		if err := c.r.AbandonMessage(ctx, l.msg, nil); err != nil {
-			c.log.Warn("servicebus: abandoning an unsettled message on close failed; Service Bus redelivers it once its lock expires",
-				slog.String("message_id", l.msg.MessageID), slog.Any("error", err))
-		}
+		c.abandon(ctx, l, "on close")
 	}
 	err := c.r.Close(ctx)
 

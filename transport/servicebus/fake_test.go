@@ -28,6 +28,8 @@ type fakeBroker struct {
 	failSend         func(queue string, m *azservicebus.Message) error
 	failSettle       func(op string, rm *azservicebus.ReceivedMessage) error
 	failReceive      func() error
+	failPeek         func(ctx context.Context) error
+	linkLimit        int // the SDK's check of a message against the link's limit; 0: none
 	renewals         int
 }
 
@@ -245,8 +247,15 @@ func (s *fakeSender) SendMessage(ctx context.Context, m *azservicebus.Message, _
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if lim := s.b.linkLimit; lim > 0 && messageSize(m)+fakeFraming > lim {
+		return azservicebus.ErrMessageTooLarge
+	}
 	return s.b.send(s.queue, m)
 }
+
+// fakeFraming is what the fake counts for the AMQP encoding around a message's body and
+// properties when it plays the SDK's size check.
+const fakeFraming = 100
 
 func (s *fakeSender) Close(context.Context) error {
 	s.mu.Lock()
@@ -416,6 +425,24 @@ func (r *fakeReceiver) RenewMessageLock(_ context.Context, rm *azservicebus.Rece
 		rm.LockedUntil = &lu
 		r.b.renewals++
 	})
+}
+
+// PeekMessages answers the start-up check: an unknown queue of a strict broker is
+// CodeNotFound, as on Service Bus; it locks nothing.
+func (r *fakeReceiver) PeekMessages(ctx context.Context, _ int, _ *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	r.b.mu.Lock()
+	fail := r.b.failPeek
+	q := r.b.queueLocked(r.queue, !r.b.strict)
+	r.b.mu.Unlock()
+	if fail != nil {
+		if err := fail(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if q == nil {
+		return nil, notFound()
+	}
+	return nil, nil
 }
 
 func (r *fakeReceiver) Close(context.Context) error {

@@ -290,12 +290,13 @@ func TestDelayIsScheduled(t *testing.T) {
 
 // TestFailedSettleWriteLosesNothing: when the dead-letter queue does not exist the write
 // fails, nothing is completed, the delivery is rewound and comes back; once the queue
-// exists the message is dead-lettered and completed exactly once.
+// exists the message is dead-lettered and completed exactly once. The writes stop at
+// the failed one: the write before it stays made, the one after it is never made.
 func TestFailedSettleWriteLosesNothing(t *testing.T) {
 	b := newFakeBroker()
 	b.strict = true
 	b.maxDeliveryCount = 1 << 30 // the runtime rewinds fast; keep Service Bus's own DLQ out of this test
-	b.declare("orders")
+	b.declare("orders", "orders.before", "orders.after")
 	b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
 	tr := openFake(t, b)
 
@@ -305,7 +306,17 @@ func TestFailedSettleWriteLosesNothing(t *testing.T) {
 	}
 	d := transporttest.Receive(t, c, 5*time.Second)
 	err = c.Settle(context.Background(), d, transport.Settlement{Outcome: transport.Ack,
-		Writes: []*transport.Message{{Queue: "orders.dlq", Body: []byte(`{"raw":"x"}`)}}})
+		Writes: []*transport.Message{
+			{Queue: "orders.before", Body: []byte(`{"first":"write"}`)},
+			{Queue: "orders.dlq", Body: []byte(`{"raw":"x"}`)},
+			{Queue: "orders.after", Body: []byte(`{"never":"made"}`)},
+		}})
+	if w, _ := b.counts("orders.before"); w != 1 {
+		t.Errorf("orders.before holds %d messages, want the one write made before the failed one", w)
+	}
+	if w, _ := b.counts("orders.after"); w != 0 {
+		t.Errorf("orders.after holds %d messages, want none: writes stop at the first that fails", w)
+	}
 	var swe *transport.SettleWriteError
 	if !errors.Is(err, transport.ErrSettleWrite) || !errors.As(err, &swe) || swe.Queue != "orders.dlq" {
 		t.Fatalf("Settle with a write to a missing queue = %v, want a SettleWriteError for orders.dlq", err)
@@ -387,8 +398,8 @@ func TestLockRenewal(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		_, c, err := hold(t, WithLockRenewal(-1))
 		var sbe *azservicebus.Error
-		if !errors.As(err, &sbe) || sbe.Code != azservicebus.CodeLockLost {
-			t.Fatalf("Ack after the lock expired = %v, want CodeLockLost", err)
+		if !errors.As(err, &sbe) || sbe.Code != azservicebus.CodeLockLost || !errors.Is(err, transport.ErrTakenBack) {
+			t.Fatalf("Ack after the lock expired = %v, want CodeLockLost, taken back", err)
 		}
 		d := transporttest.Receive(t, c, 5*time.Second)
 		if d.Redeliveries != 1 {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -24,6 +26,24 @@ func TestTransportKit(t *testing.T) {
 		NativeRedeliveries: true,
 		ReceiveTimeout:     10 * time.Second,
 		QuietPeriod:        300 * time.Millisecond,
+		// The namespace refuses every send (settle writes and publishes alike) until
+		// restored.
+		BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
+			b := tr.(*Transport).ns.(fakeNamespace).b
+			b.mu.Lock()
+			b.failSend = func(string, *azservicebus.Message) error {
+				return &azservicebus.Error{Code: azservicebus.CodeConnectionLost}
+			}
+			b.mu.Unlock()
+			return func() {
+				b.mu.Lock()
+				b.failSend = nil
+				b.mu.Unlock()
+			}
+		},
+		PrefetchBound:         true,
+		SettleAfterClose:      true,
+		RefusesBadSettlements: true,
 	})
 }
 

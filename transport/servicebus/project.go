@@ -264,3 +264,29 @@ func attemptsValue(v any) (int, bool) {
 	}
 	return int(max(min(n, math.MaxInt32), 0)), true
 }
+
+// messageSize is what the size check counts of a projected message: the body, the
+// system properties the transport sets and every application property's name and value.
+func messageSize(sm *azservicebus.Message) int {
+	n := len(sm.Body)
+	for _, p := range []*string{sm.ContentType, sm.Subject, sm.CorrelationID, sm.MessageID, sm.PartitionKey} {
+		if p != nil {
+			n += len(*p)
+		}
+	}
+	if sm.ScheduledEnqueueTime != nil {
+		n += 8
+	}
+	for k, v := range sm.ApplicationProperties {
+		n += len(k)
+		switch v := v.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		default:
+			n += 8 // the numbers and booleans the binding writes
+		}
+	}
+	return n
+}

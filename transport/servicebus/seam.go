@@ -23,6 +23,7 @@ type receiver interface {
 	CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error
 	AbandonMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.AbandonMessageOptions) error
 	RenewMessageLock(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.RenewMessageLockOptions) error
+	PeekMessages(ctx context.Context, maxMessageCount int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
 	Close(ctx context.Context) error
 }
 
@@ -72,4 +73,14 @@ func (r sdkReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus
 		}
 	}()
 	return r.Receiver.ReceiveMessages(ctx, n, o)
+}
+
+// PeekMessages guards the same conversion for the start-up check of Consume.
+func (r sdkReceiver) PeekMessages(ctx context.Context, n int, o *azservicebus.PeekMessagesOptions) (msgs []*azservicebus.ReceivedMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			msgs, err = nil, fmt.Errorf("%w: %v", errSDKPanic, p)
+		}
+	}()
+	return r.Receiver.PeekMessages(ctx, n, o)
 }

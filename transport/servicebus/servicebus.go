@@ -14,9 +14,27 @@
 // with another Azure AD credential use [WithCredential]. A client you built yourself
 // (TLS, proxies, websockets, custom retry) goes through [New].
 //
-// Query parameters: lock_renewal (auto, off, or a Go duration such as 20s; default
-// auto) and max_lock_renewal (a Go duration; default: renew until the delivery is
-// settled). Any other parameter is an error that names it.
+// Query parameters: lock_renewal (auto, off, or a duration; default auto),
+// max_lock_renewal (a duration; default: renew until the delivery is settled),
+// connect_timeout (how long Consume waits for the namespace to answer; default 10s) and
+// max_message_size (the entity's maximum message size in bytes; default 262144, the
+// Standard tier's). Durations are Go durations ("1500ms", "20s") or a bare number of
+// seconds, the grammar every BabelQueue URL shares. Any other parameter, or a value that
+// is malformed or out of range, is an error that names it.
+//
+// Consume checks that the queue can be read (one PeekMessages call) before it returns,
+// so a namespace that does not answer within connect_timeout, a queue that does not
+// exist or a credential without the Listen right fails at start with one error that
+// says which, rather than in the SDK's background retries.
+//
+// # Message size
+//
+// Service Bus refuses a message larger than the entity allows (256 KB on the Standard
+// tier; 1 MB by default and up to 100 MB on Premium), counting the body with its system
+// and application properties. Every write, Publish and settle write alike, is checked
+// first against max_message_size: a larger one fails with a *transport.TooLargeError
+// (matching transport.ErrTooLarge) naming the size and the limit. The SDK's own refusal
+// of a message too large for the link is reported the same way.
 //
 // # The binding
 //
@@ -46,6 +64,12 @@
 // Service Bus has no cross-entity transaction in the Go SDK: the writes and the
 // completion are separate steps, so a crash between them redelivers the message after
 // its writes were made (handlers and DLQ consumers should be idempotent on meta.id).
+// Likewise the settle writes are made in order and the first that fails stops them: the
+// ones before it stay made and are made again when the redelivery is settled.
+//
+// While settlements keep failing, Receive backs off (50 ms doubling to 2 s) and the
+// failures are logged with their cause. A delivery held when its consumer closes is
+// abandoned; settling it afterwards fails with an error matching transport.ErrClosed.
 //
 // Queues must exist: the transport does not create them. The runtime's dead-letter queue
 // is another queue, <queue>.dlq by default; a missing one makes the settle write fail
@@ -85,6 +109,16 @@ func init() {
 // the remaining lock time has passed).
 const DefaultLockRenewal = 10 * time.Second
 
+// DefaultConnectTimeout bounds the start-up check of Consume.
+const DefaultConnectTimeout = 10 * time.Second
+
+// DefaultMaxMessageSize is the default limit of the size check: the Standard tier's
+// 256 KB.
+const DefaultMaxMessageSize = 256 << 10
+
+// maxMessageSizeLimit is the largest entity message size Service Bus offers (Premium).
+const maxMessageSizeLimit = 100 << 20
+
 // Option configures a transport built by [Open] or [New].
 type Option func(*config)
 
@@ -95,6 +129,8 @@ type config struct {
 	logger        *slog.Logger
 	renewEvery    time.Duration // 0: auto; <0: off
 	maxRenewal    time.Duration // 0: until settled
+	connect       time.Duration
+	maxSize       int
 	now           func() time.Time
 }
 
@@ -138,8 +174,29 @@ func WithMaxLockRenewal(d time.Duration) Option {
 	return func(c *config) { c.maxRenewal = d }
 }
 
+// WithConnectTimeout bounds the start-up check of Consume (default
+// [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.connect = d
+		}
+	}
+}
+
+// WithMaxMessageSize sets the limit of the size check in bytes (default
+// [DefaultMaxMessageSize]): the maximum message size of the entities written to, larger
+// on Premium namespaces. The URL parameter max_message_size sets the same.
+func WithMaxMessageSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxSize = n
+		}
+	}
+}
+
 func newConfig(opts []Option) config {
-	c := config{now: time.Now}
+	c := config{now: time.Now, connect: DefaultConnectTimeout, maxSize: DefaultMaxMessageSize}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -198,6 +255,7 @@ type urlConfig struct {
 	renewSet   bool
 	maxRenewal time.Duration
 	maxSet     bool
+	opts       []Option // connect_timeout, max_message_size
 }
 
 func parseURL(u *url.URL) (urlConfig, error) {
@@ -220,36 +278,42 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if u.Fragment != "" {
 		return uc, bad("fragment", "an sb:// URL takes no fragment")
 	}
-	if err := transport.CheckParams(u, "lock_renewal", "max_lock_renewal"); err != nil {
+	if err := transport.CheckParams(u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size"); err != nil {
 		return uc, err
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if len(vs) > 1 {
-			return uc, bad(k, "given more than once")
-		}
+	q, err := transport.ParseQuery(u)
+	if err != nil {
+		return uc, err
 	}
-	if v, ok := q["lock_renewal"]; ok {
-		switch s := v[0]; s {
+	if v, ok := q.String("lock_renewal"); ok {
+		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "auto", "":
 			uc.renewEvery = 0
 		case "off":
 			uc.renewEvery = -1
 		default:
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return uc, bad("lock_renewal", fmt.Sprintf("%q is not auto, off or a positive duration such as 20s", s))
+			d, _, err := q.Duration("lock_renewal", time.Second, time.Millisecond, 0)
+			if err != nil {
+				return uc, bad("lock_renewal", fmt.Sprintf("want auto, off or a positive duration such as 20s; got %q", v))
 			}
 			uc.renewEvery = d
 		}
 		uc.renewSet = true
 	}
-	if v, ok := q["max_lock_renewal"]; ok {
-		d, err := time.ParseDuration(v[0])
-		if err != nil || d < 0 {
-			return uc, bad("max_lock_renewal", fmt.Sprintf("%q is not a duration such as 5m", v[0]))
-		}
+	if d, ok, err := q.Duration("max_lock_renewal", time.Second, 0, 0); err != nil {
+		return uc, err
+	} else if ok {
 		uc.maxRenewal, uc.maxSet = d, true
+	}
+	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
+		return uc, err
+	} else if ok {
+		uc.opts = append(uc.opts, WithConnectTimeout(d))
+	}
+	if n, ok, err := q.Int("max_message_size", 1024, maxMessageSizeLimit); err != nil {
+		return uc, err
+	} else if ok {
+		uc.opts = append(uc.opts, WithMaxMessageSize(n))
 	}
 	host := u.Host
 	if host != "" {
@@ -275,7 +339,7 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 	if err != nil {
 		return nil, err
 	}
-	cfg := newConfig(opts)
+	cfg := newConfig(append(uc.opts, opts...))
 	if uc.renewSet {
 		cfg.renewEvery = uc.renewEvery
 	}
@@ -423,11 +487,22 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if err != nil {
 		return err
 	}
+	size := messageSize(sm)
+	if err := transport.CheckSize("servicebus", m.Queue, size, t.cfg.maxSize); err != nil {
+		return err
+	}
 	s, err := t.sender(m.Queue)
 	if err != nil {
 		return err
 	}
-	return s.SendMessage(ctx, sm, nil)
+	err = s.SendMessage(ctx, sm, nil)
+	if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+		// The entity allows less than max_message_size (the SDK checks the encoded
+		// message against the link's limit).
+		return fmt.Errorf("%w: servicebus: message for %q (%d bytes of body and properties) refused as larger than the entity allows, which is below max_message_size=%d: %w",
+			transport.ErrTooLarge, m.Queue, size, t.cfg.maxSize, err)
+	}
+	return err
 }
 
 // Publish sends one message and returns once Service Bus accepted it.

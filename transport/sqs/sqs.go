@@ -79,8 +79,9 @@ func WithGroupID(id string) Option {
 }
 
 // WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time),
-// clamped to SQS's 0 to 20 seconds and rounded up to a whole second. The default is 10 seconds. Closing a consumer waits
-// for a poll in progress, so the wait time also bounds how long Close takes.
+// clamped to SQS's 0 to 20 seconds and rounded up to a whole second. The default is 10
+// seconds. Closing a consumer waits for a poll in progress, so the wait time also
+// bounds how long Close takes.
 func WithWaitTime(d time.Duration) Option {
 	return func(t *Transport) { t.waitTime = int32((min(max(d, 0), 20*time.Second) + time.Second - 1) / time.Second) }
 }
