@@ -211,7 +211,7 @@ func TestRedriveSelectedOnlyKeepsTheRest(t *testing.T) {
 	}
 	var items []dlq.Item
 	res, err := dlq.Redrive(context.Background(), tr, "orders.dlq", dlq.WithSelect(sel), dlq.WithIdle(50*time.Millisecond),
-		dlq.WithProgress(func(it dlq.Item) { items = append(items, it) }))
+		dlq.WithProgress(func(p dlq.Progress) { items = append(items, p.Last) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +363,8 @@ func TestRedriveFailedWriteLosesNothing(t *testing.T) {
 func TestRedriveInterruptedSettlesWhatItHolds(t *testing.T) {
 	tr, _ := seeded(t, 300)
 	ctx, cancel := context.WithCancel(context.Background())
-	res, err := dlq.Redrive(ctx, tr, "orders.dlq", dlq.WithProgress(func(it dlq.Item) {
-		if it.Action == dlq.Moved && it.ID != "" {
+	res, err := dlq.Redrive(ctx, tr, "orders.dlq", dlq.WithProgress(func(p dlq.Progress) {
+		if p.Last.Action == dlq.Moved && p.Planned == 240 {
 			cancel()
 		}
 	}))

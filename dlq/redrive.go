@@ -26,7 +26,7 @@ type options struct {
 	idle     time.Duration
 	start    time.Duration
 	settle   time.Duration
-	progress func(Item)
+	progress func(Progress)
 	log      *slog.Logger
 }
 
@@ -89,7 +89,19 @@ func WithSettleTimeout(d time.Duration) Option {
 
 // WithProgress calls fn after each message the redrive looked at, from the
 // redrive's goroutine.
-func WithProgress(fn func(Item)) Option { return func(o *options) { o.progress = fn } }
+func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
+
+// Progress is what [WithProgress]'s function is told after each message.
+type Progress struct {
+	// Last is the message just looked at.
+	Last Item
+	// Moved and Kept count the messages so far (Moved: would move, on a dry run).
+	Moved, Kept int
+	// Planned is how many messages the redrive means to move, from the browse it
+	// makes first; -1 when it is not known (a transport that cannot browse, a dry
+	// run, which is that browse).
+	Planned int
+}
 
 // WithLogger logs each move at debug level and trouble at warn level (default: no
 // logging).
@@ -182,7 +194,7 @@ func Redrive(ctx context.Context, tr transport.Transport, from string, opts ...O
 	if o.to != "" && o.to == from {
 		return Result{}, fmt.Errorf("dlq: redrive: the target queue %q is the dead-letter queue itself", from)
 	}
-	r := &run{o: o, tr: tr, from: from, res: Result{Queue: from, DryRun: o.dryRun, To: map[string]int{}}}
+	r := &run{o: o, tr: tr, from: from, res: Result{Queue: from, DryRun: o.dryRun, To: map[string]int{}}, planned: -1}
 	if o.dryRun {
 		return r.res, r.dry(ctx)
 	}
@@ -190,10 +202,11 @@ func Redrive(ctx context.Context, tr transport.Transport, from string, opts ...O
 }
 
 type run struct {
-	o    options
-	tr   transport.Transport
-	from string
-	res  Result
+	o       options
+	tr      transport.Transport
+	from    string
+	res     Result
+	planned int
 }
 
 // plan decides what becomes of e: the write that moves it, or why it stays.
@@ -221,9 +234,12 @@ func (r *run) report(e *Entry, a Action, to, why string) {
 		r.res.Kept++
 	}
 	if r.o.progress != nil {
-		r.o.progress(Item{
-			Action: a, ID: e.ID(), URN: e.URN(), TraceID: e.TraceID(), Reason: e.Reason(),
-			From: r.from, To: to, Why: why, Bypass: a != Kept && r.o.bypass,
+		r.o.progress(Progress{
+			Last: Item{
+				Action: a, ID: e.ID(), URN: e.URN(), TraceID: e.TraceID(), Reason: e.Reason(),
+				From: r.from, To: to, Why: why, Bypass: a != Kept && r.o.bypass,
+			},
+			Moved: r.res.Moved, Kept: r.res.Kept, Planned: r.planned,
 		})
 	}
 }
@@ -284,6 +300,9 @@ func (r *run) move(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("dlq: redrive: browse %q: %w", r.from, err)
+	}
+	if known {
+		r.planned = want
 	}
 	if known && want == 0 {
 		r.res.Stopped = StopEnd
