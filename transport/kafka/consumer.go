@@ -185,7 +185,9 @@ type consumer struct {
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 	wg        sync.WaitGroup
-	commitMu  sync.Mutex // serialises commits
+	pipe      chan struct{}  // a slot per pipelined settlement in flight
+	pipeWG    sync.WaitGroup // pipelined settlements in flight
+	commitMu  sync.Mutex     // serialises commits
 	commitSig chan struct{}
 	pollSig   chan struct{}
 	delaySig  chan struct{}
@@ -243,6 +245,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		parts:     map[tp]*partition{},
 		wake:      make(chan struct{}),
 		buffer:    max(t.cfg.buffer, prefetch),
+		pipe:      make(chan struct{}, max(t.cfg.buffer, prefetch)),
 	}
 	cl, err := t.factory(
 		kgo.ConsumerGroup(t.cfg.group),
@@ -724,6 +727,9 @@ func (c *consumer) settle(ctx context.Context, rec *record, s transport.Settleme
 	if len(s.Writes) > 0 {
 		rec.state = stSettling
 		c.mu.Unlock()
+		if c.t.cfg.pipelineSettles {
+			return c.settlePipelined(ctx, rec, s.Writes)
+		}
 		if err := c.t.produceConfirmed(ctx, s.Writes); err != nil {
 			c.writeFailed(ctx, rec, err)
 			return err
@@ -753,7 +759,7 @@ func (c *consumer) writeFailed(ctx context.Context, rec *record, err error) {
 	case errors.As(err, &swe):
 		topic, cause = swe.Queue, swe.Err
 	}
-	n := c.t.settleWriteFailed(ctx, topic, cause)
+	n, counted := c.t.settleWriteFailed(ctx, topic, cause)
 	hold := holdAfter(n)
 	c.mu.Lock()
 	if rec.state == stSettling {
@@ -765,8 +771,10 @@ func (c *consumer) writeFailed(ctx context.Context, rec *record, err error) {
 		}
 	}
 	c.mu.Unlock()
-	c.log.Warn("kafka: settle write failed; the record's partition is held back before it is delivered again",
-		"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
+	if counted { // once per step of the streak, not for every delivery in flight
+		c.log.Warn("kafka: settle write failed; the record's partition is held back before it is delivered again",
+			"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
+	}
 }
 
 // ackLocked marks rec settled and moves the partition's commit mark past every settled
@@ -1041,6 +1049,7 @@ func (c *consumer) Close(ctx context.Context) error {
 	// committed, so the group delivers them again. A later Settle of one fails with an
 	// error matching transport.ErrClosed and transport.ErrAlreadySettled.
 	c.book.Close()
+	c.awaitPipelined(ctx) // their records are committed once their writes are confirmed
 	c.cancel()
 	c.wg.Wait()
 	err := c.commit(ctx, nil)

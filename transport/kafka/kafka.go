@@ -207,6 +207,7 @@ type config struct {
 	heartbeatInterval time.Duration
 	dialTimeout       time.Duration
 	confirmPublish    bool
+	pipelineSettles   bool
 }
 
 // Option configures a [Transport].
@@ -253,6 +254,17 @@ func WithHeartbeatInterval(d time.Duration) Option {
 // [DefaultDialTimeout]); [Open] fails when no broker answers within it.
 func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
 
+// WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
+// letter) are pipelined (default true). Pipelined, Settle hands the writes to the
+// producer and returns at once; the record is committed only once every write is
+// confirmed, and a write that fails or is not confirmed within the delivery timeout
+// rewinds the record from inside the transport (logged with its cause), so it is
+// delivered again: nothing is lost, and a worker never waits for its own write. Not
+// pipelined, Settle waits for the confirmations and returns a failed write as a
+// [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
+// worker the producer's linger and a round trip per write.
+func WithPipelinedSettles(on bool) Option { return func(c *config) { c.pipelineSettles = on } }
+
 // WithConfirmedPublish makes [Transport.Publish] wait until the broker acknowledged the
 // record, up to the delivery timeout, and return its failure (default false:
 // fire-and-forget). [Transport.Capabilities] then reports PublishConfirmed.
@@ -291,6 +303,7 @@ func defaults() config {
 		sessionTimeout:    DefaultSessionTimeout,
 		heartbeatInterval: DefaultHeartbeatInterval,
 		dialTimeout:       DefaultDialTimeout,
+		pipelineSettles:   true,
 	}
 }
 

@@ -359,13 +359,13 @@ func TestDeliveryHeaders(t *testing.T) {
 	}
 }
 
-// TestSettleWriteTimeout: a settle write to a topic that does not exist, with topic
+// TestMissingDeadLetterTopicLosesNothing: a settle write (not pipelined) to a topic that does not exist, with topic
 // auto-creation off, fails with a typed delivery error within the delivery timeout and
 // commits nothing; once the topic exists the same record is settled, and the dead letter
 // is written once with the record's key.
 func TestMissingDeadLetterTopicLosesNothing(t *testing.T) {
 	t.Parallel()
-	tr := openKafka(t, "auto_create_topics", "false", "delivery_timeout", "3s")
+	tr := openKafka(t, "auto_create_topics", "false", "delivery_timeout", "3s", "pipeline_settles", "0")
 	q := newTopic(t, "bqtest-nodlq")
 	dlq := q + ".dlq"
 	createTopic(t, q, 1)

@@ -197,7 +197,8 @@ func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
 }
 
 // breakable opens a transport in a new consumer group (named from prefix) whose
-// producer and consumers dial through a breaker, with the given delivery timeout. Its
+// producer and consumers dial through a breaker, with the given delivery timeout and
+// settle writes that Settle waits for (not pipelined). Its
 // producer refreshes metadata at most every 250ms, as Open's does, so it keeps trying
 // to reload partitions while the broker is away.
 func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*breaker, *kgo.Client, *kafka.Transport) {
@@ -209,7 +210,8 @@ func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*bre
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName(prefix)), kafka.WithDeliveryTimeout(deliveryTimeout))
+	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName(prefix)), kafka.WithDeliveryTimeout(deliveryTimeout),
+		kafka.WithPipelinedSettles(false)) // these tests look at the failed settle writes themselves
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,13 +133,15 @@ func holdAfter(n int) time.Duration {
 // settleWriteFailed counts a failed settle write to topic, repairs what a client can
 // repair about it (a deleted topic's stale metadata, a missing topic) and returns how
 // many writes to topic failed in a row.
-func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err error) int {
+// The second result is false for a failure that counted for nothing new (one during the
+// hold the streak's last failure started).
+func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err error) (int, bool) {
 	v, _ := t.streaks.LoadOrStore(topic, &streak{})
-	n := v.(*streak).fail(time.Now())
+	n, counted := v.(*streak).fail(time.Now())
 	if needsRepair(err) {
 		t.repair(ctx, topic, err)
 	}
-	return n
+	return n, counted
 }
 
 // streak counts the settle writes to one topic that failed in a row. Failures during
@@ -151,14 +153,15 @@ type streak struct {
 	last time.Time
 }
 
-func (s *streak) fail(now time.Time) int {
+func (s *streak) fail(now time.Time) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == 0 || now.Sub(s.last) >= holdAfter(s.n) {
 		s.n++
 		s.last = now
+		return s.n, true
 	}
-	return s.n
+	return s.n, false
 }
 
 // settleWriteConfirmed ends the failure streak of topic.

@@ -28,7 +28,7 @@ func init() {
 // urlParams are the query parameters a kafka:// URL accepts.
 var urlParams = []string{
 	"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl",
-	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm",
+	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm", "pipeline_settles",
 }
 
 // settings is what a kafka:// URL says.
@@ -123,6 +123,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	}{
 		{"auto_create_topics", WithAutoCreateTopics},
 		{"confirm", WithConfirmedPublish},
+		{"pipeline_settles", WithPipelinedSettles},
 	}
 	for _, p := range bools {
 		on, ok, err := q.Bool(p.name)

@@ -1,0 +1,165 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Pipelined settle writes (the default; WithPipelinedSettles, ?pipeline_settles=0 to
+// turn off). A settlement with writes hands them to the producer and returns: the
+// record stays uncommitted (its partition's commit mark stops at it) until every write
+// is confirmed, and a write that fails, or is not confirmed within the delivery
+// timeout, rewinds the record from here, after the partition's hold. The worker is free
+// for the next delivery meanwhile, so the writes of many deliveries share the
+// producer's batches instead of each worker waiting for its own.
+
+// asyncWrite is the settle writes of one delivery, produced together.
+type asyncWrite struct {
+	left  atomic.Int32
+	once  sync.Once
+	timer *time.Timer
+	done  func(topic string, err error)
+}
+
+func (w *asyncWrite) finish(topic string, err error) {
+	w.once.Do(func() {
+		w.timer.Stop()
+		w.done(topic, err)
+	})
+}
+
+// settleRecords projects the writes of a settlement; a write that cannot be projected
+// (a bad topic name, a record over the size limit) is a *transport.SettleWriteError.
+func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error) {
+	recs := make([]*kgo.Record, len(ws))
+	now := time.Now()
+	for i, m := range ws {
+		r, err := t.record(m, now)
+		if err != nil {
+			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+		recs[i] = r
+	}
+	return recs, nil
+}
+
+// produceAsync produces recs and calls done once: with nil when every record is
+// confirmed, else with the topic and error of the first failure, or with
+// context.DeadlineExceeded when they are not all confirmed within the delivery timeout
+// (a record given up on that way stays buffered and may still be written: a duplicate
+// at worst, never a loss). done runs on a goroutine of its own after a failure. ctx
+// bounds only the wait for room in a full producer buffer.
+func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done func(topic string, err error)) {
+	w := &asyncWrite{}
+	w.done = func(topic string, err error) {
+		if err == nil {
+			done("", nil)
+			return
+		}
+		go done(topic, err)
+	}
+	w.left.Store(int32(len(recs)))
+	w.timer = time.AfterFunc(t.cfg.deliveryTimeout, func() {
+		w.finish(recs[0].Topic, &DeliveryError{Topic: recs[0].Topic, Err: context.DeadlineExceeded})
+	})
+	for _, r := range recs {
+		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				w.finish(r.Topic, &DeliveryError{Topic: r.Topic, Err: err})
+				return
+			}
+			t.delivered(r.Topic)
+			t.settleWriteConfirmed(r.Topic)
+			if w.left.Add(-1) == 0 {
+				w.finish("", nil)
+			}
+		})
+	}
+}
+
+// settlePipelined is an Ack with writes when settle writes are pipelined: rec is in
+// stSettling (the caller set it, under c.mu, and released the lock).
+func (c *consumer) settlePipelined(ctx context.Context, rec *record, ws []*transport.Message) error {
+	recs, err := c.t.settleRecords(ws)
+	if err == nil {
+		select {
+		case c.pipe <- struct{}{}:
+		case <-ctx.Done():
+			err = &transport.SettleWriteError{Queue: ws[0].Queue, Err: ctx.Err()}
+		}
+	}
+	if err != nil {
+		c.mu.Lock()
+		if rec.state == stSettling {
+			rec.state = stHanded
+		}
+		c.mu.Unlock()
+		return err
+	}
+	c.pipeWG.Add(1)
+	c.t.produceAsync(ctx, recs, func(topic string, err error) {
+		defer c.pipeWG.Done()
+		defer func() { <-c.pipe }()
+		c.pipelinedDone(rec, topic, err)
+	})
+	return nil
+}
+
+// pipelinedDone settles rec once its writes are confirmed, or rewinds it (after its
+// partition's hold) when one failed.
+func (c *consumer) pipelinedDone(rec *record, topic string, err error) {
+	if err == nil {
+		c.mu.Lock()
+		ok := rec.state == stSettling
+		if ok {
+			c.ackLocked(rec)
+		}
+		c.mu.Unlock()
+		if !ok {
+			c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
+		}
+		return
+	}
+	cause := err
+	var de *DeliveryError
+	if errors.As(err, &de) {
+		cause = de.Err
+	}
+	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
+	hold := holdAfter(n)
+	c.mu.Lock()
+	rewound := rec.state == stSettling
+	if rewound {
+		if p := rec.p; c.parts[p.tp] == p {
+			if until := time.Now().Add(hold); until.After(p.holdUntil) {
+				p.holdUntil = until
+			}
+		}
+		c.rewindLocked(rec)
+	}
+	c.mu.Unlock()
+	if rewound && counted {
+		c.log.Warn("kafka: settle write failed; the record is delivered again after its partition's hold",
+			"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
+	}
+}
+
+// awaitPipelined waits, until ctx ends, for the pipelined settle writes in flight.
+func (c *consumer) awaitPipelined(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		c.pipeWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
