@@ -62,7 +62,7 @@ func TestOutboxRelayCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	table := "bqtest_cli_" + transporttest.UniqueName("t")[2:]
-	queue := transporttest.UniqueName("bqtest-cli-outbox")
+	queue := transporttest.UniqueName("outboxtest-cli")
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -140,7 +140,8 @@ FROM ` + t + ` o
 WHERE o.published_at IS NULL AND o.available_at <= now()
   AND (o.msg_key IS NULL OR NOT EXISTS (
         SELECT 1 FROM ` + t + ` p
-        WHERE p.msg_key = o.msg_key AND p.published_at IS NULL AND p.id < o.id AND p.available_at > now()))
+        WHERE p.msg_key = o.msg_key AND p.published_at IS NULL AND p.attempts > 0
+          AND p.msg_key IS NOT NULL AND p.id < o.id AND p.available_at > now()))
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE OF o SKIP LOCKED`,

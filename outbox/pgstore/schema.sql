@@ -25,5 +25,8 @@ CREATE INDEX IF NOT EXISTS {{name}}_pending ON {{table}} (id)
     WHERE published_at IS NULL;
 CREATE INDEX IF NOT EXISTS {{name}}_pending_key ON {{table}} (msg_key, id)
     WHERE published_at IS NULL AND msg_key IS NOT NULL;
+-- Keyed rows waiting for a retry: a later row of their key is not claimed meanwhile.
+CREATE INDEX IF NOT EXISTS {{name}}_backoff ON {{table}} (msg_key, id)
+    WHERE published_at IS NULL AND attempts > 0 AND msg_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {{name}}_published ON {{table}} (published_at)
     WHERE published_at IS NOT NULL;

@@ -37,12 +37,19 @@ var targets = []target{
 	{name: "kafka", env: "BQ_KAFKA_URL", keys: true},
 }
 
-// forEach runs fn as a subtest per broker.
+// forEach runs fn as a subtest per broker, the brokers side by side.
 func forEach(t *testing.T, fn func(t *testing.T, tg target)) {
 	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) { fn(t, tg) })
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, tg)
+		})
 	}
 }
+
+// rereads reports whether collect reads the queue from its start every time (it does
+// not take the messages away).
+func (tg target) rereads() bool { return tg.name != "rabbitmq" }
 
 // url is the broker's URL; the test fails under CI=true when the broker is not there.
 func (tg target) url(t testing.TB) string {
@@ -63,7 +70,7 @@ func (tg target) host(t testing.TB) string {
 // created with three partitions, so keys spread over them).
 func (tg target) newQueue(t testing.TB) string {
 	t.Helper()
-	q := transporttest.UniqueName("bqtest-outbox")
+	q := transporttest.UniqueName("outboxtest")
 	raw := tg.url(t)
 	switch tg.name {
 	case "redis":
@@ -193,7 +200,9 @@ type got struct {
 
 // collect reads queue from the broker until it has seen want distinct meta.ids and then
 // nothing more for quiet, and returns every message in the order read (duplicates
-// included). It fails the test when the ids do not all arrive within timeout.
+// included). It fails the test when the ids do not all arrive within timeout. On Redis
+// and Kafka it reads without taking (from the start every time); on RabbitMQ it
+// consumes.
 func (tg target) collect(t testing.TB, queue string, want int, quiet, timeout time.Duration) []got {
 	t.Helper()
 	var out []got
@@ -237,6 +246,52 @@ func (tg target) collect(t testing.TB, queue string, want int, quiet, timeout ti
 			})
 			if n == 0 && expired {
 				break
+			}
+		}
+	} else if tg.name == "redis" {
+		// The list as Redis holds it, read without taking anything: each element is
+		// the envelope, or the frame {"__bq_frame":1,"headers":{…},"body":"…"} when it
+		// has headers.
+		opts, err := goredis.ParseURL(tg.url(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := goredis.NewClient(opts)
+		defer c.Close()
+		read := 0
+		for {
+			d, _ := wait()
+			if d <= 0 {
+				break
+			}
+			els, err := c.LRange(context.Background(), queue, int64(read), -1).Result()
+			if err != nil {
+				t.Fatalf("LRANGE %s: %v", queue, err)
+			}
+			for _, el := range els {
+				var f struct {
+					Frame   int               `json:"__bq_frame"`
+					Headers map[string]string `json:"headers"`
+					Body    string            `json:"body"`
+				}
+				if json.Unmarshal([]byte(el), &f) == nil && f.Frame == 1 {
+					add([]byte(f.Body), nil, f.Headers)
+				} else {
+					add([]byte(el), nil, nil)
+				}
+			}
+			read += len(els)
+			if len(els) == 0 {
+				if done := len(seen) >= want; done || time.Now().After(deadline) {
+					if done {
+						time.Sleep(quiet) // then one last look for late duplicates
+						if n, _ := c.LLen(context.Background(), queue).Result(); n > int64(read) {
+							continue
+						}
+					}
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	} else {

@@ -16,7 +16,8 @@ func TestPublishConfirmedKit(t *testing.T) {
 	} {
 		t.Run(layout.name, func(t *testing.T) {
 			raw := brokerURL(t)
-			cleanKeys(t, client(t), "*bqtest-*")
+			// Its own prefix: "*bqtest-*" is cleaned by other suites that may run meanwhile.
+			cleanKeys(t, client(t), "*bqconfirm-*")
 			transporttest.RunPublishConfirmed(t, transporttest.Config{
 				Open: func(t *testing.T) transport.Transport {
 					tr, err := transport.Open(ctxT(t), raw+layout.query)
@@ -25,7 +26,8 @@ func TestPublishConfirmedKit(t *testing.T) {
 					}
 					return tr
 				},
-				NoKeys: true,
+				NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqconfirm") },
+				NoKeys:   true,
 			})
 		})
 	}
