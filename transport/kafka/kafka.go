@@ -20,6 +20,8 @@
 //     session timeout.
 //   - dial_timeout: the bound on a connection attempt, and on [Open]'s check that a
 //     broker answers; default 10 s.
+//   - pipeline_settles: 0 makes Settle wait for the confirmation of the runtime's settle
+//     writes and return their failure (default 1: pipelined; see below).
 //   - confirm: 1 makes Publish wait for the broker's acknowledgement and return its
 //     failure (default 0: fire-and-forget); see [WithConfirmedPublish].
 //   - auto_create_topics: whether the transport creates the topics it writes to when
@@ -69,10 +71,16 @@
 //
 // # Settle writes and Publish
 //
-// The runtime's settle writes (retry, release, dead letter) wait for their own delivery
-// report up to the delivery timeout. On an error or a timeout, Settle returns a
+// The runtime's settle writes (retry, release, dead letter) are pipelined by default:
+// Settle hands them to the producer and returns, the record is committed only once
+// every write is confirmed, and a write that fails or is not confirmed within the
+// delivery timeout makes the transport rewind the record itself (logged with its
+// cause): it is delivered again, nothing is lost, and no worker waits for its own
+// write. With pipeline_settles=0 ([WithPipelinedSettles]) they wait for their own
+// delivery report up to the delivery timeout; on an error or a timeout Settle returns a
 // [transport.SettleWriteError] wrapping a [*DeliveryError] and commits nothing, and the
-// record's partition is held back before the rewind that follows takes effect: 250 ms
+// runtime rewinds the delivery. Either way a failed write holds the record's partition
+// back before the rewind takes effect: 250 ms
 // after the first failure to a topic, doubling up to 10 s while writes to that topic keep
 // failing, so a write that cannot succeed never spins the handler. A write that failed
 // because its topic was deleted (UNKNOWN_TOPIC_ID: franz-go keeps the deleted topic's id)
