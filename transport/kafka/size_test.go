@@ -138,17 +138,9 @@ func TestFlushReportsRefusedPublishes(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
 	q := newTopic(t, "bqtest-refused")
-	adm := kadm.NewClient(rawClient(t))
+	createSmallTopic(t, q)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	small := "20000"
-	resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, q)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", q, err)
-	}
 	tr, err := kafka.Open(ctx, withParams(t, brokerURL(t), "group", transporttest.UniqueName("bqtest-refused")))
 	if err != nil {
 		t.Fatal(err)
@@ -182,22 +174,14 @@ func TestConfirmedPublish(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
 	q := newTopic(t, "bqtest-confirm")
-	adm := kadm.NewClient(rawClient(t))
+	createSmallTopic(t, q)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	small := "20000"
-	resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, q)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", q, err)
-	}
 	tr := openKafka(t, "confirm", "1")
 	if !tr.Capabilities().PublishConfirmed {
 		t.Fatal("confirm=1: Capabilities().PublishConfirmed is false")
 	}
-	err = tr.Publish(ctx, &transport.Message{Queue: q, Body: noise(50000)})
+	err := tr.Publish(ctx, &transport.Message{Queue: q, Body: noise(50000)})
 	var de *kafka.DeliveryError
 	if !errors.As(err, &de) || !errors.Is(err, kerr.MessageTooLarge) || de.Topic != q {
 		t.Fatalf("confirmed Publish the broker refuses = %v, want a DeliveryError with MESSAGE_TOO_LARGE", err)
@@ -208,5 +192,22 @@ func TestConfirmedPublish(t *testing.T) {
 	}
 	if err := tr.Flush(ctx); err != nil {
 		t.Errorf("Flush = %v, want nil: a confirmed publish's failure is Publish's own error", err)
+	}
+}
+
+// createSmallTopic creates topic with one partition and a max.message.bytes of 20 000:
+// the broker refuses a batch over it, which the transport does not check itself.
+func createSmallTopic(t *testing.T, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(rawClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	small := "20000"
+	resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
 	}
 }
