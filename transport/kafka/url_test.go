@@ -43,7 +43,7 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: seeds %v, want %v", c.url, s.seeds, c.seeds)
 		}
 	}
-	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&session_timeout=6s&heartbeat_interval=500ms&dial_timeout=3&confirm=1")
+	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&session_timeout=6s&heartbeat_interval=500ms&dial_timeout=3&confirm=1&pipeline_settles=off")
 	s, err := parseURL(u)
 	if err != nil {
 		t.Fatal(err)
@@ -54,12 +54,13 @@ func TestParseURL(t *testing.T) {
 	}
 	if cfg.group != "g" || cfg.deliveryTimeout != 2500*time.Millisecond || cfg.autoCreate ||
 		cfg.sessionTimeout != 6*time.Second || cfg.heartbeatInterval != 500*time.Millisecond ||
-		cfg.dialTimeout != 3*time.Second || !cfg.confirmPublish {
+		cfg.dialTimeout != 3*time.Second || !cfg.confirmPublish || cfg.pipelineSettles {
 		t.Errorf("options from the URL: %+v", cfg)
 	}
 	// The defaults: a 10 s session (fast failover after a crash), 1 s heartbeats.
 	d := defaults()
-	if d.sessionTimeout != 10*time.Second || d.heartbeatInterval != time.Second || d.dialTimeout != 10*time.Second || d.confirmPublish {
+	if d.sessionTimeout != 10*time.Second || d.heartbeatInterval != time.Second || d.dialTimeout != 10*time.Second ||
+		d.confirmPublish || !d.pipelineSettles {
 		t.Errorf("defaults: %+v", d)
 	}
 }
@@ -99,6 +100,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"kafka://u:s3cr3t@h:9092?heartbeat_interval=0", "heartbeat_interval"},
 		{"kafka://u:s3cr3t@h:9092?dial_timeout=0", "dial_timeout"},
 		{"kafka://u:s3cr3t@h:9092?confirm=perhaps", "confirm"},
+		{"kafka://u:s3cr3t@h:9092?pipeline_settles=2", "pipeline_settles"},
 		{"kafka://u:s3cr3t@h:9092?client_id=", "client_id"},
 		{"kafka://u:s3cr3t@h:99999", "host"},
 		{"kafka://u:s3cr3t@h:0", "host"},
