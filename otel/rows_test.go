@@ -87,14 +87,14 @@ func TestEveryRowTracedAndCounted(t *testing.T) {
 		counts       []count
 	}{
 		{name: "handler returns nil: ack", caps: plain, publish: known, handler: ok, settled: "handled/ack", process: codes.Unset,
-			counts: []count{{"babelqueue.deliveries.handled", labels("urn", known, "lang", "go", "outcome", "success"), 1},
+			counts: []count{{"babelqueue.handler.duration", labels("urn", known, "outcome", "success"), 1},
 				{"babelqueue.deliveries.settled", labels("urn", known, "outcome", "ack"), 1},
 				{"babelqueue.handler.duration", labels("urn", known, "outcome", "success"), 1},
-				{"babelqueue.delivery.age", labels("urn", known, "lang", "go"), 1}}},
+				{"babelqueue.delivery.age", labels("urn", known), 1}}},
 		{name: "handler fails: retry", caps: plain, opts: opts(park), publish: known, handler: failing, settled: "failed/retry",
 			process: codes.Error, settle: "retry " + known, settleKind: trace.SpanKindProducer, settleParent: "process",
 			counts: []count{{"babelqueue.deliveries.retried", labels("urn", known), 1},
-				{"babelqueue.deliveries.handled", labels("outcome", "error"), 1}}},
+				{"babelqueue.handler.duration", labels("outcome", "error"), 1}}},
 		{name: "handler fails at max, DLQ on: dead-letter failed", caps: plain, opts: opts(once, dlqOn), publish: known, handler: failing,
 			settled: "failed/dead_letter", process: codes.Error, settle: "dead_letter " + known, settleKind: trace.SpanKindProducer, settleParent: "process",
 			counts: []count{{"babelqueue.deliveries.dead_lettered", labels("urn", known, "reason", "failed"), 1}}},
@@ -104,15 +104,15 @@ func TestEveryRowTracedAndCounted(t *testing.T) {
 		{name: "no retry, DLQ on: dead-letter failed", caps: plain, opts: opts(dlqOn, park), publish: known, handler: noRetry,
 			settled: "unretryable/dead_letter", process: codes.Error, settle: "dead_letter " + known, settleKind: trace.SpanKindProducer, settleParent: "process",
 			counts: []count{{"babelqueue.deliveries.dead_lettered", labels("urn", known, "reason", "failed"), 1},
-				{"babelqueue.deliveries.handled", labels("outcome", "no_retry"), 1}}},
+				{"babelqueue.handler.duration", labels("outcome", "no_retry"), 1}}},
 		{name: "requeue: released", caps: plain, publish: known, handler: requeue, settled: "requeued/release",
 			process: codes.Unset, settle: "release " + known, settleKind: trace.SpanKindProducer, settleParent: "process",
 			counts: []count{{"babelqueue.deliveries.settled", labels("outcome", "release"), 1},
-				{"babelqueue.deliveries.handled", labels("outcome", "requeue"), 1}}},
+				{"babelqueue.handler.duration", labels("outcome", "requeue"), 1}}},
 		{name: "unknown URN, dead_letter", caps: plain, opts: opts(reject), publish: unknown, settled: "unknown_urn/dead_letter",
 			settle: "dead_letter " + unknown, settleKind: trace.SpanKindProducer, settleParent: "publish",
 			counts: []count{{"babelqueue.deliveries.dead_lettered", labels("urn", "unknown", "reason", "unknown_urn"), 1},
-				{"babelqueue.deliveries.received", labels("urn", "unknown", "lang", "go"), 1},
+				{"babelqueue.deliveries.settled", labels("urn", "unknown"), 1},
 				{"babelqueue.delivery.age", labels("urn", "unknown"), 1}}},
 		{name: "unknown URN, release", caps: plain, opts: opts(relUnk), publish: unknown, settled: "unknown_urn/release",
 			settle: "release " + unknown, settleKind: trace.SpanKindProducer, settleParent: "publish",
@@ -155,7 +155,7 @@ func TestEveryRowTracedAndCounted(t *testing.T) {
 			counts: []count{{"babelqueue.deliveries.gate_rejected", nil, 1}}},
 		{name: "gate passes \"1\": handled", caps: kafka, handler: ok, inject: &memory.Stored{Body: []byte(gateBody), SchemaVersion: "1", Headers: withUpstream},
 			settled: "handled/ack", process: codes.Unset,
-			counts: []count{{"babelqueue.deliveries.received", labels("urn", known, "lang", "php"), 1}}},
+			counts: []count{{"babelqueue.deliveries.received", labels("lang", "php"), 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			broker := memory.New(memory.WithCapabilities(tc.caps))
@@ -251,8 +251,8 @@ func TestEveryRowTracedAndCounted(t *testing.T) {
 				route = "unknown"
 			}
 			all := append([]count{
-				{"babelqueue.deliveries.received", labels("queue", "orders", "urn", route), 1},
-				{"babelqueue.deliveries.settled", labels("outcome", string(ev.Action)), 1},
+				{"babelqueue.deliveries.received", labels("queue", "orders"), 1},
+				{"babelqueue.deliveries.settled", labels("queue", "orders", "urn", route, "outcome", string(ev.Action)), 1},
 				{"babelqueue.deliveries.in_flight", labels("queue", "orders"), 0},
 			}, tc.counts...)
 			for _, c := range all {

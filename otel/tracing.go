@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,42 @@ type Tracing struct {
 	// settlement hook takes it (it is told of every delivery the middleware saw).
 	observed atomic.Bool
 	spans    sync.Map // *babelqueue.Message → trace.SpanContext
+
+	// Span names, built once per URN (both are bounded: the URNs of the app's handlers,
+	// the URNs its code publishes).
+	processNames, publishNames names
+}
+
+// The start options of the spans, made once. The messaging attributes are set once a
+// span is known to be recorded, so a sampled-out span costs no attribute work.
+var (
+	consumerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	producerStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
+// names caches the span names "<verb> <urn>".
+type names struct {
+	verb string
+	m    atomic.Pointer[map[string]string]
+	mu   sync.Mutex
+}
+
+func (n *names) of(urn string) string {
+	if m := n.m.Load(); m != nil {
+		if name, ok := (*m)[urn]; ok {
+			return name
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	next := map[string]string{}
+	if m := n.m.Load(); m != nil {
+		maps.Copy(next, *m)
+	}
+	name := n.verb + " " + urn
+	next[urn] = name
+	n.m.Store(&next)
+	return name
 }
 
 // NewTracing returns a Tracing.
@@ -136,7 +173,9 @@ func NewTracing(opts ...Option) *Tracing {
 	return &Tracing{
 		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(babelqueue.Version),
 			trace.WithSchemaURL(semconv.SchemaURL)),
-		prop: c.prop,
+		prop:         c.prop,
+		processNames: names{verb: "process"},
+		publishNames: names{verb: "publish"},
 	}
 }
 
@@ -156,13 +195,13 @@ func (t *Tracing) Instrument(app *babelqueue.App) {
 func (t *Tracing) Middleware() babelqueue.Middleware {
 	return func(next babelqueue.Handler) babelqueue.Handler {
 		return func(ctx context.Context, m *babelqueue.Message) (err error) {
-			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), "process "+m.URN(),
-				trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeProcess,
-					semconv.MessagingDestinationName(m.Queue)))
+			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), t.processNames.of(m.URN()), consumerStart...)
 			if span.IsRecording() {
 				env := m.Envelope
 				span.SetAttributes(
+					semconv.MessagingSystemKey.String(System),
+					semconv.MessagingOperationTypeProcess,
+					semconv.MessagingDestinationName(m.Queue),
 					attrOperation.String("process"),
 					semconv.MessagingOperationName("process"),
 					semconv.MessagingMessageID(env.Meta.ID),
@@ -250,13 +289,13 @@ func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
 			if !trace.SpanContextFromContext(ctx).IsValid() && env.TraceID != "" {
 				parent = trace.ContextWithRemoteSpanContext(ctx, RemoteParent(env.TraceID))
 			}
-			ctx, span := t.tracer.Start(parent, "publish "+env.Job,
-				trace.WithSpanKind(trace.SpanKindProducer),
-				trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSend,
-					semconv.MessagingDestinationName(o.Queue)))
+			ctx, span := t.tracer.Start(parent, t.publishNames.of(env.Job), producerStart...)
 			defer span.End()
 			if span.IsRecording() {
 				span.SetAttributes(
+					semconv.MessagingSystemKey.String(System),
+					semconv.MessagingOperationTypeSend,
+					semconv.MessagingDestinationName(o.Queue),
 					attrOperation.String("publish"),
 					semconv.MessagingOperationName("publish"),
 					semconv.MessagingMessageID(env.Meta.ID),

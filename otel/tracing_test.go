@@ -190,7 +190,7 @@ func TestSettleWriteFailure(t *testing.T) {
 		{"babelqueue.settle.failures", labels("urn", known, "outcome", "retry"), 1},
 		{"babelqueue.deliveries.rewound", labels("urn", known), 1},
 		{"babelqueue.deliveries.retried", labels("urn", known), 1},
-		{"babelqueue.deliveries.received", labels("urn", known), 2},
+		{"babelqueue.deliveries.received", labels("queue", "orders"), 2},
 	} {
 		if got := sum(rm, c.name, c.labels); got != c.n {
 			t.Errorf("%s%v = %d, want %d", c.name, c.labels, got, c.n)

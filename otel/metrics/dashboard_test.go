@@ -342,7 +342,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	// The graph shows the last 20 seconds: let the traffic fill them.
 	time.Sleep(time.Until(started.Add(20 * time.Second)))
 	screenshot(t, chromium, base, []string{
-		`sum by (outcome) (rate(babelqueue_deliveries_handled_total[15s]))`,
+		`sum by (outcome) (rate(babelqueue_handler_duration_seconds_count[15s]))`,
 		`sum by (outcome) (rate(babelqueue_deliveries_settled_total[15s]))`,
 		`sum by (reason) (rate(babelqueue_deliveries_dead_lettered_total[15s]))`,
 	})

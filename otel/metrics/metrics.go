@@ -9,21 +9,26 @@
 //
 // With the Prometheus exporter, names get the unit and _total suffixes shown here.
 //
-//	babelqueue_deliveries_received_total{queue,urn,lang}         deliveries received (counted once settled)
-//	babelqueue_deliveries_handled_total{queue,urn,lang,outcome}  handler returns: success, error, no_retry, requeue, panic, timeout
-//	babelqueue_deliveries_settled_total{queue,urn,lang,outcome}  confirmed settlements, outcome = the action (ack, retry, dead_letter, ...)
+//	babelqueue_deliveries_received_total{queue,lang}             deliveries received, by producing language
+//	babelqueue_handler_duration_seconds{queue,urn,outcome}       histogram; its _count is the deliveries handled, by outcome:
+//	                                                             success, error, no_retry, requeue, panic, timeout
+//	babelqueue_delivery_age_seconds{queue,urn}                   histogram: now − meta.created_at when the delivery is received
+//	babelqueue_deliveries_settled_total{queue,urn,outcome}       confirmed settlements; outcome: the action (ack, retry,
+//	                                                             release, dead_letter, poison_dead_letter, poison_retry,
+//	                                                             raw_dead_letter, handoff, drop, rewind)
 //	babelqueue_deliveries_retried_total{queue,urn,lang}          re-published with attempts+1 (poison: the bounded re-publish)
 //	babelqueue_deliveries_dead_lettered_total{queue,urn,lang,reason}  reason: failed, unknown_urn, poison, schema_rejected, raw
 //	babelqueue_deliveries_dropped_total{queue,urn,lang,reason}   acknowledged without a write; reason: the delivery's kind
-//	babelqueue_deliveries_poison_total{queue}                    bodies that are not usable envelopes
-//	babelqueue_deliveries_gate_rejected_total{queue}             schema-version gate rejections
 //	babelqueue_deliveries_rewound_total{queue,urn,lang}          given back to the broker to redeliver
 //	babelqueue_settle_failures_total{queue,urn,lang,outcome}     settlements the broker did not confirm (then rewound)
+//	babelqueue_deliveries_poison_total{queue}                    bodies that are not usable envelopes
+//	babelqueue_deliveries_gate_rejected_total{queue}             schema-version gate rejections
 //	babelqueue_deliveries_in_flight{queue}                       received and not yet settled
-//	babelqueue_handler_duration_seconds{queue,urn,lang,outcome}  histogram
-//	babelqueue_delivery_age_seconds{queue,urn,lang}              histogram: now − meta.created_at when the delivery is received
 //	babelqueue_published_total{queue,urn,outcome}                App.Publish calls: success or error
 //	babelqueue_receive_errors_total{queue}                       failed receives (the broker went away)
+//
+// The series every delivery touches carry the fewest labels (the SDK's cost grows with
+// them); the ones of retries, dead letters, drops and failures carry lang too.
 //
 // # Cardinality
 //
@@ -32,15 +37,25 @@
 // "unknown", and a delivery with no URN (poison, a schema-version rejection) has
 // "none": a flood of junk URNs adds no series. lang is one of the family's languages
 // (php, go, python, java, dotnet, node), "other" for any other value and "none" when
-// missing. outcome and reason take the few values listed above. A delivery's counters
-// are recorded when it is settled, once its kind is known, so all of them carry the same
-// labels; in_flight counts those received and not settled yet. A publish's urn is the
-// one the code published, bounded by the code.
+// missing. outcome and reason take the few values listed above. The counters with a urn
+// are recorded once a handler was looked up for the delivery (when it is handled or
+// settled), so an unknown URN is known as such; received, counted as a delivery
+// arrives, has no urn. A publish's urn is the one the code published, bounded by the
+// code.
+//
+// # Cost
+//
+// The counters and in_flight are atomic integers per series, reported to asynchronous
+// instruments when the metrics are collected: a count is a map lookup and an atomic add.
+// The two histograms (handler duration, age) are recorded through the SDK, on attribute
+// sets built once. Nothing allocates per delivery. BENCHMARKS.md has the figures.
 package metrics
 
 import (
 	"context"
 	"errors"
+	"iter"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,15 +126,16 @@ func WithAgeBuckets(bounds ...float64) Option {
 // Observer records the metrics of the apps it is given to ([babelqueue.WithObserver]).
 // Its methods are the runtime's hooks; they are safe for concurrent use and fast.
 type Observer struct {
-	received, handled, settled, retried, deadLettered, dropped metric.Int64Counter
-	poison, rejected, rewound, settleFailures                  metric.Int64Counter
-	published, receiveErrors                                   metric.Int64Counter
-	duration, age                                              metric.Float64Histogram
-	inFlight                                                   metric.Int64ObservableUpDownCounter
-	registration                                               metric.Registration
+	received, settled, retried, deadLettered, dropped *counter
+	poison, rejected, rewound, settleFailures         *counter
+	published, receiveErrors                          *counter
+	counters                                          []*counter
+	duration, age                                     metric.Float64Histogram
+	inFlight                                          metric.Int64ObservableUpDownCounter
+	registration                                      metric.Registration
 
-	labels sync.Map // labelKey → metric.MeasurementOption
-	queues sync.Map // queue → *atomic.Int64 (in flight)
+	histograms cow[labels, []metric.RecordOption]
+	queues     cow[string, *atomic.Int64] // deliveries in flight, by queue
 }
 
 // New returns an Observer whose instruments are made by the meter provider.
@@ -139,139 +155,147 @@ func New(opts ...Option) (*Observer, error) {
 	m := c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(babelqueue.Version))
 	o := &Observer{}
 	var errs []error
-	counter := func(name, desc string) metric.Int64Counter {
-		ctr, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{delivery}"))
+	newCounter := func(name, unit, desc string) *counter {
+		inst, err := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
+		ctr := &counter{inst: inst}
+		o.counters = append(o.counters, ctr)
 		return ctr
 	}
-	o.received = counter("babelqueue.deliveries.received", "Deliveries received, counted once settled.")
-	o.handled = counter("babelqueue.deliveries.handled", "Handler calls, by outcome.")
-	o.settled = counter("babelqueue.deliveries.settled", "Settlements the broker confirmed, by action.")
-	o.retried = counter("babelqueue.deliveries.retried", "Deliveries re-published with attempts+1.")
-	o.deadLettered = counter("babelqueue.deliveries.dead_lettered", "Deliveries written to the dead-letter queue, by reason.")
-	o.dropped = counter("babelqueue.deliveries.dropped", "Deliveries acknowledged without a write, by kind.")
-	o.poison = counter("babelqueue.deliveries.poison", "Bodies that are not usable envelopes.")
-	o.rejected = counter("babelqueue.deliveries.gate_rejected", "Deliveries the schema-version gate rejected.")
-	o.rewound = counter("babelqueue.deliveries.rewound", "Deliveries given back to the broker to redeliver.")
+	histogram := func(name, desc string, bounds []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
+		errs = append(errs, err)
+		return h
+	}
+	o.received = newCounter("babelqueue.deliveries.received", "{delivery}", "Deliveries received.")
+	o.settled = newCounter("babelqueue.deliveries.settled", "{delivery}", "Settlements the broker confirmed, by action.")
+	o.retried = newCounter("babelqueue.deliveries.retried", "{delivery}", "Deliveries re-published with attempts+1.")
+	o.deadLettered = newCounter("babelqueue.deliveries.dead_lettered", "{delivery}", "Deliveries written to the dead-letter queue, by reason.")
+	o.dropped = newCounter("babelqueue.deliveries.dropped", "{delivery}", "Deliveries acknowledged without a write, by kind.")
+	o.poison = newCounter("babelqueue.deliveries.poison", "{delivery}", "Bodies that are not usable envelopes.")
+	o.rejected = newCounter("babelqueue.deliveries.gate_rejected", "{delivery}", "Deliveries the schema-version gate rejected.")
+	o.rewound = newCounter("babelqueue.deliveries.rewound", "{delivery}", "Deliveries given back to the broker to redeliver.")
+	o.settleFailures = newCounter("babelqueue.settle.failures", "{settlement}", "Settlements the broker did not confirm (the delivery was rewound).")
+	o.published = newCounter("babelqueue.published", "{message}", "Messages published, by outcome.")
+	o.receiveErrors = newCounter("babelqueue.receive.errors", "{error}", "Receives that failed (the broker went away).")
+	o.duration = histogram("babelqueue.handler.duration", "How long handlers ran, by outcome (its count: the deliveries handled).", c.durationSB)
+	o.age = histogram("babelqueue.delivery.age", "How old a message was when it was received (now - meta.created_at).", c.ageSB)
 	var err error
-	o.settleFailures, err = m.Int64Counter("babelqueue.settle.failures", metric.WithUnit("{settlement}"),
-		metric.WithDescription("Settlements the broker did not confirm (the delivery was rewound)."))
-	errs = append(errs, err)
-	o.published, err = m.Int64Counter("babelqueue.published", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages published, by outcome."))
-	errs = append(errs, err)
-	o.receiveErrors, err = m.Int64Counter("babelqueue.receive.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Receives that failed (the broker went away)."))
-	errs = append(errs, err)
-	o.duration, err = m.Float64Histogram("babelqueue.handler.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long handlers ran."), metric.WithExplicitBucketBoundaries(c.durationSB...))
-	errs = append(errs, err)
-	o.age, err = m.Float64Histogram("babelqueue.delivery.age", metric.WithUnit("s"),
-		metric.WithDescription("How old a message was when it was received (now - meta.created_at)."),
-		metric.WithExplicitBucketBoundaries(c.ageSB...))
-	errs = append(errs, err)
 	o.inFlight, err = m.Int64ObservableUpDownCounter("babelqueue.deliveries.in_flight", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries received and not yet settled."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	o.registration, err = m.RegisterCallback(o.observeInFlight, o.inFlight)
+	observables := []metric.Observable{o.inFlight}
+	for _, c := range o.counters {
+		observables = append(observables, c.inst)
+	}
+	o.registration, err = m.RegisterCallback(o.observe, observables...)
 	if err != nil {
 		return nil, err
 	}
 	return o, nil
 }
 
-// Close unregisters the in-flight callback; the counters stay with the meter provider.
+// Close unregisters the callback that reports the counters; the histograms stay with
+// the meter provider.
 func (o *Observer) Close() error { return o.registration.Unregister() }
 
-func (o *Observer) observeInFlight(_ context.Context, obs metric.Observer) error {
-	o.queues.Range(func(k, v any) bool {
-		obs.ObserveInt64(o.inFlight, v.(*atomic.Int64).Load(), o.attrs(labelKey{queue: k.(string)}))
-		return true
-	})
+// observe reports the counters and the in-flight gauges when the metrics are collected.
+func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
+	for _, c := range o.counters {
+		for _, cell := range c.cells.all() {
+			obs.ObserveInt64(c.inst, cell.n.Load(), cell.attrs)
+		}
+	}
+	for queue, n := range o.queues.all() {
+		obs.ObserveInt64(o.inFlight, n.Load(), metric.WithAttributeSet(labels{queue: queue}.set()))
+	}
 	return nil
 }
 
 func (o *Observer) gauge(queue string) *atomic.Int64 {
-	if v, ok := o.queues.Load(queue); ok {
-		return v.(*atomic.Int64)
-	}
-	v, _ := o.queues.LoadOrStore(queue, new(atomic.Int64))
-	return v.(*atomic.Int64)
+	return o.queues.get(queue, func() *atomic.Int64 { return new(atomic.Int64) })
 }
 
-// OnReceive counts the delivery in flight.
+// record is the options of a histogram measurement with labels l, built once.
+func (o *Observer) record(l labels) []metric.RecordOption {
+	return o.histograms.get(l, func() []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(l.set())}
+	})
+}
+
+// OnReceive counts the delivery received and in flight.
 func (o *Observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
 	o.gauge(d.Queue).Add(1)
+	o.received.add(labels{queue: d.Queue, lang: langLabel(d.Lang)})
 }
 
-// OnHandled records the handler's outcome and duration, and the message's age when it
-// was received (the handler started).
+// OnHandled records the handler's duration by outcome, and the message's age when it
+// was received (when the handler started).
 func (o *Observer) OnHandled(ctx context.Context, e babelqueue.HandledEvent) {
 	d := e.Delivery // a handler ran for it: its URN is a label value
-	outcome := handlerOutcome(e.Err)
-	k := labelKey{queue: d.Queue, urn: d.URN, lang: langLabel(d.Lang), extra: outcome, extraKey: "outcome"}
-	attrs := o.attrs(k)
-	o.handled.Add(ctx, 1, attrs)
-	o.duration.Record(ctx, e.Duration.Seconds(), attrs)
+	o.duration.Record(ctx, e.Duration.Seconds(), o.record(labels{queue: d.Queue, urn: d.URN, key: "outcome", value: handlerOutcome(e.Err)})...)
 	if d.CreatedAt > 0 {
-		started := time.Now().Add(-e.Duration)
-		o.age.Record(ctx, started.Sub(time.UnixMilli(d.CreatedAt)).Seconds(), o.attrs(labelKey{queue: d.Queue, urn: d.URN, lang: k.lang}))
+		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), o.record(labels{queue: d.Queue, urn: d.URN})...)
 	}
 }
 
-// OnSettled records the settlement and the counters of its delivery.
+// ageAt is the age in seconds at t of a message created at createdMs (Unix ms).
+func ageAt(t time.Time, createdMs int64) float64 {
+	return float64(t.UnixMilli()-createdMs) / 1000
+}
+
+// OnSettled records the settlement.
 func (o *Observer) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 	d := e.Delivery
 	o.gauge(d.Queue).Add(-1)
-	base := labelKey{queue: d.Queue, urn: urnLabel(d, e.Kind), lang: langLabel(d.Lang)}
-	attrs := o.attrs(base)
-	o.received.Add(ctx, 1, attrs)
+	urn := urnLabel(d, e.Kind)
 	if e.Kind == babelqueue.KindUnknownURN && d.CreatedAt > 0 {
 		// No handler ran: the settlement started as soon as the delivery was received.
-		started := time.Now().Add(-e.Duration)
-		o.age.Record(ctx, started.Sub(time.UnixMilli(d.CreatedAt)).Seconds(), attrs)
+		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), o.record(labels{queue: d.Queue, urn: urn})...)
 	}
 	switch e.Kind {
 	case babelqueue.KindPoison:
-		o.poison.Add(ctx, 1, o.attrs(labelKey{queue: d.Queue}))
+		o.poison.add(labels{queue: d.Queue})
 	case babelqueue.KindSchemaRejected:
-		o.rejected.Add(ctx, 1, o.attrs(labelKey{queue: d.Queue}))
+		o.rejected.add(labels{queue: d.Queue})
 	}
+	// The rarer counters carry the producing language too.
+	full := labels{queue: d.Queue, urn: urn, lang: langLabel(d.Lang)}
 	if e.Err != nil {
-		o.settleFailures.Add(ctx, 1, o.attrs(base.with("outcome", string(e.Action))))
+		o.settleFailures.add(full.with("outcome", string(e.Action)))
 		if !errors.Is(e.Err, transport.ErrAlreadySettled) {
-			o.rewound.Add(ctx, 1, attrs) // the runtime gives the delivery back
+			o.rewound.add(full) // the runtime gives the delivery back
 		}
 		return
 	}
-	o.settled.Add(ctx, 1, o.attrs(base.with("outcome", string(e.Action))))
+	o.settled.add(labels{queue: d.Queue, urn: urn, key: "outcome", value: string(e.Action)})
 	switch e.Action {
 	case babelqueue.ActionRetry, babelqueue.ActionPoisonRetry:
-		o.retried.Add(ctx, 1, attrs)
+		o.retried.add(full)
 	case babelqueue.ActionDeadLetter, babelqueue.ActionPoisonDeadLetter, babelqueue.ActionRawDeadLetter:
-		o.deadLettered.Add(ctx, 1, o.attrs(base.with("reason", deadLetterReason(e))))
+		o.deadLettered.add(full.with("reason", deadLetterReason(e)))
 	case babelqueue.ActionDrop:
-		o.dropped.Add(ctx, 1, o.attrs(base.with("reason", string(e.Kind))))
+		o.dropped.add(full.with("reason", string(e.Kind)))
 	case babelqueue.ActionRewind:
-		o.rewound.Add(ctx, 1, attrs)
+		o.rewound.add(full)
 	}
 }
 
 // OnPublished counts a publish.
-func (o *Observer) OnPublished(ctx context.Context, e babelqueue.PublishedEvent) {
+func (o *Observer) OnPublished(_ context.Context, e babelqueue.PublishedEvent) {
 	outcome := OutcomeSuccess
 	if e.Err != nil {
 		outcome = OutcomeError
 	}
-	o.published.Add(ctx, 1, o.attrs(labelKey{queue: e.Queue, urn: e.URN, extra: outcome, extraKey: "outcome"}))
+	o.published.add(labels{queue: e.Queue, urn: e.URN, key: "outcome", value: outcome})
 }
 
 // OnReceiveError counts a failed receive.
-func (o *Observer) OnReceiveError(ctx context.Context, e babelqueue.ReceiveErrorEvent) {
-	o.receiveErrors.Add(ctx, 1, o.attrs(labelKey{queue: e.Queue}))
+func (o *Observer) OnReceiveError(_ context.Context, e babelqueue.ReceiveErrorEvent) {
+	o.receiveErrors.add(labels{queue: e.Queue})
 }
 
 // urnLabel is the urn label of a settled delivery: its URN when a handler was found
@@ -331,33 +355,91 @@ func langLabel(lang string) string {
 	return LangOther
 }
 
-// labelKey names one attribute set; every field takes a bounded set of values.
-type labelKey struct {
+// labels are the attributes of one series: queue, and urn, lang and key=value when
+// not "". Every field takes a bounded set of values.
+type labels struct {
 	queue, urn, lang string
-	extraKey, extra  string
+	key, value       string
 }
 
-func (k labelKey) with(key, value string) labelKey {
-	k.extraKey, k.extra = key, value
-	return k
+func (l labels) with(key, value string) labels {
+	l.key, l.value = key, value
+	return l
 }
 
-// attrs returns the measurement option of k's attribute set, built once.
-func (o *Observer) attrs(k labelKey) metric.MeasurementOption {
-	if v, ok := o.labels.Load(k); ok {
-		return v.(metric.MeasurementOption)
+func (l labels) set() attribute.Set {
+	kvs := make([]attribute.KeyValue, 0, 4)
+	kvs = append(kvs, attribute.String("queue", l.queue))
+	if l.urn != "" {
+		kvs = append(kvs, attribute.String("urn", l.urn))
 	}
-	kv := make([]attribute.KeyValue, 0, 4)
-	kv = append(kv, attribute.String("queue", k.queue))
-	if k.urn != "" {
-		kv = append(kv, attribute.String("urn", k.urn))
+	if l.lang != "" {
+		kvs = append(kvs, attribute.String("lang", l.lang))
 	}
-	if k.lang != "" {
-		kv = append(kv, attribute.String("lang", k.lang))
+	if l.key != "" {
+		kvs = append(kvs, attribute.String(l.key, l.value))
 	}
-	if k.extraKey != "" {
-		kv = append(kv, attribute.String(k.extraKey, k.extra))
+	return attribute.NewSet(kvs...)
+}
+
+// counter is a cumulative counter kept in atomic cells, one per series, and reported
+// to its asynchronous instrument when the metrics are collected: a count costs one map
+// lookup and one atomic add.
+type counter struct {
+	inst  metric.Int64ObservableCounter
+	cells cow[labels, *cell]
+}
+
+type cell struct {
+	n     atomic.Int64
+	attrs metric.ObserveOption
+}
+
+func (c *counter) add(l labels) {
+	c.cells.get(l, func() *cell { return &cell{attrs: metric.WithAttributeSet(l.set())} }).n.Add(1)
+}
+
+// cow is a copy-on-write map for values built once and read on every measurement: a
+// read is one atomic load and a map lookup, with no lock and no allocation.
+type cow[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the value of k, storing build() first when there is none.
+func (c *cow[K, V]) get(k K, build func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
 	}
-	v, _ := o.labels.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
-	return v.(metric.MeasurementOption)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	next := make(map[K]V, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	v := build()
+	next[k] = v
+	c.m.Store(&next)
+	return v
+}
+
+// all iterates over the map as it is now.
+func (c *cow[K, V]) all() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		if m := c.m.Load(); m != nil {
+			for k, v := range *m {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
 }
