@@ -34,9 +34,9 @@
 // whether it is remembered. A delivery whose id another live worker holds is given back
 // to the broker with [babelqueue.Requeue] (not run, not lost, not counted as an
 // attempt) and comes again after [WithHeldRetry], by when the holder has usually
-// remembered it and the delivery is acknowledged.
-// A failed handler releases its claim at once. A worker that dies mid-handler leaves a
-// claim that lapses with its lease ([WithLease]); then a redelivery runs the message.
+// remembered it and the delivery is acknowledged. A failed handler releases its claim
+// at once. A worker that dies mid-handler leaves a claim that lapses with its lease
+// ([WithLease]); then a redelivery runs the message.
 //
 // Claim mode is the default whenever the store can claim (it implements [ClaimStore];
 // every store of this SDK does), because it is the only mode that keeps the promise

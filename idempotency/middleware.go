@@ -217,7 +217,7 @@ func (g *guard) seenSet(ctx context.Context, m *babelqueue.Message, next babelqu
 	return g.remember(ctx, id)
 }
 
-func (g *guard) claimed(ctx context.Context, m *babelqueue.Message, next babelqueue.Handler) (err error) {
+func (g *guard) claimed(ctx context.Context, m *babelqueue.Message, next babelqueue.Handler) error {
 	id := m.Envelope.Meta.ID
 	c, err := g.claims.Claim(ctx, id, g.lease)
 	if err != nil {

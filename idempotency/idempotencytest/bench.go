@@ -153,3 +153,46 @@ func BenchCalls(b *testing.B, cfg Config, roundTrip func(ctx context.Context) er
 		}
 	})
 }
+
+// RunMessages sends n messages, each with its own meta.id, through the middleware in
+// mode over s, with the runtime on memory:// and one worker, and returns once all are
+// acknowledged: a store module counts the calls its client made meanwhile.
+func RunMessages(t *testing.T, s idempotency.Store, mode idempotency.Mode, n int) {
+	const queue, urn = "idempotency-calls", "urn:babel:idempotency:calls"
+	tr := memory.New()
+	counter := &settleCounter{done: make(chan struct{}), want: int64(n)}
+	app, err := babelqueue.New(tr, babelqueue.WithQueue(queue), babelqueue.WithObserver(counter),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.Middleware(s, idempotency.WithMode(mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Use(mw)
+	app.Handle(urn, func(context.Context, *babelqueue.Message) error { return nil })
+	for i := range n {
+		env, err := envelope.Make(urn, map[string]int{"n": i}, envelope.WithQueue(queue))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := env.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Inject(queue, memory.Stored{Body: body})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(ctx) }()
+	select {
+	case <-counter.done:
+	case <-time.After(time.Minute):
+		t.Errorf("%d of %d messages acknowledged within a minute", counter.acked.Load(), n)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
