@@ -121,7 +121,9 @@ func TestKit(t *testing.T) {
 
 // Eight workers, each with its own pool, over 2,000 messages delivered twice.
 func TestConcurrency(t *testing.T) {
-	idempotencytest.RunConcurrency(t, config(pgstore.LayoutReference))
+	for _, layout := range []pgstore.Layout{pgstore.LayoutReference, pgstore.LayoutPHP} {
+		t.Run(layout.String(), func(t *testing.T) { idempotencytest.RunConcurrency(t, config(layout)) })
+	}
 }
 
 func TestInvalidOptions(t *testing.T) {

@@ -66,7 +66,9 @@ func TestKit(t *testing.T) {
 
 // Eight workers, each with its own connection, over 2,000 messages delivered twice.
 func TestConcurrency(t *testing.T) {
-	idempotencytest.RunConcurrency(t, config(redisstore.LayoutReference))
+	for _, layout := range []redisstore.Layout{redisstore.LayoutReference, redisstore.LayoutPHP} {
+		t.Run(layout.String(), func(t *testing.T) { idempotencytest.RunConcurrency(t, config(layout)) })
+	}
 }
 
 func TestInvalidOptions(t *testing.T) {
