@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/outbox"
 	bqotel "github.com/babelqueue-go/babelqueue/otel"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
@@ -129,26 +130,27 @@ func TestHandlerPublishContinuesTrace(t *testing.T) {
 	}
 }
 
-// The outbox stores what App.Prepare returns and its relay publishes it later: the
-// stored traceparent makes the consumer the child of the PRODUCER span of Prepare.
-func TestPrepareStoresTraceparent(t *testing.T) {
+// The outbox stores what App.Prepare returns (the publish middleware ran: a PRODUCER
+// span and its traceparent) and its relay publishes it later: the consumer is the child
+// of that PRODUCER span.
+func TestOutboxRelayKeepsTraceparent(t *testing.T) {
 	broker := memory.New()
 	r := newRig(t, broker, false)
 	r.app.Handle(known, func(context.Context, *babelqueue.Message) error { return nil })
-	msg, err := r.app.Prepare(context.Background(), known, map[string]int{"order_id": 1042})
-	if err != nil {
+	store := outbox.NewMemoryStore()
+	if _, err := outbox.NewWriter(r.app, store).Write(context.Background(), nil, known, map[string]int{"order_id": 1042}); err != nil {
 		t.Fatal(err)
 	}
 	pub := r.span("publish " + known)
-	if !strings.Contains(msg.Headers["traceparent"], pub.SpanContext.SpanID().String()) {
-		t.Fatalf("prepared headers %v lack the PRODUCER span %s", msg.Headers, pub.SpanContext.SpanID())
+	if got := len(broker.Messages("orders")); got != 0 {
+		t.Fatalf("%d messages on the queue before the relay ran", got)
 	}
-	if err := broker.Publish(context.Background(), msg); err != nil { // the relay
+	if _, err := outbox.NewRelay(store, broker).Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	r.runUntil(1)
 	if got := parentOf(r.span("process " + known)); got != pub.SpanContext.SpanID() {
-		t.Errorf("the relayed message's consumer is under %s, want %s", got, pub.SpanContext.SpanID())
+		t.Errorf("the relayed message's consumer is under %s, want the outbox write's PRODUCER span %s", got, pub.SpanContext.SpanID())
 	}
 }
 

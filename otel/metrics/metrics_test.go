@@ -36,19 +36,26 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // scrape GETs the /metrics handler and parses the exposition.
 func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
 	t.Helper()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := scrapeHandler(h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fams
+}
+
+func scrapeMux(mux *http.ServeMux) map[string]*dto.MetricFamily {
+	fams, err := scrapeHandler(mux)
+	if err != nil {
+		panic(err)
+	}
+	return fams
+}
+
+func scrapeHandler(h http.Handler) (map[string]*dto.MetricFamily, error) {
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(rr.Body)
 }
 
 // value adds up the samples of family name whose labels include want (a counter's or
