@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/babelqueue-go/babelqueue"
-	"github.com/babelqueue-go/babelqueue/outbox"
 	bqotel "github.com/babelqueue-go/babelqueue/otel"
+	"github.com/babelqueue-go/babelqueue/outbox"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
