@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/schema"
+	"github.com/babelqueue-go/babelqueue/schema/internal/schematest"
 )
 
 // largeSchema validates the data of largeEnvelope: an order with many lines, each line
@@ -99,30 +99,12 @@ func decodeValidate(b *testing.B, body []byte, s *schema.Schema) {
 	}
 }
 
-// BenchmarkValidatePaired times decode alone and decode+validate in turns inside one
-// loop (blocks of 8 messages each), so both see the same load on a shared machine; it
-// reports each per message and their ratio.
+// BenchmarkValidatePaired times decode alone (base) and decode+validate (with) in turns
+// inside one loop, so both see the same load on a shared machine.
 func BenchmarkValidatePaired(b *testing.B) {
-	const block = 8
 	for _, c := range benchCases(b) {
 		b.Run(c.name, func(b *testing.B) {
-			var base, full time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				for range block {
-					decodeOnly(b, c.body)
-				}
-				t1 := time.Now()
-				for range block {
-					decodeValidate(b, c.body, c.s)
-				}
-				base += t1.Sub(t0)
-				full += time.Since(t1)
-			}
-			n := float64(b.N * block)
-			b.ReportMetric(float64(base.Nanoseconds())/n, "decode-ns/msg")
-			b.ReportMetric(float64(full.Nanoseconds())/n, "decode+validate-ns/msg")
-			b.ReportMetric(float64(full)/float64(base), "x-decode")
+			schematest.Paired(b, func() { decodeOnly(b, c.body) }, func() { decodeValidate(b, c.body, c.s) })
 		})
 	}
 }

@@ -31,6 +31,30 @@ func RunUntilSettled(t testing.TB, app *babelqueue.App, rec *transporttest.Recor
 	return events
 }
 
+// Paired times base and work in turns inside one benchmark loop (blocks of 8 calls
+// each), so both see the same load on a shared machine, and reports each per call
+// (base-ns/msg, with-ns/msg) and their ratio (x-base).
+func Paired(b *testing.B, base, work func()) {
+	const block = 8
+	var tb, tw time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		for range block {
+			base()
+		}
+		t1 := time.Now()
+		for range block {
+			work()
+		}
+		tb += t1.Sub(t0)
+		tw += time.Since(t1)
+	}
+	n := float64(b.N * block)
+	b.ReportMetric(float64(tb.Nanoseconds())/n, "base-ns/msg")
+	b.ReportMetric(float64(tw.Nanoseconds())/n, "with-ns/msg")
+	b.ReportMetric(float64(tw)/float64(tb), "x-base")
+}
+
 // Redis is a fresh queue on the Redis named by BQ_REDIS_URL (the test fails under
 // CI=true, and is skipped elsewhere, without one).
 type Redis struct {
