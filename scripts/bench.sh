@@ -13,3 +13,4 @@ for d in transport/*/; do
   [ "$name" = memory ] && continue
   go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
 done
+go test -run '^$' -bench . -benchmem ./schema/...
