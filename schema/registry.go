@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,8 +85,7 @@ func LoadRegistry(dir string, opts ...Option) (*Registry, error) {
 	var m struct {
 		Schemas *[]Entry `json:"schemas"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrRegistry, manifest, err)
 	}
 	if m.Schemas == nil {

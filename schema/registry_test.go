@@ -95,6 +95,7 @@ func TestLoadRegistryErrors(t *testing.T) {
 	}{
 		"no manifest":        {map[string]string{}, "registry.json"},
 		"manifest not JSON":  {map[string]string{"registry.json": `{"schemas": [`}, "registry.json"},
+		"trailing garbage":   {map[string]string{"registry.json": `{"schemas": []} x`}, "registry.json"},
 		"no schemas list":    {map[string]string{"registry.json": `{"urns": []}`}, `no "schemas" list`},
 		"schemas not a list": {map[string]string{"registry.json": `{"schemas": {}}`}, "registry.json"},
 		"entry without urn":  {map[string]string{"registry.json": `{"schemas": [{"schema": "a.json"}]}`, "a.json": good}, "schemas[0]"},
