@@ -136,8 +136,9 @@ type Schema struct {
 }
 
 // Compile compiles schemaJSON, a JSON Schema document, as the schema of urn's data. A
-// "$ref" can point inside the document; a reference to another document is resolved as
-// a file (use [LoadRegistry] for schemas that refer to each other's files).
+// "$ref" can point inside the document or to an absolute file: URL, never over the
+// network; use [LoadRegistry] for schemas that refer to each other's files by relative
+// path.
 func Compile(urn string, schemaJSON []byte, opts ...Option) (*Schema, error) {
 	if strings.TrimSpace(urn) == "" {
 		return nil, errors.New("schema: Compile with an empty URN")

@@ -226,3 +226,26 @@ func TestValidateNotJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileRefs: a schema given in code reaches a file by absolute file: URL, and
+// never the network.
+func TestCompileRefs(t *testing.T) {
+	common, err := filepath.Abs(filepath.Join(exampleRegistry, "schemas", "common.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"properties":{"total":{"$ref":"file://` + filepath.ToSlash(common) + `#/definitions/money"}}}`
+	s, err := schema.Compile("urn:x", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ve *schema.ValidationError
+	if err := s.Validate([]byte(`{"total":{"amount_cents":1,"currency":"eur"}}`)); !errors.As(err, &ve) || ve.Pointer != "/total/currency" {
+		t.Fatalf("got %v", err)
+	}
+	for _, ref := range []string{"https://json-schema.example/money.json", "common.json"} {
+		if _, err := schema.Compile("urn:x", []byte(`{"$ref":"`+ref+`"}`)); err == nil {
+			t.Errorf("$ref %s compiled", ref)
+		}
+	}
+}
