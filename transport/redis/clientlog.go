@@ -32,5 +32,5 @@ func (slogPrinter) Printf(ctx context.Context, format string, v ...any) {
 	if l == nil {
 		l = slog.Default()
 	}
-	l.WarnContext(ctx, "redis: go-redis: "+strings.TrimSpace(fmt.Sprintf(format, v...)))
+	l.WarnContext(ctx, "redis: go-redis: "+strings.TrimPrefix(strings.TrimSpace(fmt.Sprintf(format, v...)), "redis: "))
 }

@@ -42,6 +42,10 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 		}
 		w := &ws[i]
 		w.op, w.score, w.value, w.hdr, w.keys = t.writeOp(m, now)
+		if err := t.checkSize(m.Queue, w.value); err != nil {
+			errs[i], *w = err, write{}
+			continue
+		}
 		if w.op == "n" && w.hdr == "" {
 			w.keys = append(w.keys, headersKey(t.ready(m.Queue)))
 		}

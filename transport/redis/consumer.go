@@ -357,7 +357,7 @@ func (c *consumer) reserveLaravel(ctx context.Context, now time.Time, n int, ack
 	if len(acks) == 0 {
 		rc = reserveLaravel.Run(ctx, t.client, keys, args...)
 	} else {
-		skeys, sargs := c.settleCall(ackItems(acks), now)
+		skeys, sargs, _ := c.settleCall(ackItems(acks), now) // acks carry no writes
 		pipe := t.client.Pipeline()
 		sc := pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
 		rc = pipe.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
@@ -548,6 +548,8 @@ func (c *consumer) settle(ctx context.Context, h *handle, s transport.Settlement
 		settled = err == nil && res[0]
 	}
 	switch {
+	case errors.Is(err, transport.ErrSettleWrite):
+		return err
 	case err != nil && len(s.Writes) > 0:
 		return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: err}
 	case err != nil:
@@ -577,7 +579,10 @@ func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
 // runSettle runs the settle script once for items and reports, per item, whether its
 // gate passed.
 func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, error) {
-	keys, args := c.settleCall(items, time.Now())
+	keys, args, err := c.settleCall(items, time.Now())
+	if err != nil {
+		return nil, err
+	}
 	res, err := settle.Run(ctx, c.t.client, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
@@ -592,8 +597,9 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 	return ok, nil
 }
 
-// settleCall is the keys and arguments of the settle script for items.
-func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []any) {
+// settleCall is the keys and arguments of the settle script for items. A write longer
+// than Redis stores fails it with a [transport.SettleWriteError].
+func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []any, error) {
 	t := c.t
 	ready := c.readyKey
 	nw := 0
@@ -617,11 +623,14 @@ func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []an
 		args = append(args, it.h.member, it.h.raw, outcome, len(it.writes))
 		for _, w := range it.writes {
 			op, score, value, hdr, wk := t.writeOp(w, now)
+			if err := t.checkSize(w.Queue, value); err != nil {
+				return nil, nil, &transport.SettleWriteError{Queue: w.Queue, Err: err}
+			}
 			keys = append(keys, wk...)
 			args = append(args, op, score, value, hdr)
 		}
 	}
-	return keys, args
+	return keys, args, nil
 }
 
 // rewindAll gives reservations back to the head of the queue, in one script call per

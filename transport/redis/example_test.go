@@ -24,5 +24,5 @@ func ExampleNew() {
 func Example_badURL() {
 	_, err := transport.Open(context.Background(), "redis://:secret@127.0.0.1:6379/0?retry_after=soon")
 	fmt.Println(err)
-	// Output: transport: bad redis:// URL: retry_after: want a positive number of seconds (or a duration such as 1500ms), or null; got "soon"
+	// Output: transport: bad redis:// URL: retry_after: want a duration such as 1500ms or 30s, or a number of seconds, at least 1ms; got "soon"
 }

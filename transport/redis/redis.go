@@ -13,10 +13,12 @@
 //
 //	redis://[user:password@]host:port/db[?retry_after=60&laravel=1&prefix=queues:&deferred_acks=2ms]
 //
-// retry_after is the visibility timeout of a reservation (seconds, or a Go duration such
-// as 1500ms; "null" turns recovery off). laravel=1 selects the Laravel-compatible layout
-// and prefix its key prefix (default "queues:"). deferred_acks turns on deferred acks
-// with the given linger (see [WithDeferredAcks]; default off). The go-redis connection parameters
+// retry_after is the visibility timeout of a reservation (a number of seconds, or a Go
+// duration such as 1500ms; "null" turns recovery off). laravel=1 selects the
+// Laravel-compatible layout and prefix its key prefix (default "queues:"). deferred_acks
+// turns on deferred acks with the given linger (a Go duration, or a number of
+// milliseconds; see [WithDeferredAcks]; default off). Durations follow the grammar of
+// [transport.Query]. The go-redis connection parameters
 // (dial_timeout, read_timeout, pool_size, …) are accepted too. Any other parameter is an
 // error naming it.
 //
@@ -149,50 +151,38 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	if err := transport.CheckParams(u, append(append([]string{}, ours...), goRedisParams...)...); err != nil {
 		return nil, nil, err
 	}
-	q := u.Query()
+	pq, err := transport.ParseQuery(u)
+	if err != nil {
+		return nil, nil, err
+	}
 	var opts []Option
 	laravel := false
-	if q.Has("laravel") {
-		switch v := q.Get("laravel"); v {
-		case "1", "true":
-			laravel = true
-		case "0", "false", "":
-		default:
-			return nil, nil, bad("laravel", fmt.Sprintf("want 1 or 0, got %q", v))
+	if v, _ := pq.String("laravel"); v != "" {
+		if laravel, _, err = pq.Bool("laravel"); err != nil {
+			return nil, nil, err
 		}
 	}
-	if q.Has("prefix") {
+	if prefix, ok := pq.String("prefix"); ok {
 		if !laravel {
 			return nil, nil, bad("prefix", "only applies with laravel=1")
 		}
-		opts = append(opts, WithLaravel(q.Get("prefix")))
+		opts = append(opts, WithLaravel(prefix))
 	} else if laravel {
 		opts = append(opts, WithLaravel(DefaultPrefix))
 	}
-	if q.Has("retry_after") {
-		v := q.Get("retry_after")
-		switch strings.ToLower(v) {
-		case "null", "none":
-			opts = append(opts, WithRetryAfter(0))
-		default:
-			d, err := parseSeconds(v)
-			if err != nil {
-				return nil, nil, bad("retry_after", err.Error())
-			}
-			opts = append(opts, WithRetryAfter(d))
-		}
+	if v, ok := pq.String("retry_after"); ok && (strings.EqualFold(v, "null") || strings.EqualFold(v, "none")) {
+		opts = append(opts, WithRetryAfter(0))
+	} else if d, ok, err := pq.Duration("retry_after", time.Second, time.Millisecond, 0); err != nil {
+		return nil, nil, err
+	} else if ok {
+		opts = append(opts, WithRetryAfter(d))
 	}
-	if q.Has("deferred_acks") {
-		v := q.Get("deferred_acks")
-		d, err := time.ParseDuration(v)
-		if v == "0" {
-			d, err = 0, nil
-		}
-		if err != nil || d < 0 || d > time.Minute {
-			return nil, nil, bad("deferred_acks", fmt.Sprintf("want a linger such as 2ms (at most 1m), or 0 for synchronous acks; got %q", v))
-		}
+	if d, ok, err := pq.Duration("deferred_acks", time.Millisecond, 0, time.Minute); err != nil {
+		return nil, nil, err
+	} else if ok {
 		opts = append(opts, WithDeferredAcks(d))
 	}
+	q := u.Query()
 	for _, k := range ours {
 		q.Del(k)
 	}
@@ -220,21 +210,6 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
 	}
 	return opts, ro, nil
-}
-
-// parseSeconds reads a positive whole number of seconds or a Go duration.
-func parseSeconds(v string) (time.Duration, error) {
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 || n > math.MaxInt32 {
-			return 0, fmt.Errorf("want a positive number of seconds, or null; got %q", v)
-		}
-		return time.Duration(n) * time.Second, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("want a positive number of seconds (or a duration such as 1500ms), or null; got %q", v)
-	}
-	return d, nil
 }
 
 // Option configures a [Transport].
@@ -306,6 +281,27 @@ func WithDeferredAcks(linger time.Duration) Option {
 	}
 }
 
+// MaxMessageSize is the longest element Redis stores by default: a string of 512 MiB
+// (proto-max-bulk-len). It counts the stored element: the envelope, or the header frame
+// around it.
+const MaxMessageSize = 512 << 20
+
+// WithMaxMessageSize sets the longest element a publish or settle write may store, for
+// a Redis whose proto-max-bulk-len is lower than the default [MaxMessageSize]. A longer
+// message fails with a [*transport.TooLargeError] before it is sent.
+func WithMaxMessageSize(n int) Option {
+	return func(t *Transport) {
+		if n > 0 {
+			t.maxSize = n
+		}
+	}
+}
+
+// checkSize refuses an element longer than the limit.
+func (t *Transport) checkSize(queue string, el []byte) error {
+	return transport.CheckSize("redis", queue, len(el), t.maxSize)
+}
+
 // Transport is a connection to one Redis. It is safe for concurrent use.
 type Transport struct {
 	client     goredis.UniversalClient
@@ -316,6 +312,7 @@ type Transport struct {
 	poll       time.Duration
 	batch      int
 	ackLinger  time.Duration
+	maxSize    int
 	log        *slog.Logger
 
 	mu        sync.Mutex
@@ -345,6 +342,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Transport {
 		retryAfter: DefaultRetryAfter,
 		poll:       time.Second,
 		batch:      16,
+		maxSize:    MaxMessageSize,
 		log:        slog.Default(),
 		consumers:  map[*consumer]struct{}{},
 		tokenPfx:   hex.EncodeToString(seed[:]),
@@ -487,6 +485,9 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		return errors.New("redis: message has no queue")
 	}
 	op, score, value, hdr, keys := t.writeOp(m, time.Now())
+	if err := t.checkSize(m.Queue, value); err != nil {
+		return err
+	}
 	var err error
 	switch {
 	case op == "z" && hdr != "":

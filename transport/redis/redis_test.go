@@ -186,11 +186,11 @@ func conformanceDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			return filepath.Join(dir, "..", "shared", "conformance")
 		}
 		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod above the test")
+			t.Fatal("no go.work above the test")
 		}
 	}
 }
