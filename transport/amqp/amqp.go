@@ -21,7 +21,7 @@ import (
 func init() {
 	for _, scheme := range []string{"amqp", "amqps"} {
 		transport.Register(scheme, func(ctx context.Context, u *url.URL) (transport.Transport, error) {
-			return dialURL(ctx, u)
+			return dialURL(ctx, u, WithLogger(transport.LoggerFrom(ctx)))
 		})
 	}
 }
@@ -29,6 +29,11 @@ func init() {
 // MaxDelay is the longest delay a delay queue can hold: x-message-ttl is an unsigned
 // 32-bit number of milliseconds.
 const MaxDelay = time.Duration(1<<32-1) * time.Millisecond
+
+// DefaultMaxMessageSize is RabbitMQ's default max_message_size (128 MiB since 3.8;
+// RabbitMQ 4 lowers it to 16 MiB): a longer body fails with a [*transport.TooLargeError]
+// before it is sent. Set the broker's own value with [WithMaxMessageSize].
+const DefaultMaxMessageSize = 128 << 20
 
 // DefaultConfirmTimeout bounds the wait for a publisher confirm when no other timeout
 // is set.
@@ -58,6 +63,7 @@ type settings struct {
 	dialer         func(ctx context.Context, network, addr string) (net.Conn, error)
 	redial         func(ctx context.Context) (*amqp091.Connection, error)
 	maxIdleChans   int
+	maxSize        int
 }
 
 func defaultSettings() settings {
@@ -66,6 +72,7 @@ func defaultSettings() settings {
 		connName:       "babelqueue-go",
 		connTimeout:    30 * time.Second,
 		maxIdleChans:   16,
+		maxSize:        DefaultMaxMessageSize,
 	}
 }
 
@@ -100,6 +107,16 @@ func WithConnectionName(name string) Option { return func(s *settings) { s.connN
 
 // WithHeartbeat sets the heartbeat interval (default: the server's proposal).
 func WithHeartbeat(d time.Duration) Option { return func(s *settings) { s.heartbeat = d } }
+
+// WithMaxMessageSize sets the longest body a publish or settle write may carry: the
+// broker's max_message_size (default [DefaultMaxMessageSize]).
+func WithMaxMessageSize(n int) Option {
+	return func(s *settings) {
+		if n > 0 {
+			s.maxSize = n
+		}
+	}
+}
 
 // WithTLSConfig sets the TLS configuration used for amqps:// URLs.
 func WithTLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }

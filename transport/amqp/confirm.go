@@ -36,6 +36,10 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			errs[i] = errors.New("amqp: message has no queue")
 			continue
 		}
+		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize); err != nil {
+			errs[i] = err
+			continue
+		}
 		dc, err := t.send(ctx, pc, m)
 		if err != nil {
 			errs[i] = err

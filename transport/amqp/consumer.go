@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -25,13 +25,14 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	if queue == "" {
 		return nil, errors.New("amqp: Consume: empty queue name")
 	}
+	prefetch := max(opts.Prefetch, 1)
 	c := &consumer{
 		t:        t,
 		queue:    queue,
-		prefetch: max(opts.Prefetch, 1),
+		prefetch: prefetch,
 		tag:      "babelqueue-go-" + randomHex(8),
 		changed:  make(chan struct{}),
-		done:     make(chan struct{}),
+		book:     ledger.New[*handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	s, err := c.open(ctx)
 	if err != nil {
@@ -61,7 +62,11 @@ type consumer struct {
 	sess    *session      // nil while reconnecting
 	changed chan struct{} // closed and replaced when sess changes
 
-	done      chan struct{}
+	// book holds the deliveries handed out and not settled: their prefetch slots (a
+	// new channel after a reconnect gets a fresh broker prefetch while deliveries of
+	// the dead one are still held) and their settle state. Closing it stops the
+	// consumer.
+	book      *ledger.Ledger[*handle]
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -76,17 +81,9 @@ type session struct {
 
 // handle is the transport's bookkeeping for one delivery.
 type handle struct {
-	c     *consumer
-	s     *session
-	tag   uint64
-	state atomic.Int32 // stateOpen, stateSettling, stateSettled
+	s   *session
+	tag uint64
 }
-
-const (
-	stateOpen int32 = iota
-	stateSettling
-	stateSettled
-)
 
 func (c *consumer) open(ctx context.Context) (*session, error) {
 	conn, gen, err := c.t.connection(ctx)
@@ -130,7 +127,7 @@ func (c *consumer) supervise(s *session) {
 	log := c.t.log.With("queue", c.queue)
 	for {
 		select {
-		case <-c.done:
+		case <-c.book.Done():
 			return
 		case err := <-s.closed:
 			c.setSession(nil)
@@ -147,7 +144,7 @@ func (c *consumer) supervise(s *session) {
 		backoff := 50 * time.Millisecond
 		for {
 			select {
-			case <-c.done:
+			case <-c.book.Done():
 				return
 			case <-time.After(backoff):
 			}
@@ -156,7 +153,7 @@ func (c *consumer) supervise(s *session) {
 			cancel()
 			if err == nil {
 				select {
-				case <-c.done:
+				case <-c.book.Done():
 					_ = ns.ch.Close()
 					return
 				default:
@@ -190,21 +187,27 @@ func (c *consumer) current(ctx context.Context, stale *session) (*session, error
 		case <-changed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.book.Done():
 			return nil, transport.ErrClosed
 		}
 	}
 }
 
-// Receive returns the next delivery.
+// Receive returns the next delivery, once a prefetch slot is free.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	if err := c.book.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	d, err := c.receive(ctx)
+	if err != nil {
+		c.book.Unacquire()
+	}
+	return d, err
+}
+
+func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 	var stale *session
 	for {
-		select {
-		case <-c.done:
-			return nil, transport.ErrClosed
-		default:
-		}
 		s, err := c.current(ctx, stale)
 		if err != nil {
 			return nil, err
@@ -215,10 +218,14 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 				stale = s
 				continue
 			}
-			return c.delivery(s, &d), nil
+			e, err := c.book.Hand(&handle{s: s, tag: d.DeliveryTag})
+			if err != nil { // closed meanwhile: closing the channel gives it back
+				return nil, err
+			}
+			return c.delivery(e, &d), nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.book.Done():
 			return nil, transport.ErrClosed
 		}
 	}
@@ -226,11 +233,11 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 
 // delivery turns what the broker sent into a transport.Delivery. Nothing in it can
 // panic: unexpected header types are skipped.
-func (c *consumer) delivery(s *session, d *amqp091.Delivery) *transport.Delivery {
+func (c *consumer) delivery(e *ledger.Entry[*handle], d *amqp091.Delivery) *transport.Delivery {
 	out := &transport.Delivery{
 		Queue:  c.queue,
 		Body:   d.Body,
-		Handle: &handle{c: c, s: s, tag: d.DeliveryTag},
+		Handle: e,
 	}
 	if out.Body == nil {
 		out.Body = []byte{}
@@ -358,73 +365,53 @@ func headerInt(v any) (int, bool) {
 }
 
 // Settle finishes a delivery: Ack after the writes are confirmed, or Rewind (a nack with
-// requeue). HandOff is not offered: RabbitMQ has no redrive of its own for it.
+// requeue). HandOff is not offered: RabbitMQ has no redrive of its own for it. A
+// delivery whose channel died fails an Ack with a [transport.TakenBackError] wrapping
+// [ErrDeliveryLost]; its Rewind succeeds, as the broker requeued it already.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transport.Settlement) error {
-	if d == nil {
-		return errors.New("amqp: Settle: nil delivery")
+	e, err := c.book.Begin(d, st)
+	if err != nil {
+		return err
 	}
-	h, ok := d.Handle.(*handle)
-	if !ok || h.c != c {
-		return errors.New("amqp: delivery does not belong to this consumer")
-	}
-	if len(st.Writes) > 0 && st.Outcome != transport.Ack {
-		return errors.New("amqp: settle writes are only allowed with Ack")
-	}
-	if st.Outcome != transport.Ack && st.Outcome != transport.Rewind {
-		return fmt.Errorf("amqp: %s: %w", st.Outcome, transport.ErrUnsupported)
-	}
-	if !h.state.CompareAndSwap(stateOpen, stateSettling) {
-		return transport.ErrAlreadySettled
-	}
+	return c.book.Finish(e, st, c.settle(ctx, e.Value, st))
+}
+
+func (c *consumer) settle(ctx context.Context, h *handle, st transport.Settlement) error {
 	if h.s.ch.IsClosed() {
-		h.state.Store(stateSettled)
 		if st.Outcome == transport.Rewind {
 			return nil // the broker redelivers it: that is what a rewind asks for
 		}
-		return lostError{}
+		return c.lost(nil)
 	}
-	switch st.Outcome {
-	case transport.Ack:
-		if err := c.t.writeConfirmed(ctx, st.Writes); err != nil {
-			h.state.Store(stateOpen)
-			return err
-		}
-		if err := h.s.ch.Ack(h.tag, false); err != nil {
-			h.state.Store(stateSettled)
-			return lostError{err: err}
-		}
-	case transport.Rewind:
-		if err := h.s.ch.Nack(h.tag, false, true); err != nil {
-			// The channel died: the broker requeues the delivery by itself.
-			h.state.Store(stateSettled)
-			return nil
-		}
+	if st.Outcome == transport.Rewind {
+		// A channel that dies meanwhile requeues the delivery by itself.
+		_ = h.s.ch.Nack(h.tag, false, true)
+		return nil
 	}
-	h.state.Store(stateSettled)
+	if err := c.t.writeConfirmed(ctx, st.Writes); err != nil {
+		return err
+	}
+	if err := h.s.ch.Ack(h.tag, false); err != nil {
+		return c.lost(err)
+	}
 	return nil
 }
 
-// lostError is returned when a delivery's channel died before it was settled.
-type lostError struct{ err error }
-
-func (e lostError) Error() string {
-	if e.err != nil {
-		return ErrDeliveryLost.Error() + ": " + e.err.Error()
+// lost is the error of a delivery whose channel died before it was settled.
+func (c *consumer) lost(err error) error {
+	if err == nil {
+		err = ErrDeliveryLost
+	} else {
+		err = fmt.Errorf("%w: %w", ErrDeliveryLost, err)
 	}
-	return ErrDeliveryLost.Error()
+	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: err}
 }
-
-func (e lostError) Is(target error) bool {
-	return target == ErrDeliveryLost || target == transport.ErrAlreadySettled
-}
-
-func (e lostError) Unwrap() error { return e.err }
 
 // Close cancels the consumer and closes its channel: deliveries handed out and not
 // settled, and those prefetched and not handed out, go back to the broker.
 func (c *consumer) Close(context.Context) error {
 	c.closeOnce.Do(func() {
-		close(c.done)
+		c.book.Close() // the channel's close gives the deliveries back
 		c.wg.Wait()
 		c.mu.Lock()
 		s := c.sess

@@ -11,6 +11,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -101,7 +102,7 @@ func TestSettleAfterConnectionLoss(t *testing.T) {
 	k.killAll()
 
 	// Wait until the channel is seen dead (the client notices the socket at once).
-	h := d.Handle.(*handle)
+	h := d.Handle.(*ledger.Entry[*handle]).Value
 	for i := 0; !h.s.ch.IsClosed(); i++ {
 		if i > 200 {
 			t.Fatal("channel still open after the socket died")

@@ -89,6 +89,9 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if m == nil || m.Queue == "" {
 		return errors.New("amqp: message has no queue")
 	}
+	if err := transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize); err != nil {
+		return err
+	}
 	pc, err := t.getPub(ctx)
 	if err != nil {
 		return err
@@ -112,6 +115,11 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 func (t *Transport) writeConfirmed(ctx context.Context, ms []*transport.Message) error {
 	if len(ms) == 0 {
 		return nil
+	}
+	for _, m := range ms {
+		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize); err != nil {
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
 	}
 	pc, err := t.getPub(ctx)
 	if err != nil {
