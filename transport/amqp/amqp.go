@@ -185,12 +185,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
-	q := u.Query()
-	for name, vals := range q {
-		if len(vals) > 1 {
-			return "", bad(name, "given more than once")
-		}
+	pq, err := transport.ParseQuery(u)
+	if err != nil {
+		return "", err
 	}
+	q := u.Query()
 	if q.Has("certfile") != q.Has("keyfile") {
 		return "", bad("certfile", "certfile and keyfile go together")
 	}
@@ -227,25 +226,19 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 			return "", bad("auth_mechanism", "want plain, amqplain or external")
 		}
 	}
-	if q.Has("publish_confirms") {
-		b, err := strconv.ParseBool(q.Get("publish_confirms"))
-		if err != nil {
-			return "", bad("publish_confirms", "want true or false")
-		}
+	if b, ok, err := pq.Bool("publish_confirms"); err != nil {
+		return "", err
+	} else if ok {
 		s.noUserConfirm = !b
 	}
-	if q.Has("declare") {
-		b, err := strconv.ParseBool(q.Get("declare"))
-		if err != nil {
-			return "", bad("declare", "want true or false")
-		}
+	if b, ok, err := pq.Bool("declare"); err != nil {
+		return "", err
+	} else if ok {
 		s.noDeclare = !b
 	}
-	if q.Has("confirm_timeout") {
-		d, err := time.ParseDuration(q.Get("confirm_timeout"))
-		if err != nil || d <= 0 {
-			return "", bad("confirm_timeout", "want a positive Go duration such as 10s")
-		}
+	if d, ok, err := pq.Duration("confirm_timeout", time.Second, time.Millisecond, 0); err != nil {
+		return "", err
+	} else if ok {
 		s.confirmTimeout = d
 	}
 	if q.Has("connection_name") {

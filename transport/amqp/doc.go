@@ -64,8 +64,10 @@
 // Query parameters: the RabbitMQ URI parameters heartbeat (seconds),
 // connection_timeout (milliseconds), channel_max, auth_mechanism, and for amqps://
 // certfile, keyfile, cacertfile and server_name_indication; and this package's
-// publish_confirms (bool, default true), confirm_timeout (a Go duration, default 30s),
-// connection_name (shown by rabbitmqctl list_connections) and declare (bool, default
-// true: declare the work and dead-letter queues; delay queues are always declared).
-// Anything else is an error naming the parameter.
+// publish_confirms (bool, default true), confirm_timeout (a Go duration or a number of
+// seconds, default 30s), connection_name (shown by rabbitmqctl list_connections) and
+// declare (bool, default true: declare the work and dead-letter queues; delay queues are
+// always declared). This package's parameters follow the grammar of [transport.Query];
+// the RabbitMQ URI parameters keep the URI specification's. Anything else, and a
+// parameter given twice, is an error naming the parameter.
 package amqp
