@@ -17,10 +17,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
 	bqotel "github.com/babelqueue-go/babelqueue/otel"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
+
+// backlog bounds the messages published and not yet handled: the publisher waits
+// beyond it, as a steady producer would. Without a bound the whole run piles up on the
+// memory broker and every garbage collection marks it, which charges anything that
+// allocates for the size of the pile rather than for its own work.
+const backlog = 256
 
 // cpuTime is the CPU time the process used so far (user and system): on a shared
 // machine it varies far less with the other load than the wall-clock time.
@@ -84,7 +91,9 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				var n atomic.Int64
 				done := make(chan struct{})
 				target := int64(b.N)
+				window := make(chan struct{}, backlog)
 				app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+					<-window
 					if n.Add(1) == target {
 						close(done)
 					}
@@ -98,6 +107,7 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				b.ResetTimer()
 				cpu := cpuTime()
 				for i := range b.N {
+					window <- struct{}{}
 					if _, err := app.Publish(ctx, "urn:babel:orders:created", map[string]any{"order_id": i, "sku": "A-1"}); err != nil {
 						b.Fatal(err)
 					}
@@ -110,5 +120,48 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				<-errc
 			})
 		}
+	}
+}
+
+// BenchmarkSpans is the cost of the two spans of a message on their own: the PRODUCER
+// span with its traceparent (a publish outside any span, under the parent derived from
+// trace_id) and the CONSUMER span (no traceparent: the derived parent), with a tracer
+// that samples nothing and with one that records everything.
+func BenchmarkSpans(b *testing.B) {
+	env, err := envelope.Make("urn:babel:orders:created", map[string]any{"order_id": 1042, "sku": "A-1"}, envelope.WithQueue("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, s := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{{"sampled-out", sdktrace.NeverSample()}, {"full", sdktrace.AlwaysSample()}} {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(s.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		defer tp.Shutdown(ctx)
+		tr := bqotel.NewTracing(bqotel.WithTracerProvider(tp))
+		b.Run("producer/"+s.name, func(b *testing.B) {
+			publish := tr.PublishMiddleware()(func(context.Context, *babelqueue.Outgoing) error { return nil })
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				if err := publish(ctx, &babelqueue.Outgoing{Envelope: env, Queue: "bench", Headers: map[string]string{}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+		b.Run("consumer/"+s.name, func(b *testing.B) {
+			handle := tr.Middleware()(func(context.Context, *babelqueue.Message) error { return nil })
+			m := &babelqueue.Message{Envelope: env, Queue: "bench"}
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				if err := handle(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
