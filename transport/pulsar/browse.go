@@ -142,6 +142,9 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 			exhausted = true // written after the stats were read
 			break
 		}
+		if !inclusive && !pos.after(start) {
+			continue // the reader may hand back the start itself
+		}
 		at = pos
 		p.Next = pos.cursor()
 		if acked.contains(pos) {
@@ -170,6 +173,15 @@ func (a position) before(b position) bool {
 		return a.entry < b.entry
 	}
 	return a.batch < b.batch
+}
+
+// after reports whether a comes after start: after its entry when start names a
+// whole entry (batch -1, as a mark-delete position does), else after its batch index.
+func (a position) after(start position) bool {
+	if start.batch < 0 {
+		return start.entryBefore(a)
+	}
+	return start.before(a)
 }
 
 // entryBefore compares the entries only.

@@ -621,6 +621,10 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest,
 		ReceiverQueueSize:           prefetch,
 		NackRedeliveryDelay:         t.opts.nackDelay,
+		// An Ack returns once the broker has it: without this the client groups acks
+		// for up to 100ms, and Close (or a crash) can lose the last ones, so a message
+		// whose settle writes were made comes back (a redrive's move, a retry twice).
+		AckWithResponse: true,
 	}
 	if t.opts.consumerOptions != nil {
 		t.opts.consumerOptions(&co)
