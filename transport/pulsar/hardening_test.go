@@ -5,29 +5,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
-
-// closedPort returns a loopback address where nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // As a new user meets it: an App opened on a pulsar:// URL whose broker is not there
 // fails at Open with one error that says so, and the Pulsar client, never built, logs
@@ -35,7 +23,7 @@ func closedPort(t *testing.T) string {
 func TestOpenWithoutBrokerFailsAtOnce(t *testing.T) {
 	var logs transporttest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	addr := closedPort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(brokerproc.FreePort(t))
 	_, err := babelqueue.Open(context.Background(), "pulsar://"+addr+"?connect_timeout=3s", babelqueue.WithLogger(logger))
 	if !errors.Is(err, pulsar.ErrUnreachable) {
 		t.Fatalf("Open without a broker = %v, want an error matching pulsar.ErrUnreachable", err)

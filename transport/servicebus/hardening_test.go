@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -19,12 +20,7 @@ import (
 // As a new user meets it, with the real SDK: a namespace that is not there makes the
 // App fail at start, within connect_timeout, with one error that says so.
 func TestRunWithoutNamespaceFailsAtStart(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(brokerproc.FreePort(t))
 	cs := "Endpoint=sb://" + addr + ";SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=" + testKey + ";UseDevelopmentEmulator=true"
 	tr, err := Open(context.Background(), "sb://?connect_timeout=2s", WithConnectionString(cs))
 	if err != nil {

@@ -225,9 +225,10 @@ func (c *consumer) sleep(d time.Duration) bool {
 }
 
 // gather takes more slots for the next batch, on top of the one acquired: every free
-// one at once, and, while the workers still have deliveries buffered, waits for more,
-// so a busy consumer receives full batches instead of one message per acknowledgement.
-// It returns the slots held, or false when the consumer closed.
+// one at once, and, while the workers still have at least half a batch buffered, waits
+// for them to take more, so a busy consumer receives full batches instead of one
+// message per acknowledgement (a worker settles, then comes back to Receive). It returns
+// the slots held, or false when the consumer closed.
 func (c *consumer) gather() (int, bool) {
 	n := 1
 	target := min(c.book.Prefetch(), maxBatch)
@@ -239,41 +240,17 @@ func (c *consumer) gather() (int, bool) {
 			n++
 			continue
 		}
-		if len(c.ready) <= lowWater(target) {
+		if len(c.ready) <= target/2 {
 			break
 		}
-		// Wait for a slot, or for a worker to take a buffered delivery.
-		wctx, cancel := context.WithCancel(c.ctx)
-		stop := make(chan struct{})
-		go func() {
-			select {
-			case <-c.wake:
-				cancel()
-			case <-stop:
-			}
-		}()
-		err := c.book.Acquire(wctx)
-		close(stop)
-		cancel()
-		if err == nil {
-			n++
-			continue
-		}
 		select {
+		case <-c.wake: // a worker took a buffered delivery: look again
 		case <-c.book.Done():
-			return 0, false // Close dropped the slots held
-		default:
-		}
-		if c.ctx.Err() != nil {
 			return 0, false
 		}
-		// A worker took a buffered delivery: look again.
 	}
 	return n, true
 }
-
-// lowWater is how few buffered deliveries make the poller receive at once.
-func lowWater(target int) int { return target / 2 }
 
 func (c *consumer) queueURL() string { return *c.url.Load() }
 
@@ -321,7 +298,11 @@ func (c *consumer) heartbeat() {
 		due := c.book.Unsettled(func(h *held) bool { return now.Sub(h.extended) >= every })
 		for len(due) > 0 {
 			n := min(len(due), maxBatch)
-			c.extend(due[:n], every)
+			hs := make([]*held, n)
+			for i, e := range due[:n] {
+				hs[i] = e.Value
+			}
+			c.extend(hs, every)
 			due = due[n:]
 		}
 	}
@@ -329,50 +310,57 @@ func (c *consumer) heartbeat() {
 
 // extend sets the visibility of up to ten held messages to the visibility timeout, in
 // one call bounded by timeout.
-func (c *consumer) extend(es []*ledger.Entry[*held], timeout time.Duration) {
-	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
-	for i, e := range es {
-		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-			Id:                aws.String(strconv.Itoa(i)),
-			ReceiptHandle:     aws.String(e.Value.receipt),
-			VisibilityTimeout: int32(c.vis / time.Second),
-		}
-	}
+func (c *consumer) extend(hs []*held, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
-	out, err := c.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{
-		QueueUrl: aws.String(c.queueURL()),
-		Entries:  entries,
-	})
+	out, err := c.setVisibility(ctx, hs, int32(c.vis/time.Second))
 	cancel()
 	// A Rewind that ran meanwhile may have reached SQS before this extension: make
 	// those messages visible again, so a rewound message is never held back.
 	var rewound []*held
-	for _, e := range es {
-		if e.Value.rewound.Load() {
-			rewound = append(rewound, e.Value)
+	for _, h := range hs {
+		if h.rewound.Load() {
+			rewound = append(rewound, h)
 		}
 	}
 	c.giveBack(rewound)
-	switch {
-	case err != nil:
-		if c.ctx.Err() == nil {
-			c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(es), "error", err)
-		}
-		return
-	case out == nil:
+	if err == nil && len(out.Failed) > 0 {
+		f := out.Failed[0]
+		err = fmt.Errorf("%d of %d refused: %s: %s", len(out.Failed), len(hs), aws.ToString(f.Code), aws.ToString(f.Message))
+	}
+	if err != nil && c.ctx.Err() == nil {
+		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
+	}
+	if out == nil {
 		return
 	}
 	now := time.Now()
 	for _, s := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(es) {
-			es[i].Value.extended = now
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(hs) {
+			hs[i].extended = now
 		}
 	}
-	if len(out.Failed) > 0 {
-		f := out.Failed[0]
-		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue,
-			"count", len(out.Failed), "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+}
+
+// setVisibility sets the visibility of up to ten messages in one
+// ChangeMessageVisibilityBatch call; each entry's id is its index in hs. The output is
+// never nil when the error is.
+func (c *consumer) setVisibility(ctx context.Context, hs []*held, secs int32) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(hs))
+	for i, h := range hs {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+			Id:                aws.String(strconv.Itoa(i)),
+			ReceiptHandle:     aws.String(h.receipt),
+			VisibilityTimeout: secs,
+		}
 	}
+	out, err := c.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{
+		QueueUrl: aws.String(c.queueURL()),
+		Entries:  entries,
+	})
+	if err == nil && out == nil {
+		out = &awssqs.ChangeMessageVisibilityBatchOutput{}
+	}
+	return out, err
 }
 
 // Settle finishes a delivery: Ack sends every write, then deletes; Rewind makes the
@@ -423,25 +411,11 @@ func (c *consumer) settle(ctx context.Context, h *held, s transport.Settlement) 
 
 // giveBack makes messages visible again at once, in batches of ten.
 func (c *consumer) giveBack(hs []*held) {
-	if len(hs) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for len(hs) > 0 {
 		n := min(len(hs), maxBatch)
-		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, n)
-		for i, h := range hs[:n] {
-			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i)),
-				ReceiptHandle:     aws.String(h.receipt),
-				VisibilityTimeout: 0,
-			}
-		}
-		if _, err := c.t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{
-			QueueUrl: aws.String(c.queueURL()),
-			Entries:  entries,
-		}); err != nil {
+		if _, err := c.setVisibility(ctx, hs[:n], 0); err != nil {
 			c.t.log.Warn("sqs: could not give messages back; they return when their visibility timeout lapses", "queue", c.queue, "count", n, "error", err)
 		}
 		hs = hs[n:]

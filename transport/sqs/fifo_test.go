@@ -35,6 +35,7 @@ func (u uniqueIDs) Publish(ctx context.Context, m *transport.Message) error {
 }
 
 func TestFIFOTransportKit(t *testing.T) {
+	t.Parallel()
 	admin := openTest(t)
 	transporttest.Run(t, transporttest.Config{
 		NewQueue: kitQueues(admin),
@@ -181,6 +182,7 @@ func TestFIFOSettleWriteKeepsGroup(t *testing.T) {
 }
 
 func TestFIFORuntimeSettlement(t *testing.T) {
+	t.Parallel()
 	admin := openTest(t)
 	transporttest.RunRuntime(t, transporttest.Config{
 		NewQueue: kitQueues(admin),

@@ -70,6 +70,7 @@ func ack(t *testing.T, c transport.Consumer, d *transport.Delivery) {
 // TestHandOffReachesNativeDLQ: a poison body handed off on every delivery is moved by
 // the queue's RedrivePolicy to the native dead-letter queue after maxReceiveCount.
 func TestHandOffReachesNativeDLQ(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqredrive")
 	dlqURL := createQueue(t, tr, q+"-dlq", nil)
@@ -110,6 +111,7 @@ func TestHandOffReachesNativeDLQ(t *testing.T) {
 // TestHeartbeatKeepsLongHandlerInvisible: a held delivery is not redelivered after
 // the queue's visibility timeout, because the consumer extends it.
 func TestHeartbeatKeepsLongHandlerInvisible(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqheartbeat")
 	createQueue(t, tr, q, map[string]string{"VisibilityTimeout": "1"})
@@ -130,6 +132,7 @@ func TestHeartbeatKeepsLongHandlerInvisible(t *testing.T) {
 // writes are made in order and stop at the refused one: the write before it stays made
 // (SQS cannot take it back) and the write after it is never made.
 func TestSettleWriteFailureKeepsOriginal(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqsettlefail")
 	deleteQueueLater(t, tr, q)
@@ -174,6 +177,7 @@ func TestSettleWriteFailureKeepsOriginal(t *testing.T) {
 // a message at the limit is accepted by the broker; a settle write over it
 // acknowledges nothing.
 func TestSizeLimit(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqsize")
 	deleteQueueLater(t, tr, q)
@@ -372,6 +376,7 @@ func (s *slowSends) ChangeMessageVisibilityBatch(ctx context.Context, in *awssqs
 // and the other held deliveries keep their visibility extended (in batches), so a
 // second consumer sees none of them for several visibility timeouts.
 func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
+	t.Parallel()
 	const held = 12
 	tr := openTest(t, WithWaitTime(time.Second))
 	q := transporttest.UniqueName("bqslowsettle")

@@ -58,6 +58,7 @@ func redriveQueue(t *testing.T, tr *Transport, q string) string {
 // and a schema-gate rejection are neither retried nor dropped: they are left to the
 // queue's RedrivePolicy, which moves them byte for byte to the native DLQ.
 func TestRuntimePoisonWithDLQOffReachesNativeDLQ(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t)
 	q := transporttest.UniqueName("bqrtredrive")
 	native := redriveQueue(t, tr, q)
@@ -102,6 +103,7 @@ func TestRuntimePoisonWithDLQOffReachesNativeDLQ(t *testing.T) {
 // TestRuntimeFailingHandlerCountsNativeReceives: a message redelivered by SQS itself
 // (a worker crashed holding it) counts its receives: attempts = max(body, receives-1).
 func TestRuntimeFailingHandlerCountsNativeReceives(t *testing.T) {
+	t.Parallel()
 	tr := openTest(t)
 	q := transporttest.UniqueName("bqrtnative")
 	createQueue(t, tr, q, map[string]string{"VisibilityTimeout": "1"})

@@ -83,7 +83,9 @@ func WithGroupID(id string) Option {
 // seconds. Closing a consumer waits for a poll in progress, so the wait time also
 // bounds how long Close takes.
 func WithWaitTime(d time.Duration) Option {
-	return func(t *Transport) { t.waitTime = int32((min(max(d, 0), 20*time.Second) + time.Second - 1) / time.Second) }
+	return func(t *Transport) {
+		t.waitTime = int32((min(max(d, 0), 20*time.Second) + time.Second - 1) / time.Second)
+	}
 }
 
 // WithVisibilityTimeout asks ReceiveMessage for this visibility timeout instead of the

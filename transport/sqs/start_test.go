@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -46,16 +47,7 @@ func noAWSCredentials(t *testing.T) *atomic.Int32 {
 }
 
 // closedAddr is a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
+func closedAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(brokerproc.FreePort(t)) }
 
 // As a new user meets it against an emulator: without credentials, Open fails at once
 // and says which are missing and how to give them, and it never asks the EC2 metadata

@@ -30,6 +30,7 @@ func kitQueues(admin *Transport) func(t *testing.T) string {
 }
 
 func TestTransportKit(t *testing.T) {
+	t.Parallel()
 	admin := openTest(t)
 	transporttest.Run(t, transporttest.Config{
 		NewQueue: kitQueues(admin),
@@ -54,6 +55,7 @@ func TestTransportKit(t *testing.T) {
 }
 
 func TestRuntimeSettlement(t *testing.T) {
+	t.Parallel()
 	admin := openTest(t)
 	transporttest.RunRuntime(t, transporttest.Config{
 		NewQueue: kitQueues(admin),
