@@ -198,19 +198,8 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), t.processNames.of(m.URN()), consumerStart...)
 			if span.IsRecording() {
 				env := m.Envelope
-				span.SetAttributes(
-					semconv.MessagingSystemKey.String(System),
-					semconv.MessagingOperationTypeProcess,
-					semconv.MessagingDestinationName(m.Queue),
-					attrOperation.String("process"),
-					semconv.MessagingOperationName("process"),
-					semconv.MessagingMessageID(env.Meta.ID),
-					semconv.MessagingMessageConversationID(env.TraceID),
-					semconv.MessagingMessageBodySize(len(env.Raw())),
-					AttrURN.String(env.Job),
-					AttrLang.String(env.Meta.Lang),
-					AttrAttempts.Int(m.Attempts),
-				)
+				span.SetAttributes(messagingAttrs("process", semconv.MessagingOperationTypeProcess, m.Queue, env, env.Meta.Lang, m.Attempts)...)
+				span.SetAttributes(semconv.MessagingMessageBodySize(len(env.Raw())))
 				if t.observed.Load() {
 					t.spans.Store(m, span.SpanContext())
 				}
@@ -226,6 +215,23 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 			}()
 			return next(ctx, m)
 		}
+	}
+}
+
+// messagingAttrs are the attributes of a recorded PRODUCER or CONSUMER span: the
+// messaging semantic conventions and the family's own.
+func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *envelope.Envelope, lang string, attempts int) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(System),
+		opType,
+		semconv.MessagingDestinationName(queue),
+		attrOperation.String(op),
+		semconv.MessagingOperationName(op),
+		semconv.MessagingMessageID(env.Meta.ID),
+		semconv.MessagingMessageConversationID(env.TraceID),
+		AttrURN.String(env.Job),
+		AttrLang.String(lang),
+		AttrAttempts.Int(attempts),
 	}
 }
 
@@ -292,18 +298,7 @@ func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
 			ctx, span := t.tracer.Start(parent, t.publishNames.of(env.Job), producerStart...)
 			defer span.End()
 			if span.IsRecording() {
-				span.SetAttributes(
-					semconv.MessagingSystemKey.String(System),
-					semconv.MessagingOperationTypeSend,
-					semconv.MessagingDestinationName(o.Queue),
-					attrOperation.String("publish"),
-					semconv.MessagingOperationName("publish"),
-					semconv.MessagingMessageID(env.Meta.ID),
-					semconv.MessagingMessageConversationID(env.TraceID),
-					AttrURN.String(env.Job),
-					AttrLang.String(envelope.Lang),
-					AttrAttempts.Int(env.Attempts),
-				)
+				span.SetAttributes(messagingAttrs("publish", semconv.MessagingOperationTypeSend, o.Queue, env, envelope.Lang, env.Attempts)...)
 				ctx = context.WithValue(ctx, producerKey{}, span)
 			}
 			t.prop.Inject(ctx, propagation.MapCarrier(o.Headers))

@@ -278,16 +278,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	chromium := tool(t, "BQ_CHROMIUM", "chromium")
 	queries := dashboardQueries(t)
 
-	prom, err := metrics.NewPrometheus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prom.Shutdown(context.Background())
-	obs, err := metrics.New(metrics.WithMeterProvider(prom.MeterProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
+	prom, obs := newObserver(t)
 	srv := httptest.NewServer(prom.Handler())
 	defer srv.Close()
 	base := startPrometheus(t, promBin, strings.TrimPrefix(srv.URL, "http://"))

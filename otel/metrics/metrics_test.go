@@ -89,21 +89,29 @@ next:
 	return n
 }
 
+// newObserver is an Observer exported to a new Prometheus registry, both closed when
+// the test ends.
+func newObserver(t *testing.T) (*metrics.Prometheus, *metrics.Observer) {
+	t.Helper()
+	prom, err := metrics.NewPrometheus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prom.Shutdown(context.Background()) })
+	obs, err := metrics.New(metrics.WithMeterProvider(prom.MeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = obs.Close() })
+	return prom, obs
+}
+
 // /metrics scraped after a run on Redis holds the counts the test published, handled
 // and dead-lettered.
 func TestScrapeAfterRedisRun(t *testing.T) {
 	url := transporttest.BrokerURL(t, "BQ_REDIS_URL", "redis")
 	queue := fmt.Sprintf("otel-metrics-%d", time.Now().UnixNano())
-	prom, err := metrics.NewPrometheus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prom.Shutdown(context.Background())
-	obs, err := metrics.New(metrics.WithMeterProvider(prom.MeterProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
+	prom, obs := newObserver(t)
 	rec := transporttest.NewRecorder()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -237,14 +245,7 @@ func probe(t *testing.T, h http.Handler) (int, metrics.HealthStatus) {
 // while the broker is away, again once it is back, not after Run.
 func TestHealthHandlers(t *testing.T) {
 	broker := &flaky{Transport: memory.New(), down: make(chan struct{})}
-	prom, err := metrics.NewPrometheus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := metrics.New(metrics.WithMeterProvider(prom.MeterProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	prom, obs := newObserver(t)
 	app, err := babelqueue.New(broker, babelqueue.WithQueue("orders"), babelqueue.WithObserver(obs), babelqueue.WithLogger(quiet()))
 	if err != nil {
 		t.Fatal(err)
