@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -24,7 +25,7 @@ func init() {
 }
 
 func openURL(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	return OpenURL(ctx, u)
+	return OpenURL(ctx, u, WithLogger(transport.LoggerFrom(ctx)))
 }
 
 // Errors of this transport, beside the shared ones of package transport.
@@ -45,6 +46,7 @@ type options struct {
 	dial           func(ctx context.Context) (*amqp.Conn, error)
 	confirmTimeout time.Duration
 	maxBackoff     time.Duration
+	maxSize        int
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -69,6 +71,18 @@ func WithConfirmTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
 			o.confirmTimeout = d
+		}
+	}
+}
+
+// WithMaxMessageSize makes a publish or settle write whose body is longer than n bytes
+// fail with a [*transport.TooLargeError] before it is sent. Artemis itself sets no limit
+// (it streams large messages) unless the link advertises one, which is then the
+// default.
+func WithMaxMessageSize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxSize = n
 		}
 	}
 }
@@ -158,38 +172,29 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Fragment != "" {
 		return bad("fragment", "artemis:// takes no fragment")
 	}
-	q := u.Query()
-	for k, vs := range q {
-		if len(vs) > 1 {
-			return bad(k, "given more than once")
-		}
+	q, err := transport.ParseQuery(u)
+	if err != nil {
+		return Config{}, err
 	}
-	if v := q.Get("idle_timeout"); q.Has("idle_timeout") {
-		d, err := time.ParseDuration(v)
-		if v == "0" {
-			d, err = -1, nil
-		}
-		if err != nil || (d < 0 && v != "0") {
-			return bad("idle_timeout", "want a Go duration such as 30s (0 disables it)")
-		}
-		if d == 0 {
-			d = -1
-		}
+	if d, ok, err := q.Duration("idle_timeout", time.Second, 0, 0); err != nil {
+		return Config{}, err
+	} else if ok {
 		c.IdleTimeout = d
-	}
-	if q.Has("container_id") {
-		c.ContainerID = q.Get("container_id")
-		if c.ContainerID == "" {
-			return bad("container_id", "empty")
+		if d == 0 {
+			c.IdleTimeout = -1 // 0 disables it
 		}
 	}
-	if q.Has("server_name") {
-		if !secure {
-			return bad("server_name", "only for artemis+ssl://")
-		}
-		if q.Get("server_name") == "" {
-			return bad("server_name", "empty")
-		}
+	if id, ok, err := q.NonEmpty("container_id"); err != nil {
+		return Config{}, err
+	} else if ok {
+		c.ContainerID = id
+	}
+	serverName, ok, err := q.NonEmpty("server_name")
+	if err != nil {
+		return Config{}, err
+	}
+	if ok && !secure {
+		return bad("server_name", "only for artemis+ssl://")
 	}
 	if u.User != nil {
 		c.HasCredentials = true
@@ -200,8 +205,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	if secure {
 		c.Addr = "amqps://" + hostport
 		c.TLS = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-		if sn := q.Get("server_name"); sn != "" {
-			c.TLS.ServerName = sn
+		if serverName != "" {
+			c.TLS.ServerName = serverName
 		}
 	} else {
 		c.Addr = "amqp://" + hostport
@@ -470,6 +475,13 @@ func (t *Transport) write(ctx context.Context, m *transport.Message) error {
 		var s *amqp.Sender
 		s, err = t.sender(ctx, m.Queue)
 		if err != nil {
+			return err
+		}
+		limit := t.opts.maxSize
+		if n := s.MaxMessageSize(); limit == 0 && n > 0 && n <= math.MaxInt32 {
+			limit = int(n)
+		}
+		if err := transport.CheckSize("artemis", m.Queue, len(m.Body), limit); err != nil {
 			return err
 		}
 		err = send(ctx, s, msg)

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -20,7 +21,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, errors.New("artemis: consume: empty queue name")
 	}
 	credit := int32(min(max(opts.Prefetch, 1), math.MaxInt32))
-	c := &consumer{t: t, queue: queue, credit: credit, done: make(chan struct{})}
+	c := &consumer{t: t, queue: queue, credit: credit,
+		book: ledger.New[*handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
 	if _, err := c.link(ctx); err != nil {
 		return nil, err
 	}
@@ -32,23 +34,21 @@ type consumer struct {
 	queue  string
 	credit int32
 
-	mu       sync.Mutex // guards sess, recv, closed; held while attaching
-	sess     *amqp.Session
-	recv     *amqp.Receiver
-	closed   bool
-	done     chan struct{}
-	doneOnce sync.Once
+	// book holds the deliveries handed out and not settled: their prefetch slots (a
+	// receiver attached after a lost link gets fresh credit while deliveries of the
+	// old one are still held) and their settle state. Closing it stops the consumer.
+	book *ledger.Ledger[*handle]
+
+	mu     sync.Mutex // guards sess, recv, closed; held while attaching
+	sess   *amqp.Session
+	recv   *amqp.Receiver
+	closed bool
 }
 
 // handle is the consumer's bookkeeping for one delivery.
 type handle struct {
-	c    *consumer
 	recv *amqp.Receiver
 	msg  *amqp.Message
-
-	mu       sync.Mutex
-	settled  bool
-	settling bool
 }
 
 // link returns the live receiver, attaching one when there is none.
@@ -104,9 +104,21 @@ func (c *consumer) unlink(r *amqp.Receiver, err error) {
 	c.t.mu.Unlock()
 }
 
-// Receive returns the next delivery. A lost link or connection is attached again,
-// backing off between attempts, until ctx ends or the consumer is closed.
+// Receive returns the next delivery, once a prefetch slot is free. A lost link or
+// connection is attached again, backing off between attempts, until ctx ends or the
+// consumer is closed.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	if err := c.book.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	d, err := c.receive(ctx)
+	if err != nil {
+		c.book.Unacquire()
+	}
+	return d, err
+}
+
+func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 	backoff := 50 * time.Millisecond
 	failures := 0
 	for {
@@ -118,8 +130,12 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			var msg *amqp.Message
 			msg, err = r.Receive(ctx, nil)
 			if err == nil {
+				e, herr := c.book.Hand(&handle{recv: r, msg: msg})
+				if herr != nil { // closed meanwhile: detaching gives it back
+					return nil, herr
+				}
 				d := fromAMQP(c.queue, msg)
-				d.Handle = &handle{c: c, recv: r, msg: msg}
+				d.Handle = e
 				return d, nil
 			}
 			if stop := c.stopped(ctx); stop != nil {
@@ -147,7 +163,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, ctx.Err()
-		case <-c.done:
+		case <-c.book.Done():
 			timer.Stop()
 			return nil, transport.ErrClosed
 		}
@@ -161,7 +177,7 @@ func (c *consumer) stopped(ctx context.Context) error {
 		return err
 	}
 	select {
-	case <-c.done:
+	case <-c.book.Done():
 		return transport.ErrClosed
 	default:
 	}
@@ -176,65 +192,44 @@ func (c *consumer) stopped(ctx context.Context) error {
 
 // Settle finishes a delivery: see the package documentation.
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	h, ok := d.Handle.(*handle)
-	if !ok || h.c != c {
-		return errors.New("artemis: delivery does not belong to this consumer")
+	e, err := c.book.Begin(d, s)
+	if err != nil {
+		return err
 	}
-	if len(s.Writes) > 0 && s.Outcome != transport.Ack {
-		return fmt.Errorf("artemis: writes are only allowed with Ack, not %s", s.Outcome)
-	}
-	if s.Outcome != transport.Ack && s.Outcome != transport.Rewind {
-		return fmt.Errorf("artemis: %s: %w", s.Outcome, transport.ErrUnsupported)
-	}
-	h.mu.Lock()
-	if h.settled || h.settling {
-		h.mu.Unlock()
-		return transport.ErrAlreadySettled
-	}
-	h.settling = true
-	h.mu.Unlock()
-	done := false
-	defer func() {
-		h.mu.Lock()
-		h.settling, h.settled = false, done
-		h.mu.Unlock()
-	}()
-
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.t.opts.confirmTimeout)
 		defer cancel()
 	}
-	switch s.Outcome {
-	case transport.Ack:
-		for _, w := range s.Writes {
-			if err := c.t.write(ctx, w); err != nil {
-				return &transport.SettleWriteError{Queue: w.Queue, Err: err}
-			}
-		}
-		if err := h.recv.AcceptMessage(ctx, h.msg); err != nil {
-			if linkGone(err) {
-				// The broker took the delivery back with the link and will
-				// deliver it again; a Rewind of it now succeeds.
-				return fmt.Errorf("%w: %w", ErrDeliveryLost, err)
-			}
-			return fmt.Errorf("artemis: accept: %w", err)
-		}
-	case transport.Rewind:
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+}
+
+func (c *consumer) settle(ctx context.Context, h *handle, s transport.Settlement) error {
+	if s.Outcome == transport.Rewind {
 		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: true})
 		if err != nil && !linkGone(err) {
 			return fmt.Errorf("artemis: rewind: %w", err)
 		}
-		// A lost link already gave the delivery back to the broker.
+		return nil // a lost link already gave the delivery back to the broker
 	}
-	done = true
+	if err := ledger.SendAll(ctx, s.Writes, c.t.write); err != nil {
+		return err
+	}
+	if err := h.recv.AcceptMessage(ctx, h.msg); err != nil {
+		if linkGone(err) {
+			// The broker took the delivery back with the link and delivers it again.
+			return &transport.TakenBackError{Broker: "artemis", Queue: c.queue, Reason: "its link is gone",
+				Err: fmt.Errorf("%w: %w", ErrDeliveryLost, err)}
+		}
+		return fmt.Errorf("artemis: accept: %w", err)
+	}
 	return nil
 }
 
 // Close detaches the receiver; deliveries handed out and not settled go back to the
 // broker, which redelivers them.
 func (c *consumer) Close(ctx context.Context) error {
-	c.doneOnce.Do(func() { close(c.done) })
+	c.book.Close() // detaching gives the deliveries back
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -66,10 +66,14 @@
 // Every write the transport makes is sent unsettled and counts only once Artemis
 // answered with the accepted outcome. Settle with Ack makes the settle writes, waits for
 // each to be accepted and only then accepts the delivery; when a write fails nothing is
-// accepted and the error matches [transport.ErrSettleWrite]. Rewind answers the
-// delivery with the modified outcome and delivery-failed set, so Artemis redelivers it
-// with a higher delivery-count. The link credit of a consumer is its prefetch: no more
-// than [transport.ConsumeOptions.Prefetch] deliveries are ever outstanding.
+// accepted and the error matches [transport.ErrSettleWrite] (the writes accepted before
+// the failing one stay made). Rewind answers the delivery with the modified outcome and
+// delivery-failed set, so Artemis redelivers it with a higher delivery-count. A delivery
+// whose link is gone was taken back by the broker: its Ack fails with a
+// [transport.TakenBackError] wrapping [ErrDeliveryLost], which matches
+// [transport.ErrAlreadySettled]. The link credit of a consumer is its prefetch, and no
+// more than [transport.ConsumeOptions.Prefetch] deliveries are ever outstanding, across
+// a re-attached link too.
 //
 // Artemis keeps its own redelivery limit (the address setting max-delivery-attempts,
 // 10 by default) and moves a message rewound that often to its dead-letter address:

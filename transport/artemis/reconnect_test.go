@@ -110,12 +110,13 @@ func TestReconnectAfterDrop(t *testing.T) {
 	pub(`{"n":3}`)
 	// The delivery taken before the drop cannot be acknowledged any more…
 	err = c.Settle(ctx, first, transport.Settlement{Outcome: transport.Ack})
-	if !errors.Is(err, artemis.ErrDeliveryLost) {
-		t.Fatalf("Ack of a delivery from the lost connection = %v, want ErrDeliveryLost", err)
+	if !errors.Is(err, artemis.ErrDeliveryLost) || !errors.Is(err, transport.ErrTakenBack) || !errors.Is(err, transport.ErrAlreadySettled) {
+		t.Fatalf("Ack of a delivery from the lost connection = %v, want ErrDeliveryLost, ErrTakenBack and ErrAlreadySettled", err)
 	}
-	// …and rewinding it is a no-op that succeeds: the broker already has it back.
-	if err := c.Settle(ctx, first, transport.Settlement{Outcome: transport.Rewind}); err != nil {
-		t.Fatalf("Rewind of a delivery from the lost connection = %v", err)
+	// …and it is finished: the broker already has it back, so the runtime does not
+	// rewind it and a Rewind is refused as a second settle.
+	if err := c.Settle(ctx, first, transport.Settlement{Outcome: transport.Rewind}); !errors.Is(err, transport.ErrAlreadySettled) {
+		t.Fatalf("Rewind of a delivery taken back with the lost connection = %v, want ErrAlreadySettled", err)
 	}
 	// The consumer attaches again and every message arrives, the first one included.
 	seen := map[string]bool{}

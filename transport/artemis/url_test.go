@@ -34,6 +34,8 @@ func TestParseURL(t *testing.T) {
 		{url: "artemis://onlyuser@h", addr: "amqp://h:5672", user: "onlyuser", creds: true},
 		{url: "artemis://h?idle_timeout=15s", addr: "amqp://h:5672", idle: 15 * time.Second},
 		{url: "artemis://h?idle_timeout=0", addr: "amqp://h:5672", idle: -1},
+		{url: "artemis://h?idle_timeout=30", addr: "amqp://h:5672", idle: 30 * time.Second},
+		{url: "artemis://h?idle_timeout=1500ms", addr: "amqp://h:5672", idle: 1500 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {
