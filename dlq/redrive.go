@@ -390,6 +390,12 @@ func (r *run) settle(ctx context.Context, c transport.Consumer, d *transport.Del
 			r.o.log.Warn("dlq: could not give a message back after a failed move; the broker redelivers it", "queue", r.from, "err", rerr)
 		}
 	}
+	if err == nil && s.Outcome == transport.Ack {
+		// A move is done once the broker will not deliver the dead-letter copy again.
+		if err = transport.SyncAcks(sctx, c); err != nil {
+			err = fmt.Errorf("the write was made but the acknowledgement is not durable (the message may come back and be moved twice): %w", err)
+		}
+	}
 	return err
 }
 
