@@ -53,21 +53,6 @@ func keyOf(i int) string {
 	return fmt.Sprintf("key-%02d", i%50)
 }
 
-// message prepares message i of the tests: data {"n": i, "k": keyOf(i)}, the key
-// keyOf(i) (none when empty) and a traceparent header.
-func (f *fixture) message(t testing.TB, i int) *transport.Message {
-	t.Helper()
-	opts := []babelqueue.PublishOption{babelqueue.WithHeaders(map[string]string{"traceparent": traceparent})}
-	if k := keyOf(i); k != "" {
-		opts = append(opts, babelqueue.WithKey([]byte(k)))
-	}
-	m, err := f.app.Prepare(context.Background(), "urn:babel:outbox:test", data{N: i, K: keyOf(i)}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // write commits messages first to first+n-1 in transactions of up to 500 and returns
 // their meta.ids in order. Message i carries data {"n": i, "k": keyOf(i)}, the key
 // keyOf(i) (none when empty) and a traceparent header. Writer.Write stores each one;

@@ -19,7 +19,8 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 // [DeliveryError] values. Records of one key go to one partition in the order given, and
 // the idempotent producer keeps that order through its retries. A record whose wait ended
 // at the timeout stays in the producer's buffer and may still be written later: reported
-// as failed, it may then arrive twice, never not at all.
+// as failed, it may then arrive twice, never not at all. Each call waits at least the
+// producer's linger (franz-go's default is 10 ms), so confirm records in batches.
 func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
 	if len(msgs) == 0 {
 		return nil
