@@ -34,6 +34,9 @@ func RunRuntime(t *testing.T, cfg Config) {
 		{"UnknownURNRelease", rtUnknownRelease},
 		{"PoisonDeadLettered", rtPoison},
 		{"TypedHandlerAndKey", rtTyped},
+		{"AttemptsAtMaxSettleOnce", rtAttemptsAtMax},
+		{"PoisonAttemptsReadFromBody", rtPoisonAttempts},
+		{"NegativeAttemptsDeadLetteredAsIs", rtNegativeAttemptsDeadLetter},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, cfg) })
