@@ -247,6 +247,13 @@ func indexOf(ids []string, id string) int {
 	return -1
 }
 
+// outageOptions are the relay options of the outage tests: small batches, a batch
+// timeout, and a backoff short enough that the relay is back soon after the fault.
+func outageOptions(batchTimeout time.Duration) []outbox.RelayOption {
+	return []outbox.RelayOption{outbox.WithBatchSize(50), outbox.WithBatchTimeout(batchTimeout),
+		outbox.WithBackoff(func(n int) time.Duration { return min(time.Duration(n)*100*time.Millisecond, time.Second) })}
+}
+
 // The broker goes away mid-run (a proxy cuts it): rows wait, nothing the broker did
 // not confirm is marked published, and everything goes out when it is back.
 func TestBrokerOutage(t *testing.T) {
@@ -254,8 +261,7 @@ func TestBrokerOutage(t *testing.T) {
 		// Published rows are kept (retention) so the test can see which were marked.
 		f := newFixture(t, tg, pgstore.WithRetention(time.Hour))
 		p := tg.proxy(t)
-		relay := f.relay(t, tg.open(t, p), outbox.WithBatchSize(50), outbox.WithBatchTimeout(5*time.Second),
-			outbox.WithBackoff(func(n int) time.Duration { return min(time.Duration(n)*100*time.Millisecond, time.Second) }))
+		relay := f.relay(t, tg.open(t, p), outageOptions(5*time.Second)...)
 		stop := run(relay)
 		defer stop()
 
@@ -388,9 +394,8 @@ func TestDatabaseOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := outbox.NewRelay(store, tg.open(t, nil), outbox.WithLogger(testLogger(t)), outbox.WithBatchSize(50),
-		outbox.WithPollInterval(20*time.Millisecond), outbox.WithBatchTimeout(3*time.Second),
-		outbox.WithBackoff(func(n int) time.Duration { return min(time.Duration(n)*100*time.Millisecond, time.Second) }))
+	relay := outbox.NewRelay(store, tg.open(t, nil), append(outageOptions(3*time.Second),
+		outbox.WithLogger(testLogger(t)), outbox.WithPollInterval(20*time.Millisecond))...)
 	stop := run(relay)
 	defer stop()
 

@@ -42,6 +42,20 @@ func numbered(n int) []*transport.Message {
 	return msgs
 }
 
+// saveAndClaimAll saves msgs, claims them all (the claim is rolled back when the test
+// ends) and returns the claimed records.
+func saveAndClaimAll(t *testing.T, db *sql.DB, s *pgstore.Store, msgs []*transport.Message) []outbox.Record {
+	t.Helper()
+	save(t, db, s, msgs...)
+	c := claim(t, s, len(msgs)+10)
+	t.Cleanup(func() { _ = c.Rollback(context.Background()) })
+	recs := c.Records()
+	if len(recs) != len(msgs) {
+		t.Fatalf("claimed %d rows, want %d", len(recs), len(msgs))
+	}
+	return recs
+}
+
 func ids(recs []outbox.Record) []int64 {
 	var out []int64
 	for _, r := range recs {
@@ -71,13 +85,7 @@ func TestRoundTripExact(t *testing.T) {
 			Projection: transport.Projection{URN: "urn:babel:a:b", TraceID: "tr", MessageID: "mid", Lang: "go", SchemaVersion: 1, CreatedAt: 1749132727000},
 			Attempts:   2, Delay: 1500 * time.Millisecond},
 	}
-	save(t, db, s, msgs...)
-	c := claim(t, s, 10)
-	defer c.Rollback(ctxT(t))
-	recs := c.Records()
-	if len(recs) != len(msgs) {
-		t.Fatalf("claimed %d rows, want %d", len(recs), len(msgs))
-	}
+	recs := saveAndClaimAll(t, db, s, msgs)
 	for i, r := range recs {
 		got, want := r.Message, msgs[i]
 		if got.Queue != want.Queue || !bytes.Equal(got.Body, want.Body) {
@@ -314,14 +322,7 @@ func TestMigrateIdempotent(t *testing.T) {
 // Saving many messages at once (more than one insert statement) keeps their order.
 func TestSaveMany(t *testing.T) {
 	s, db := newStore(t)
-	msgs := numbered(2500)
-	save(t, db, s, msgs...)
-	c := claim(t, s, 3000)
-	defer c.Rollback(ctxT(t))
-	recs := c.Records()
-	if len(recs) != len(msgs) {
-		t.Fatalf("claimed %d, want %d", len(recs), len(msgs))
-	}
+	recs := saveAndClaimAll(t, db, s, numbered(2500))
 	for i, r := range recs {
 		if string(r.Message.Body) != fmt.Sprint(i) {
 			t.Fatalf("row %d holds %q", i, r.Message.Body)
