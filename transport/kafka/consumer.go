@@ -308,7 +308,7 @@ func (c *consumer) pollLoop() {
 		seek, hold := c.seekPlanLocked(time.Now())
 		c.mu.Unlock()
 		if len(hold) > 0 {
-			c.cl.PauseFetchPartitions(hold)
+			c.pauseHeld(hold)
 		}
 		if room < max(c.buffer/2, 1) && !seek {
 			select {
@@ -453,6 +453,29 @@ func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]in
 		}
 	}
 	return due, hold
+}
+
+// pauseHeld pauses fetching the partitions in hold. A partition revoked meanwhile (a
+// rebalance may run between the plan and the pause) is resumed again, so that it is
+// not left paused should it come back to this consumer.
+func (c *consumer) pauseHeld(hold map[string][]int32) {
+	c.cl.PauseFetchPartitions(hold)
+	var stale map[string][]int32
+	c.mu.Lock()
+	for topic, ps := range hold {
+		for _, part := range ps {
+			if p := c.parts[tp{topic, part}]; p == nil || !p.held {
+				if stale == nil {
+					stale = map[string][]int32{}
+				}
+				stale[topic] = append(stale[topic], part)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(stale) > 0 {
+		c.cl.ResumeFetchPartitions(stale)
+	}
 }
 
 func (c *consumer) readyLenLocked() int {
