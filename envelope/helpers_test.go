@@ -24,6 +24,7 @@ func deadLetterFor(body []byte, queue string) ([]byte, error) {
 	env, err := Decode(body)
 	if err != nil {
 		att, _ := PeekAttempts(body)
+		att = max(att, 0) // a negative count is 0, in the runtime and in Python
 		return PoisonBody(body, PoisonDeadLetter(err, queue, att, failedAtMs)), nil
 	}
 	n := env.Attempts

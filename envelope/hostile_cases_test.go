@@ -115,6 +115,10 @@ var hostileCases = []hostileCase{
 	{"dead-letter-array", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"dead_letter":[]}`, ReasonWrongType, false},
 	{"dead-letter-reason-number", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"dead_letter":{"reason":1}}`, ReasonWrongType, false},
 	{"dead-letter-failed-at-float", `{"job":"urn:a","trace_id":"t","data":{},"meta":{"schema_version":1},"dead_letter":{"failed_at":1.5}}`, ReasonWrongType, false},
+	// poison whose attempts is readable: the dead-letter block carries it (issue 22)
+	{"poison-attempts-readable", `{"job":"urn:a","trace_id":5,"data":{},"meta":{"schema_version":1},"attempts":7}`, ReasonWrongType, false},
+	{"poison-attempts-int64-max", `{"job":"urn:a","trace_id":5,"data":{},"meta":{"schema_version":1},"attempts":9223372036854775807}`, ReasonWrongType, false},
+	{"poison-attempts-negative", `{"job":"urn:a","trace_id":5,"data":{},"meta":{"schema_version":1},"attempts":-1}`, ReasonWrongType, false},
 
 	// poison: identity-less
 	{"empty-object", `{}`, ReasonIdentityLess, false},
