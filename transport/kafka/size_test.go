@@ -137,8 +137,7 @@ func brokerMessageMaxBytes(t *testing.T) int {
 func TestFlushReportsRefusedPublishes(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
-	q := newTopic(t, "bqtest-refused")
-	createSmallTopic(t, q)
+	q := smallTopic(t, "bqtest-refused")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tr, err := kafka.Open(ctx, withParams(t, brokerURL(t), "group", transporttest.UniqueName("bqtest-refused")))
@@ -173,8 +172,7 @@ func TestFlushReportsRefusedPublishes(t *testing.T) {
 func TestConfirmedPublish(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
-	q := newTopic(t, "bqtest-confirm")
-	createSmallTopic(t, q)
+	q := smallTopic(t, "bqtest-confirm")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tr := openKafka(t, "confirm", "1")
@@ -195,10 +193,12 @@ func TestConfirmedPublish(t *testing.T) {
 	}
 }
 
-// createSmallTopic creates topic with one partition and a max.message.bytes of 20 000:
-// the broker refuses a batch over it, which the transport does not check itself.
-func createSmallTopic(t *testing.T, topic string) {
+// smallTopic creates a new topic (see newTopic) with one partition and a
+// max.message.bytes of 20 000: the broker refuses a batch over it, which the transport
+// does not check itself.
+func smallTopic(t *testing.T, prefix string) string {
 	t.Helper()
+	topic := newTopic(t, prefix)
 	adm := kadm.NewClient(rawClient(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -210,4 +210,5 @@ func createSmallTopic(t *testing.T, topic string) {
 	if err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	return topic
 }
