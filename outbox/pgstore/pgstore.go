@@ -29,9 +29,10 @@
 //
 // A keyed row is not claimed while an earlier unpublished row of the same key waits
 // for its backoff or is held by another relay's claim, so the rows of one key reach
-// the broker in the order of their ids, which is the order they were written. (Two
-// transactions that write the same key at the same time are ordered by the ids they
-// drew, which need not be their commit order.)
+// the broker in the order of their ids, which is the order they were written. (Of two
+// transactions that write the same key at the same time, the one that commits first may
+// be published first although it drew the later id: a row is claimed once it is
+// visible.)
 //
 // # Table
 //
