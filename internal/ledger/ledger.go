@@ -125,10 +125,11 @@ type Entry[H any] struct {
 	// Value is the driver's bookkeeping for the delivery (a delivery tag, a receipt).
 	Value H
 
-	l     *Ledger[H]
-	seq   uint64
-	state state // guarded by l.mu
-	cause error // takenBack: the error a Settle returns; guarded by l.mu
+	l      *Ledger[H]
+	seq    uint64
+	state  state // guarded by l.mu
+	cause  error // takenBack: the error a Settle returns; guarded by l.mu
+	failed bool  // an Ack of it failed: its Rewind is no recovery; guarded by l.mu
 }
 
 // Ledger is one consumer's account of the deliveries it handed out.
@@ -418,6 +419,7 @@ func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error
 	switch {
 	case err != nil && !taken && s.Outcome == transport.Ack && !l.closed:
 		e.state = open
+		e.failed = true
 	default:
 		e.state = settled
 		l.releaseLocked(e)
@@ -426,6 +428,9 @@ func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error
 	var failures int
 	var backoff time.Duration
 	switch {
+	case err == nil && e.failed:
+		// The Rewind of a delivery whose Ack failed: the failure has not gone away (a
+		// settle write the broker keeps refusing), so the backoff keeps growing.
 	case err == nil:
 		if l.failures > 0 {
 			logRecovered, failures = true, l.failures
