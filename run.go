@@ -375,21 +375,28 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 			for _, hk := range a.hooks.handled {
 				hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Duration: time.Since(start), Err: err})
 			}
-			var noRetry *NoRetryError
-			var requeue *RequeueError
-			switch {
-			case err == nil:
-			case errors.As(err, &requeue):
-				x.facts.Kind, x.facts.After, x.cause = settle.Requeued, requeue.After, err
-			case errors.As(err, &noRetry):
-				x.facts.Kind, x.cause = settle.Unretryable, noRetry.Err
-			default:
-				x.facts.Kind, x.cause = settle.Failed, err
+			if err != nil {
+				x.facts.Kind, x.facts.After, x.cause = classifyFailure(err)
 			}
 		}
 	}
 	a.settle(w.settleContext(now), w.c, x, settle.Decide(x.facts, a.pol, a.caps), di)
 	return true
+}
+
+// classifyFailure reads a handler's error: a requeue, a failure not to retry, or a
+// failure. (Its own function so that a handled message does not pay for the targets
+// errors.As needs on the heap.)
+func classifyFailure(err error) (settle.Kind, time.Duration, error) {
+	var requeue *RequeueError
+	if errors.As(err, &requeue) {
+		return settle.Requeued, requeue.After, err
+	}
+	var noRetry *NoRetryError
+	if errors.As(err, &noRetry) {
+		return settle.Unretryable, 0, noRetry.Err
+	}
+	return settle.Failed, 0, err
 }
 
 // invoke runs h, turning a panic into a failure. Without a handler timeout it runs on
