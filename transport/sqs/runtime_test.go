@@ -2,7 +2,10 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,4 +147,46 @@ func TestRuntimeFailingHandlerCountsNativeReceives(t *testing.T) {
 		t.Fatal("the message never reached the handler")
 	}
 	stop()
+}
+
+// TestRepeatedSettleWriteFailureBacksOff: when the dead-letter write keeps failing (SQS
+// refuses the queue's name), the message comes back and is handled again, but the
+// consumer backs off further each time and logs the cause at each doubling of the
+// failures, never once per message.
+func TestRepeatedSettleWriteFailureBacksOff(t *testing.T) {
+	t.Parallel()
+	var logs transporttest.LogBuffer
+	tr := openTest(t, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	q := transporttest.UniqueName("bqbackoff")
+	queueURL(t, tr, q)
+	deleteQueueLater(t, tr, q)
+	a, err := babelqueue.New(tr, babelqueue.WithQueue(q), babelqueue.WithMaxAttempts(1), babelqueue.WithDeadLetter(true),
+		babelqueue.WithDeadLetterQueue("no such queue!"), babelqueue.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	a.Handle("urn:babel:test:backoff", func(context.Context, *babelqueue.Message) error {
+		calls.Add(1)
+		return errors.New("always fails")
+	})
+	stop := runApp(t, a)
+	if _, err := a.Publish(context.Background(), "urn:babel:test:backoff", map[string]int{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs.String(), "failures=8") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d handler runs no eighth settle failure in a row was logged:\n%s", calls.Load(), logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	out := logs.String()
+	if n := strings.Count(out, "settle failed; receiving backs off"); n > 4+1 { // failures 1, 2, 4, 8 (and 16)
+		t.Errorf("logged %d settle-failure lines for %d handler runs, want one per doubling", n, calls.Load())
+	}
+	if !strings.Contains(out, "no such queue!") || !strings.Contains(out, "backoff=") {
+		t.Errorf("the settle-failure lines do not name the cause and the backoff:\n%s", out)
+	}
 }
