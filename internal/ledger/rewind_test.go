@@ -1,21 +1,20 @@
 package ledger_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // A settle write the broker keeps refusing fails every Ack, and the runtime rewinds each
 // delivery after it. The successful Rewind is no recovery: the backoff keeps doubling
 // and the failures are logged at each doubling, so the redelivered message cannot spin.
 func TestRewindAfterFailedAckKeepsBackingOff(t *testing.T) {
-	var logs rewindLogs
+	var logs transporttest.LogBuffer
 	l := ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		MinBackoff: time.Millisecond, MaxBackoff: time.Hour})
 	for range 8 {
@@ -45,22 +44,4 @@ func TestRewindAfterFailedAckKeepsBackingOff(t *testing.T) {
 	if !strings.Contains(logs.String(), "settling again") {
 		t.Fatalf("recovery not logged:\n%s", logs.String())
 	}
-}
-
-// rewindLogs is a concurrency-safe log sink.
-type rewindLogs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (r *rewindLogs) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.b.Write(p)
-}
-
-func (r *rewindLogs) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.b.String()
 }
