@@ -255,6 +255,7 @@ type delivery struct {
 	route   string // the URN, or the reserved route of a rejection
 	message *Message
 	hctx    *handlerContext // the handler's context, allocated with the message
+	hooks   *hookContexts   // the hooks' contexts, allocated with it when there are hooks
 }
 
 // messageAndContext puts a handler's message and context in one allocation.
@@ -287,7 +288,14 @@ func (a *App) classify(d *transport.Delivery) delivery {
 	x.route = env.Job
 	attempts := settle.ReconcileAttempts(a.caps.Attempts, env.Attempts, true, d)
 	x.facts = settle.Facts{Kind: settle.Handled, Attempts: attempts}
-	mc := &messageAndContext{msg: Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}}
+	msg := Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}
+	var mc *messageAndContext
+	if a.hooks.any() {
+		mh := &messageWithHooks{messageAndContext: messageAndContext{msg: msg}}
+		mc, x.hooks = &mh.messageAndContext, &mh.hooks
+	} else {
+		mc = &messageAndContext{msg: msg}
+	}
 	mc.ctx.m = &mc.msg
 	x.message, x.hctx = &mc.msg, &mc.ctx
 	return x
@@ -345,7 +353,7 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 	var di DeliveryInfo
 	hookCtx := w.ctx
 	if a.hooks.any() {
-		hookCtx = hookContext(w.ctx, x.message)
+		hookCtx = x.hookContext(hookReceive, w.ctx)
 		di = x.info()
 		for _, h := range a.hooks.receive {
 			h.OnReceive(hookCtx, di)
@@ -496,7 +504,7 @@ func (a *App) tellSettled(ctx context.Context, x delivery, dec settle.Decision, 
 	for _, w := range s.Writes {
 		ev.Writes = append(ev.Writes, Write{Queue: w.Queue, Delay: w.Delay})
 	}
-	ctx = hookContext(ctx, x.message)
+	ctx = x.hookContext(hookSettle, ctx)
 	for _, h := range a.hooks.settled {
 		h.OnSettled(ctx, ev)
 	}
