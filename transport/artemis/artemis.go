@@ -509,17 +509,7 @@ func send(ctx context.Context, s *amqp.Sender, msg *amqp.Message) error {
 	if err != nil {
 		return fmt.Errorf("artemis: confirm of write to %q: %w", s.Address(), err)
 	}
-	switch st := state.(type) {
-	case *amqp.StateAccepted:
-		return nil
-	case *amqp.StateRejected:
-		if st.Error != nil {
-			return fmt.Errorf("%w: %q rejected it: %v", ErrRejected, s.Address(), st.Error)
-		}
-		return fmt.Errorf("%w: %q rejected it", ErrRejected, s.Address())
-	default:
-		return fmt.Errorf("%w: %q answered %T", ErrRejected, s.Address(), state)
-	}
+	return accepted(s.Address(), state)
 }
 
 // Publish writes one message and returns once Artemis accepted it.
