@@ -10,4 +10,4 @@ func FailSettleWrites(tr *Transport, fail func(*transport.Message) error) (resto
 }
 
 // WireSize is what the size check counts of m.
-func WireSize(m *transport.Message) int { return wireSize(m) }
+func WireSize(m *transport.Message) int { return wireSize(producerMessage(m)) }

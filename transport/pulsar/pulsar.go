@@ -541,7 +541,9 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if len(m.Body) == 0 {
 		return ErrEmptyBody
 	}
-	if err := transport.CheckSize("pulsar", m.Queue, wireSize(m), t.opts.maxMessageSize-MetadataReserve); err != nil {
+	pm := producerMessage(m)
+	size := wireSize(pm)
+	if err := transport.CheckSize("pulsar", m.Queue, size, t.opts.maxMessageSize-MetadataReserve); err != nil {
 		return err
 	}
 	p, err := t.producer(ctx, m.Queue)
@@ -553,25 +555,25 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		ctx, cancel = context.WithTimeout(ctx, t.opts.sendTimeout)
 		defer cancel()
 	}
-	_, err = p.Send(ctx, producerMessage(m))
+	_, err = p.Send(ctx, pm)
 	if err != nil && (errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize")) {
 		// The broker's maxMessageSize is below max_message_size. The client reports it
 		// with an error of its internal package, known only by its text.
 		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
-			transport.ErrTooLarge, wireSize(m), m.Queue, t.opts.maxMessageSize, err)
+			transport.ErrTooLarge, size, m.Queue, t.opts.maxMessageSize, err)
 	}
 	return err
 }
 
-// wireSize is what the size check counts of m: the body, the properties and the key,
-// as the broker counts them within a message's metadata.
-func wireSize(m *transport.Message) int {
-	n := len(m.Body)
-	for k, v := range Properties(m) {
+// wireSize is what the size check counts of a write: the payload, the properties and
+// the key, as the broker counts them within a message's metadata.
+func wireSize(pm *pc.ProducerMessage) int {
+	n := len(pm.Payload)
+	for k, v := range pm.Properties {
 		n += len(k) + len(v) + 8 // the key-value entry's tags and lengths
 	}
-	if len(m.Key) > 0 {
-		n += len(m.Key) + 4
+	if pm.Key != "" {
+		n += len(pm.Key) + 4
 	}
 	return n
 }
