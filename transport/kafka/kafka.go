@@ -112,6 +112,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -892,7 +893,7 @@ func (t *Transport) DeliveryTimeout() time.Duration { return t.cfg.deliveryTimeo
 // parseAttempts reads a bq-attempts header the way the Python SDK's int() does for the
 // values that matter: optional ASCII whitespace around an optional sign and decimal
 // digits (single underscores between digits allowed). Anything else is unreadable.
-// Values beyond the int range are clamped.
+// Values beyond the int range saturate at math.MaxInt (or its negative).
 func parseAttempts(v []byte) (int, bool) {
 	// Fast path: plain decimal digits.
 	if len(v) > 0 && len(v) < 10 {
@@ -932,10 +933,11 @@ func parseAttempts(v []byte) (int, bool) {
 		if ch < '0' || ch > '9' {
 			return 0, false
 		}
-		if n < (1<<31)/10 {
-			n = n*10 + int(ch-'0')
+		d := int(ch - '0')
+		if n > (math.MaxInt-d)/10 {
+			n = math.MaxInt // saturates, as the runtime's counter does
 		} else {
-			n = 1 << 31
+			n = n*10 + d
 		}
 	}
 	if neg {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -191,7 +192,9 @@ func TestParseAttempts(t *testing.T) {
 		{"0", 0, true}, {"3", 3, true}, {" 4\t", 4, true}, {"+2", 2, true}, {"-1", -1, true},
 		{"1_0", 10, true}, {"", 0, false}, {" ", 0, false}, {"x", 0, false}, {"1.0", 0, false},
 		{"_1", 0, false}, {"1__0", 0, false}, {"1_", 0, false}, {"\xff1", 0, false},
-		{"99999999999999999999999", 1 << 31, true},
+		{"99999999999999999999999", math.MaxInt, true},
+		{"9223372036854775807", math.MaxInt, true}, {"2147483648", 1 << 31, true},
+		{"-99999999999999999999999", -math.MaxInt, true},
 	}
 	for _, c := range cases {
 		n, ok := parseAttempts([]byte(c.in))
