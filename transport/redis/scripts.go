@@ -125,8 +125,44 @@ return out
 //
 // It returns one integer per reservation: 1 when settled, 0 when the reservation was no
 // longer ours (it lapsed and was handed back to the queue): then nothing was written for it.
+//
+// Redis does not undo a script's commands when a later one fails, so before changing
+// anything the script checks that every key a write touches is missing or of the type
+// the write needs, and otherwise fails with a WRONGTYPE error having changed nothing:
+// the reservation stays, and the delivery can still be rewound (issue 16: a dead-letter
+// key holding a string lost every message dead-lettered to it).
 var settle = goredis.NewScript(`
 local default = ARGV[1] == 'd'
+local want, j, kk = {}, 2, 5
+while j <= #ARGV do
+  local nw = tonumber(ARGV[j + 3])
+  j = j + 4
+  for _ = 1, nw do
+    local op, hdr = ARGV[j], ARGV[j + 3]
+    j = j + 4
+    if op == 'z' then
+      want[#want + 1] = {KEYS[kk], 'zset'}
+      kk = kk + 1
+    elseif op == 'n' then
+      want[#want + 1] = {KEYS[kk], 'list'}
+      want[#want + 1] = {KEYS[kk + 1], 'list'}
+      kk = kk + 2
+    else
+      want[#want + 1] = {KEYS[kk], 'list'}
+      kk = kk + 1
+    end
+    if hdr ~= '' then
+      want[#want + 1] = {KEYS[kk], 'hash'}
+      kk = kk + 1
+    end
+  end
+end
+for _, w in ipairs(want) do
+  local t = redis.call('type', w[1])['ok']
+  if t ~= 'none' and t ~= w[2] then
+    return redis.error_reply('WRONGTYPE settle write to ' .. w[1] .. ': the key holds a ' .. t .. ', not a ' .. w[2] .. '; nothing was changed')
+  end
+end
 local out = {}
 local k = 5
 local i = 2
