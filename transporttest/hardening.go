@@ -41,7 +41,8 @@ type kitCase struct {
 }
 
 // testSettleWriteFailure: an Ack whose settle write fails acknowledges nothing, returns
-// an error matching ErrSettleWrite, makes no write, and the delivery comes back.
+// an error matching ErrSettleWrite (or ErrTakenBack, when the broker took the delivery
+// back with the connection first), makes no write, and the delivery comes back.
 func testSettleWriteFailure(t *testing.T, cfg Config) {
 	tr := open(t, cfg)
 	q, retry := cfg.NewQueue(t), cfg.NewQueue(t)
@@ -61,8 +62,10 @@ func testSettleWriteFailure(t *testing.T, cfg Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ReceiveTimeout)
 	err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{w}})
 	cancel()
-	if !errors.Is(err, transport.ErrSettleWrite) {
-		t.Fatalf("Ack whose settle write the broker refused = %v, want an error matching ErrSettleWrite", err)
+	// A driver whose consumer connection went down with the writes may find the
+	// delivery taken back before it writes anything: that is no failure either.
+	if !errors.Is(err, transport.ErrSettleWrite) && !errors.Is(err, transport.ErrTakenBack) {
+		t.Fatalf("Ack whose settle write the broker refused = %v, want an error matching ErrSettleWrite (or ErrTakenBack)", err)
 	}
 	restore()
 	restored = true
@@ -129,35 +132,17 @@ func testPrefetchBound(t *testing.T, cfg Config) {
 // settled afterwards: Settle returns at once with an error matching ErrClosed or
 // ErrAlreadySettled (it was given back), and the message comes back to a new consumer.
 func testSettleAfterClose(t *testing.T, cfg Config) {
-	tr := open(t, cfg)
-	q := cfg.NewQueue(t)
-	m := msg(q, "settle-after-close")
-	publish(t, tr, m)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.ReceiveTimeout)
-	defer cancel()
-	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: cfg.Prefetch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := Receive(t, c, cfg.ReceiveTimeout)
-	if err := c.Close(ctx); err != nil {
-		t.Fatalf("Close with a delivery held: %v", err)
-	}
-	for _, s := range []transport.Settlement{{Outcome: transport.Ack}, {Outcome: transport.Rewind}} {
-		err := c.Settle(ctx, d, s)
-		if err == nil || !(errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrAlreadySettled)) {
-			t.Fatalf("%s after Close = %v, want an error matching ErrClosed or ErrAlreadySettled", s.Outcome, err)
+	closeWithHeld(t, cfg, "settle-after-close", func(ctx context.Context, c transport.Consumer, d *transport.Delivery) {
+		for _, s := range []transport.Settlement{{Outcome: transport.Ack}, {Outcome: transport.Rewind}} {
+			err := c.Settle(ctx, d, s)
+			if err == nil || !(errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrAlreadySettled)) {
+				t.Fatalf("%s after Close = %v, want an error matching ErrClosed or ErrAlreadySettled", s.Outcome, err)
+			}
 		}
-	}
-	if _, err := c.Receive(ctx); !errors.Is(err, transport.ErrClosed) {
-		t.Fatalf("Receive after Close = %v, want ErrClosed", err)
-	}
-	c2 := consume(t, cfg, tr, q)
-	d2 := Receive(t, c2, 2*cfg.ReceiveTimeout)
-	if !bytes.Equal(d2.Body, m.Body) {
-		t.Fatalf("after Close the held message came back as %q", d2.Body)
-	}
-	settle(t, c2, d2, transport.Settlement{Outcome: transport.Ack})
+		if _, err := c.Receive(ctx); !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Receive after Close = %v, want ErrClosed", err)
+		}
+	})
 }
 
 // testBadSettlements: an outcome the transport does not offer is refused with

@@ -61,7 +61,7 @@ type Config struct {
 	// the driver, a TCP proxy that goes down, …) until restore is called; publishes may
 	// fail meanwhile and connections may be cut. Set, it runs
 	// SettleWriteFailureAcksNothing: a failed settle write acknowledges nothing, makes
-	// no write, and the delivery comes back.
+	// no write, and the delivery comes back. See also [Config.OpenThroughProxy].
 	BreakSettleWrites func(t *testing.T, tr transport.Transport) (restore func())
 	// PrefetchBound runs PrefetchBound: Receive never hands out more than the prefetch
 	// of unsettled deliveries, and acks and rewinds free their slots.
@@ -432,10 +432,15 @@ func testConcurrentConsumers(t *testing.T, cfg Config) {
 	}
 }
 
-func testCloseWithInFlight(t *testing.T, cfg Config) {
+func testCloseWithInFlight(t *testing.T, cfg Config) { closeWithHeld(t, cfg, "inflight", nil) }
+
+// closeWithHeld closes a consumer that holds one delivery, calls afterClose with the
+// closed consumer and that delivery (when not nil), and checks that the message comes
+// back to a new consumer.
+func closeWithHeld(t *testing.T, cfg Config, name string, afterClose func(ctx context.Context, c transport.Consumer, d *transport.Delivery)) {
 	tr := open(t, cfg)
 	q := cfg.NewQueue(t)
-	m := msg(q, "inflight")
+	m := msg(q, name)
 	publish(t, tr, m)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ReceiveTimeout)
 	defer cancel()
@@ -447,7 +452,9 @@ func testCloseWithInFlight(t *testing.T, cfg Config) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("Close with a delivery in flight: %v", err)
 	}
-	_ = d
+	if afterClose != nil {
+		afterClose(ctx, c, d)
+	}
 	c2 := consume(t, cfg, tr, q)
 	d2 := Receive(t, c2, 2*cfg.ReceiveTimeout)
 	if !bytes.Equal(d2.Body, m.Body) {

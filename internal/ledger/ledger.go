@@ -29,12 +29,14 @@
 // A consumer that receives one delivery per Receive call:
 //
 //	func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-//		if err := c.book.Acquire(ctx); err != nil { // a free slot, or ctx.Err(), or ErrClosed
-//			return nil, err
-//		}
+//		// A free slot first (or ctx.Err(), or ErrClosed); the slot is freed again when
+//		// receive fails.
+//		return c.book.Receive(ctx, c.receive)
+//	}
+//
+//	func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 //		msg, err := c.brokerReceive(ctx)
 //		if err != nil {
-//			c.book.Unacquire()
 //			return nil, err
 //		}
 //		e, err := c.book.Hand(msg)
@@ -272,6 +274,20 @@ func (l *Ledger[H]) wait(ctx context.Context, slot bool) error {
 			return err
 		}
 	}
+}
+
+// Receive is the Receive of a driver that hands out one delivery per call: it waits for
+// a free slot ([Ledger.Acquire]), calls receive, and frees the slot again when receive
+// fails. receive builds the delivery with [Ledger.Hand].
+func (l *Ledger[H]) Receive(ctx context.Context, receive func(context.Context) (*transport.Delivery, error)) (*transport.Delivery, error) {
+	if err := l.Acquire(ctx); err != nil {
+		return nil, err
+	}
+	d, err := receive(ctx)
+	if err != nil {
+		l.Unacquire()
+	}
+	return d, err
 }
 
 // Unacquire gives back a slot [Ledger.Acquire] granted when no delivery was handed out

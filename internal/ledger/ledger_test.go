@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 var (
@@ -377,30 +377,12 @@ func TestOpenFilters(t *testing.T) {
 	}
 }
 
-// syncBuffer is a concurrency-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Failed settlements slow receiving down, are logged with their cause (not once per
 // message), and a success ends the backoff.
 func TestFailingSettlesBackOffAndLog(t *testing.T) {
-	var logs syncBuffer
+	logs := &transporttest.LogBuffer{}
 	const maxBackoff = 400 * time.Millisecond
-	l := ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	l := ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: maxBackoff})
 	var lastWait time.Duration
 	for i := range 8 {
@@ -488,5 +470,34 @@ func TestSendAll(t *testing.T) {
 	err = ledger.SendAll(ctx, ws, func(context.Context, *transport.Message) error { calls++; return nil })
 	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, context.Canceled) || calls != 0 {
 		t.Fatalf("SendAll with an ended ctx = %v after %d calls, want a settle-write error and no call", err, calls)
+	}
+}
+
+func TestReceiveFreesTheSlotWhenTheBrokerFails(t *testing.T) {
+	l := newLedger(1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := l.Receive(ctx, func(context.Context) (*transport.Delivery, error) { return nil, errBoom }); !errors.Is(err, errBoom) {
+			t.Fatalf("Receive = %v, want the broker's error", err)
+		}
+	}
+	d, err := l.Receive(ctx, func(context.Context) (*transport.Delivery, error) {
+		e, err := l.Hand("a")
+		return &transport.Delivery{Handle: e}, err
+	})
+	if err != nil || l.Held() != 1 {
+		t.Fatalf("Receive after three failed ones: %v, held %d; want a delivery in the one slot", err, l.Held())
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel2()
+	if _, err := l.Receive(short, func(context.Context) (*transport.Delivery, error) {
+		t.Fatal("receive called without a free slot")
+		return nil, nil
+	}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive with the slot taken = %v, want it to wait", err)
+	}
+	if err := settle(l, d, ack, nil); err != nil {
+		t.Fatal(err)
 	}
 }

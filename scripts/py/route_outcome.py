@@ -16,21 +16,11 @@ import logging
 import sys
 
 from babelqueue import BabelQueue, InMemoryTransport
+from runtime_dlq import drain  # the same queue reader as the runtime DLQ scenarios
 
 logging.disable(logging.CRITICAL)
 QUEUE = "orders"
 URN = "urn:babel:orders:created"
-
-
-def drain(transport, queue):
-    out = []
-    while transport.size(queue) > 0:
-        msg = transport.pop(queue, timeout=0.01)
-        if msg is None:
-            break
-        out.append(msg.body)
-        transport.ack(msg)
-    return out
 
 
 def outcome(text: str) -> str:

@@ -15,14 +15,7 @@ type consumer struct {
 }
 
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := c.book.Acquire(ctx); err != nil {
-		return nil, err
-	}
-	d, err := c.take(ctx)
-	if err != nil {
-		c.book.Unacquire()
-	}
-	return d, err
+	return c.book.Receive(ctx, c.take)
 }
 
 // closedLocked reports whether the broker or this consumer is closed.

@@ -26,25 +26,9 @@ func TestTransportKit(t *testing.T) {
 }
 
 func TestMaxMessageSize(t *testing.T) {
-	ctx := context.Background()
-	tr := memory.New(memory.WithMaxMessageSize(8))
-	err := tr.Publish(ctx, &transport.Message{Queue: "q", Body: []byte(`{"a":123}`)})
-	var tl *transport.TooLargeError
-	if !errors.As(err, &tl) || tl.Size != 9 || tl.Limit != 8 || tl.Broker != "memory" {
-		t.Fatalf("publish of 9 bytes with a limit of 8 = %v, want a TooLargeError", err)
-	}
-	if err := tr.Publish(ctx, &transport.Message{Queue: "q", Body: []byte(`{"a":12}`)}); err != nil {
-		t.Fatalf("publish at the limit: %v", err)
-	}
-	c, _ := tr.Consume(ctx, "q", transport.ConsumeOptions{})
-	d, _ := c.Receive(ctx)
-	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: "q.dlq", Body: []byte(`{"dead_letter":{}}`)}}})
-	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, transport.ErrTooLarge) {
-		t.Fatalf("an oversized settle write = %v, want ErrSettleWrite and ErrTooLarge", err)
-	}
-	if n := tr.InFlight("q"); n != 1 {
-		t.Fatalf("in flight after the refused write = %d, want 1", n)
-	}
+	transporttest.RunSizeLimit(t, transporttest.Config{}, "memory", func(_ *testing.T, limit int) transport.Transport {
+		return memory.New(memory.WithMaxMessageSize(limit))
+	})
 }
 
 func TestOpenByURL(t *testing.T) {
