@@ -1,0 +1,230 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
+	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// A worker process is this test binary run again: TestMain hands it to the engine.
+func TestMain(m *testing.M) {
+	if faultsuite.IsWorker() {
+		os.Exit(faultsuite.WorkerMain(openWorker))
+	}
+	os.Exit(m.Run())
+}
+
+// broker is one broker of the suite.
+type broker struct {
+	name string
+	// shared returns the binding on the broker the test suites share (kill, cut and
+	// dead-letter refusal never stop it).
+	shared func(t *testing.T) *faultsuite.Binding
+	// private starts a private broker with persistence on and returns the binding on
+	// it, with Stop and Start, for the restart scenario (and for a cut the shared
+	// broker cannot carry).
+	private func(t *testing.T) *faultsuite.Binding
+	// open opens a worker's transport; with spec.Cut every connection goes through a
+	// loopback TCP proxy in the worker, which the run cuts and heals.
+	open faultsuite.Opener
+	// sharedCut is false when a cut needs the private broker (Pulsar: its clients dial
+	// the address the broker advertises, not the proxy's).
+	sharedCut bool
+	// shortRestart includes the restart in the short form (a private broker that
+	// starts in seconds).
+	shortRestart bool
+}
+
+var brokers = []broker{redisBroker, amqpBroker, kafkaBroker, sqsBroker, artemisBroker, pulsarBroker}
+
+func openWorker(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
+	for _, b := range brokers {
+		if b.name == spec.Broker {
+			return b.open(ctx, spec)
+		}
+	}
+	return nil, nil, fmt.Errorf("no broker named %q", spec.Broker)
+}
+
+// full is the full form of the suite: make faults.
+func full() bool { return os.Getenv("BQ_FAULTS") == "full" }
+
+// TestFaults runs every scenario the form includes on every broker, the brokers side
+// by side, and fails a run that lost a message, stalled, recovered past its bound or
+// saw anything that must not happen (a good message dead-lettered, a wrong reason, a
+// worker that crashed). BQ_FAULTS_OUT names a file for the results as JSON (make
+// faults renders it into docs/reliability.md); BQ_FAULTS_ONLY=name[,name] limits the
+// brokers and BQ_FAULTS_SCENARIOS=kill,cut,restart,dlq the scenarios.
+func TestFaults(t *testing.T) {
+	form, plan, slack := "short", faultsuite.Short, 2.0
+	if full() {
+		form, plan, slack = "full", faultsuite.Full, 1.0
+	}
+	var (
+		mu      sync.Mutex
+		results []*faultsuite.Result
+	)
+	if out := os.Getenv("BQ_FAULTS_OUT"); out != "" {
+		t.Cleanup(func() {
+			if err := faultsuite.WriteResults(out, results); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	logDir := os.Getenv("BQ_FAULTS_LOGS")
+	for _, b := range brokers {
+		if !selected("BQ_FAULTS_ONLY", strings.ToLower(b.name)) {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			for _, sc := range faultsuite.Scenarios {
+				if !selected("BQ_FAULTS_SCENARIOS", slug(sc)) || !b.runs(sc) {
+					continue
+				}
+				t.Run(slug(sc), func(t *testing.T) {
+					var binding *faultsuite.Binding
+					if sc == faultsuite.Restart || sc == faultsuite.Cut && !b.sharedCut {
+						binding = b.private(t)
+					} else {
+						binding = b.shared(t)
+					}
+					dir := logDir
+					if dir == "" {
+						dir = t.TempDir()
+					}
+					spawn := func() *exec.Cmd {
+						cmd := exec.Command(os.Args[0], "-test.run=^$")
+						// A worker dies with the test process, whatever happens to it.
+						cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+						return cmd
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+					defer cancel()
+					res, err := faultsuite.Run(ctx, binding, plan(sc), faultsuite.Env{Spawn: spawn, Logf: t.Logf, Dir: dir})
+					if err != nil {
+						t.Fatal(err)
+					}
+					res.Form = form
+					t.Logf("%s, %s: published %d, handled %d, dead-lettered %d (+%d destroyed), missing %d, duplicates %d; "+
+						"recovery %s (bound %s, %s); fault lasted %s; took %.1fs",
+						res.Broker, res.Scenario, res.Published, res.Handled, res.DeadLettered, res.Destroyed, res.Missing, res.Duplicates,
+						res.Recovery.Round(time.Millisecond), res.Bound, res.RecoveryOf, res.Down.Round(time.Millisecond), res.Elapsed)
+					for _, n := range res.Notes {
+						t.Log("  " + n)
+					}
+					for _, f := range res.Failures(slack) {
+						t.Error(f)
+					}
+					mu.Lock()
+					results = append(results, res)
+					mu.Unlock()
+				})
+			}
+		})
+	}
+}
+
+// runs reports whether the form includes scenario s for b.
+func (b broker) runs(s faultsuite.Scenario) bool {
+	switch s {
+	case faultsuite.Restart:
+		return b.private != nil && (full() || b.shortRestart)
+	case faultsuite.Cut:
+		return b.sharedCut || full() && b.private != nil
+	}
+	return true
+}
+
+func slug(s faultsuite.Scenario) string {
+	switch s {
+	case faultsuite.Kill:
+		return "kill"
+	case faultsuite.Cut:
+		return "cut"
+	case faultsuite.Restart:
+		return "restart"
+	case faultsuite.DLQFailure:
+		return "dlq"
+	}
+	return string(s)
+}
+
+// selected reports whether name is in the comma-separated list of env (an unset env
+// selects everything).
+func selected(env, name string) bool {
+	v := os.Getenv(env)
+	if v == "" {
+		return true
+	}
+	for _, s := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// withParams returns raw with the query parameters kv (name, value, …) added.
+func withParams(raw string, kv ...string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw // the transport reports it
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// openProxied opens rawURL with its host replaced by a loopback proxy to it when spec
+// asks for a cut; the proxy is the switch.
+func openProxied(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
+	if !spec.Cut {
+		tr, err := transport.Open(ctx, spec.URL)
+		return tr, nil, err
+	}
+	u, err := url.Parse(spec.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.Host = p.Addr()
+	tr, err := transport.Open(ctx, u.String())
+	if err != nil {
+		_ = p.Close()
+		return nil, nil, err
+	}
+	return tr, p, nil
+}
+
+// privateDir returns a directory for a private broker's data: under BQ_FAULTS_LOGS when
+// set (kept for a look after the run), else the test's temporary directory.
+func privateDir(t *testing.T, name string) string {
+	t.Helper()
+	if d := os.Getenv("BQ_FAULTS_LOGS"); d != "" {
+		dir, err := os.MkdirTemp(d, name+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	return filepath.Join(t.TempDir(), name)
+}

@@ -1,0 +1,799 @@
+package faultsuite
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Scenario is a fault the suite injects.
+type Scenario string
+
+// The scenarios.
+const (
+	// Kill sends SIGKILL to the worker that holds the most unsettled deliveries, and
+	// starts a replacement after the fault's duration (a supervisor would).
+	Kill Scenario = "worker SIGKILL"
+	// Cut cuts every connection of every worker through a loopback TCP proxy and lets
+	// them through again after the fault's duration.
+	Cut Scenario = "connection cut"
+	// Restart stops a private broker (the binding's Stop) and starts it again on the
+	// same data after the fault's duration.
+	Restart Scenario = "broker restart"
+	// DLQFailure makes the broker refuse the dead-letter writes (the binding's
+	// BreakDLQ) for the fault's duration.
+	DLQFailure Scenario = "DLQ write failure"
+)
+
+// Scenarios lists every scenario, in the order of the report.
+var Scenarios = []Scenario{Kill, Cut, Restart, DLQFailure}
+
+func (s Scenario) slug() string {
+	switch s {
+	case Kill:
+		return "kill"
+	case Cut:
+		return "cut"
+	case Restart:
+		return "restart"
+	case DLQFailure:
+		return "dlq"
+	}
+	return "run"
+}
+
+// Role says who opens a broker URL: the run's publisher, a worker, or the reader of
+// the dead-letter queue.
+type Role int
+
+// The roles.
+const (
+	RolePublisher Role = iota
+	RoleWorker
+	RoleReader
+)
+
+// Binding is what the engine needs to know of a broker. Name and URL are required; the
+// rest is needed by the scenarios that use it.
+type Binding struct {
+	// Name names the broker in the report: "Redis".
+	Name string
+	// URL returns the broker URL role opens for a run on queue (a Kafka consumer
+	// group per run and role, say).
+	URL func(role Role, queue string) string
+	// Prepare readies the queues of a run before anything is published (Kafka: the
+	// topics, with a partition per worker). Optional.
+	Prepare func(ctx context.Context, queue, dlq string) error
+	// PadFailing pads the failing messages' data with that many bytes (a dead-letter
+	// refusal by size needs dead letters larger than the good messages).
+	PadFailing int
+
+	// BreakDLQ makes the broker refuse writes to dlq and returns how to heal it.
+	// DLQMethod says how, for the report. DLQDestructive says that breaking deletes
+	// what the dead-letter queue held: dead letters confirmed before the break that
+	// the run had not read yet are counted as destroyed, not missing.
+	BreakDLQ       func(ctx context.Context, queue, dlq string) (heal func(context.Context) error, err error)
+	DLQMethod      string
+	DLQDestructive bool
+
+	// Stop and Start stop and start again the private broker the URLs point at, with
+	// its data; RestartMethod says how, for the report.
+	Stop, Start   func() error
+	RestartMethod string
+
+	// Bounds are the longest acceptable recovery per scenario (5 s when not given):
+	// for Kill, the broker's take-back setting (a session timeout, a visibility
+	// timeout, retry_after).
+	Bounds map[Scenario]time.Duration
+	// Settings says which settings of the run bound duplicates and recovery, for the
+	// report.
+	Settings string
+}
+
+// DefaultBound is the longest acceptable recovery of a scenario that has no bound of
+// its binding: the consumers resume within 5 s of the broker coming back.
+const DefaultBound = 5 * time.Second
+
+// Bound returns the longest acceptable recovery of s.
+func (b *Binding) Bound(s Scenario) time.Duration {
+	if d, ok := b.Bounds[s]; ok {
+		return d
+	}
+	return DefaultBound
+}
+
+// Supports reports whether the binding can run s.
+func (b *Binding) Supports(s Scenario) bool {
+	switch s {
+	case Restart:
+		return b.Stop != nil && b.Start != nil
+	case DLQFailure:
+		return b.BreakDLQ != nil
+	}
+	return true
+}
+
+// Plan is the shape of a run.
+type Plan struct {
+	Scenario Scenario
+	// Messages are published at Rate per second; every FailEvery-th one fails into
+	// the dead-letter queue after MaxAttempts tries.
+	Messages, Rate, FailEvery, MaxAttempts int
+	// Workers are the worker processes, each with Concurrency runtime goroutines;
+	// a good message's handler works HandlerDelay.
+	Workers, Concurrency int
+	HandlerDelay         time.Duration
+	// Down is how long the fault lasts (at least): from the kill to the replacement,
+	// from the cut to the heal, from the stop to the start, from the break to the heal.
+	Down time.Duration
+	// Drain bounds the wait, after the last publish, for every message to be
+	// accounted for; Linger is the wait after that for late duplicates.
+	Drain, Linger time.Duration
+}
+
+// Short is the plan of the short form (make test, CI): 300 messages, 4 workers.
+func Short(s Scenario) Plan {
+	return Plan{Scenario: s, Messages: 300, Rate: 100, FailEvery: 10, MaxAttempts: 3, Workers: 4, Concurrency: 2,
+		HandlerDelay: 20 * time.Millisecond, Down: 3 * time.Second, Drain: 90 * time.Second, Linger: time.Second}
+}
+
+// Full is the plan of the full form (make faults): 3,000 messages, 4 workers, one in
+// ten failing into the dead-letter queue.
+func Full(s Scenario) Plan {
+	return Plan{Scenario: s, Messages: 3000, Rate: 200, FailEvery: 10, MaxAttempts: 3, Workers: 4, Concurrency: 2,
+		HandlerDelay: 20 * time.Millisecond, Down: 5 * time.Second, Drain: 3 * time.Minute, Linger: 2 * time.Second}
+}
+
+// Env is how a run reaches outside the engine.
+type Env struct {
+	// Spawn returns the command of a worker process (the test binary again, whose
+	// TestMain calls WorkerMain when IsWorker). The engine adds the run's environment
+	// to the command's, and sets its standard streams.
+	Spawn func() *exec.Cmd
+	// Logf writes a line to the test log.
+	Logf func(format string, args ...any)
+	// Dir receives the log files of the run's processes (one per worker and one of
+	// the run's own transports).
+	Dir string
+}
+
+// Run runs plan p on b and returns its account. Its error is about the run itself (a
+// worker that would not start, a fault the binding could not make); what the account
+// says (missing messages, a stall) is for the caller to judge.
+func Run(ctx context.Context, b *Binding, p Plan, env Env) (*Result, error) {
+	if !b.Supports(p.Scenario) {
+		return nil, fmt.Errorf("faultsuite: %s cannot run %s", b.Name, p.Scenario)
+	}
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	r := &run{b: b, p: p, env: env, queue: "bqfaults-" + p.Scenario.slug() + "-" + hex.EncodeToString(suffix[:])}
+	r.led = NewLedger(r.queue)
+	return r.run(ctx)
+}
+
+type run struct {
+	b     *Binding
+	p     Plan
+	env   Env
+	queue string
+	dlq   string
+	led   *Ledger
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	procs []*proc
+
+	// The fault's timeline and what it left.
+	injected, healed time.Time
+	victim           *proc
+	orphans          []string
+	dlqHeal          func(context.Context) error
+	notes            []string
+}
+
+func (r *run) notef(format string, args ...any) {
+	r.mu.Lock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+func (r *run) run(ctx context.Context) (*Result, error) {
+	started := time.Now()
+	logf, err := os.Create(filepath.Join(r.env.Dir, r.queue+"-run.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	r.log = slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tctx := transport.ContextWithLogger(ctx, r.log)
+
+	pub, err := transport.Open(tctx, r.b.URL(RolePublisher, r.queue))
+	if err != nil {
+		return nil, fmt.Errorf("open the publisher: %w", err)
+	}
+	defer closeTransport(pub)
+	app, err := babelqueue.New(pub, babelqueue.WithQueue(r.queue), babelqueue.WithDeadLetter(true), babelqueue.WithLogger(r.log))
+	if err != nil {
+		return nil, err
+	}
+	r.dlq = app.DeadLetterQueue()
+	if r.b.Prepare != nil {
+		if err := r.b.Prepare(ctx, r.queue, r.dlq); err != nil {
+			return nil, fmt.Errorf("prepare %s: %w", r.queue, err)
+		}
+	}
+
+	// The dead-letter queue's reader, on a transport of its own.
+	rd, err := transport.Open(tctx, r.b.URL(RoleReader, r.queue))
+	if err != nil {
+		return nil, fmt.Errorf("open the dead-letter reader: %w", err)
+	}
+	defer closeTransport(rd)
+	rctx, stopReader := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	go func() { defer close(readerDone); r.readDLQ(rctx, rd) }()
+	defer func() { stopReader(); <-readerDone }()
+
+	defer r.killAll()
+	for range r.p.Workers {
+		if _, err := r.startWorker(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	// The stream: a third, the fault, a third beside it, the heal, the last third.
+	third := r.p.Messages / 3
+	pace := newPacer(r.p.Rate)
+	publish := func(from, to int) error {
+		for i := from; i < to; i++ {
+			pace.wait(ctx)
+			if err := r.publish(ctx, pub, app, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := publish(0, third); err != nil {
+		return nil, err
+	}
+	faultDone := make(chan error, 1)
+	if err := r.inject(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.p.Scenario, err)
+	}
+	go func() { faultDone <- r.heal(ctx) }()
+	if err := publish(third, 2*third); err != nil {
+		return nil, err
+	}
+	if err := <-faultDone; err != nil {
+		return nil, fmt.Errorf("%s (heal): %w", r.p.Scenario, err)
+	}
+	if err := publish(2*third, r.p.Messages); err != nil {
+		return nil, err
+	}
+	published := time.Now()
+
+	// Every meta.id accounted for, or the drain's deadline.
+	deadline := published.Add(r.p.Drain)
+	for !r.led.Complete() && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleep(ctx, 100*time.Millisecond)
+	}
+	complete := r.led.Complete()
+	if complete {
+		sleep(ctx, r.p.Linger)
+	} else {
+		r.notef("not every message was accounted for %s after the last publish", r.p.Drain)
+	}
+	drained := time.Now()
+	r.stopWorkers()
+	stopReader()
+	<-readerDone
+	return r.result(started, published, drained), nil
+}
+
+// publish publishes message i, with the same bytes again until the broker takes it.
+func (r *run) publish(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int) error {
+	failing := (i+1)%r.p.FailEvery == 0
+	urn, data := URNGood, Payload{N: i}
+	if failing {
+		urn = URNFail
+		data.Pad = strings.Repeat("x", r.b.PadFailing)
+	}
+	m, err := app.Prepare(ctx, urn, data, babelqueue.WithKey([]byte(strconv.Itoa(i))))
+	if err != nil {
+		return err
+	}
+	r.led.Published(m.Projection.MessageID, i, failing)
+	for first := true; ; first = false {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := tr.Publish(pctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if first {
+			r.log.Warn("faultsuite: publish failed; publishing the same bytes again", "n", i, "error", err)
+		}
+		r.led.Retried()
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// readDLQ reads the dead-letter queue until ctx ends, acknowledging what it reads. A
+// dead letter whose acknowledgement failed comes back: that copy is not counted.
+func (r *run) readDLQ(ctx context.Context, tr transport.Transport) {
+	ackFailed := map[string]bool{}
+	for ctx.Err() == nil {
+		c, err := tr.Consume(ctx, r.dlq, transport.ConsumeOptions{Prefetch: 16})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("faultsuite: consuming the dead-letter queue", "error", err)
+				sleep(ctx, 500*time.Millisecond)
+			}
+			continue
+		}
+		for ctx.Err() == nil {
+			d, err := c.Receive(ctx)
+			if err != nil {
+				if errors.Is(err, transport.ErrClosed) {
+					break
+				}
+				sleep(ctx, 200*time.Millisecond)
+				continue
+			}
+			id := ""
+			if env, err := envelope.Decode(d.Body); err == nil {
+				id = env.Meta.ID
+			}
+			if ackFailed[id] {
+				delete(ackFailed, id)
+			} else {
+				r.led.DeadLetter(d.Body)
+			}
+			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil && ctx.Err() == nil {
+				ackFailed[id] = true
+			}
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = c.Close(cctx)
+		cancel()
+	}
+}
+
+// inject makes the fault.
+func (r *run) inject(ctx context.Context) error {
+	r.injected = time.Now()
+	switch r.p.Scenario {
+	case Kill:
+		// The victim is the worker holding the most deliveries, once one holds some.
+		var victim *proc
+		for wait := time.Now().Add(2 * time.Second); ; {
+			most := 0
+			for _, p := range r.live() {
+				if n := len(r.led.InFlight(p.idx)); n > most || victim == nil {
+					victim, most = p, n
+				}
+			}
+			if most > 0 || time.Now().After(wait) {
+				break
+			}
+			sleep(ctx, 5*time.Millisecond)
+		}
+		r.injected = time.Now()
+		victim.kill()
+		<-victim.exited // every line it wrote is read
+		r.victim, r.orphans = victim, r.led.InFlight(victim.idx)
+		r.notef("killed worker %d holding %d deliveries", victim.idx, len(r.orphans))
+	case Cut:
+		return r.command(cmdCut, EvCut)
+	case Restart:
+		if err := r.b.Stop(); err != nil {
+			return err
+		}
+		r.notef("broker stopped in %s", time.Since(r.injected).Round(time.Millisecond))
+	case DLQFailure:
+		if r.b.DLQDestructive {
+			// Read what the dead-letter queue holds before it goes.
+			for wait := time.Now().Add(5 * time.Second); !r.led.DeadLettersRead() && time.Now().Before(wait); {
+				sleep(ctx, 20*time.Millisecond)
+			}
+		}
+		heal, err := r.b.BreakDLQ(ctx, r.queue, r.dlq)
+		if err != nil {
+			return err
+		}
+		r.dlqHeal = heal
+		if r.b.DLQDestructive {
+			if n := r.led.Destroyed(time.Now()); n > 0 {
+				r.notef("%d dead letters confirmed before the dead-letter queue was deleted were not read yet (destroyed by the fault)", n)
+			}
+		}
+	}
+	return nil
+}
+
+// heal ends the fault once it has lasted Down, and records when the broker (or the
+// connection, or the dead-letter queue) was back.
+func (r *run) heal(ctx context.Context) error {
+	sleep(ctx, time.Until(r.injected.Add(r.p.Down)))
+	switch r.p.Scenario {
+	case Kill:
+		r.healed = time.Now()
+		p, err := r.startWorker(ctx)
+		if err != nil {
+			return err
+		}
+		r.notef("replacement worker %d consuming %s after the kill", p.idx, time.Since(r.injected).Round(time.Millisecond))
+	case Cut:
+		return r.command(cmdHeal, EvHealed)
+	case Restart:
+		if err := r.b.Start(); err != nil {
+			return err
+		}
+		r.healed = time.Now()
+		r.notef("broker back %s after the stop began", r.healed.Sub(r.injected).Round(time.Millisecond))
+	case DLQFailure:
+		if err := r.dlqHeal(ctx); err != nil {
+			return err
+		}
+		r.healed = time.Now()
+	}
+	return nil
+}
+
+// command sends cmd to every live worker and waits for each to acknowledge it with
+// ack; the fault's time is the last acknowledgement's.
+func (r *run) command(cmd, ack string) error {
+	var last time.Time
+	for _, p := range r.live() {
+		if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+			return fmt.Errorf("worker %d: %w", p.idx, err)
+		}
+	}
+	for _, p := range r.live() {
+		select {
+		case at := <-p.acks[ack]:
+			if at.After(last) {
+				last = at
+			}
+		case <-p.exited:
+			return fmt.Errorf("worker %d exited before acknowledging %s", p.idx, cmd)
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("worker %d did not acknowledge %s within 10s", p.idx, cmd)
+		}
+	}
+	if cmd == cmdCut {
+		r.injected = last
+	} else {
+		r.healed = last
+	}
+	return nil
+}
+
+// Result is the account of one run.
+type Result struct {
+	Broker   string   `json:"broker"`
+	Scenario Scenario `json:"scenario"`
+	// Form is "short" or "full".
+	Form    string `json:"form,omitempty"`
+	Workers int    `json:"workers"`
+
+	Published    int `json:"published"`
+	Handled      int `json:"handled"`
+	DeadLettered int `json:"dead_lettered"`
+	Destroyed    int `json:"destroyed,omitempty"`
+	Missing      int `json:"missing"`
+	Duplicates   int `json:"duplicates"`
+
+	// Recovery is how long the consumers took to recover, RecoveryOf what was
+	// measured; Stalled says they did not recover at all. Bound is the longest
+	// acceptable recovery.
+	Recovery   time.Duration `json:"recovery_ns"`
+	RecoveryOf string        `json:"recovery_of"`
+	Stalled    bool          `json:"stalled,omitempty"`
+	Bound      time.Duration `json:"bound_ns"`
+	// Down is how long the fault lasted.
+	Down time.Duration `json:"down_ns"`
+
+	Method         string   `json:"method,omitempty"`
+	Settings       string   `json:"settings,omitempty"`
+	PublishRetries int      `json:"publish_retries,omitempty"`
+	MissingN       []int    `json:"missing_n,omitempty"`
+	Problems       []string `json:"problems,omitempty"`
+	Notes          []string `json:"notes,omitempty"`
+	Started        string   `json:"started"`
+	Elapsed        float64  `json:"elapsed_s"`
+}
+
+// Failures returns what makes the run fail within slack times its bound: a missing
+// message, a stall or a recovery past the bound, and every problem.
+func (res *Result) Failures(slack float64) []string {
+	var out []string
+	if res.Missing > 0 {
+		out = append(out, fmt.Sprintf("%d messages missing (stream numbers %v)", res.Missing, res.MissingN))
+	}
+	switch limit := time.Duration(float64(res.Bound) * slack); {
+	case res.Stalled:
+		out = append(out, "stalled: "+res.RecoveryOf)
+	case res.Recovery > limit:
+		out = append(out, fmt.Sprintf("recovered in %s, past %s: %s", res.Recovery.Round(time.Millisecond), limit, res.RecoveryOf))
+	}
+	return append(out, res.Problems...)
+}
+
+func (r *run) result(started, published, drained time.Time) *Result {
+	c := r.led.Counts()
+	res := &Result{
+		Broker: r.b.Name, Scenario: r.p.Scenario, Workers: r.p.Workers,
+		Published: c.Published, Handled: c.Handled, DeadLettered: c.DeadLettered, Destroyed: c.Destroyed,
+		Missing: c.Missing, Duplicates: c.Duplicates, PublishRetries: c.Retries,
+		Bound: r.b.Bound(r.p.Scenario), Down: r.healed.Sub(r.injected),
+		MissingN: r.led.MissingNumbers(20), Problems: r.led.Problems(),
+		Started: started.UTC().Format(time.RFC3339), Elapsed: drained.Sub(started).Round(100 * time.Millisecond).Seconds(),
+	}
+	switch r.p.Scenario {
+	case Kill:
+		res.Method = "SIGKILL, replacement started after " + r.p.Down.String()
+		res.Down = r.healed.Sub(r.injected)
+		if len(r.orphans) == 0 {
+			res.RecoveryOf = "the killed worker held no delivery"
+			break
+		}
+		res.RecoveryOf = fmt.Sprintf("from the SIGKILL until the %d deliveries the killed worker held were settled by others", len(r.orphans))
+		if at, ok := r.led.TakenBack(r.victim.idx, r.orphans, r.injected); ok {
+			res.Recovery = at.Sub(r.injected)
+		} else {
+			res.Stalled = true
+		}
+	case Cut, Restart:
+		res.Method = "every connection of every worker cut by a loopback TCP proxy"
+		if r.p.Scenario == Restart {
+			res.Method = r.b.RestartMethod
+		}
+		res.RecoveryOf = "from the broker being reachable again until every worker settled again"
+		var stalled []string
+		for _, p := range r.procs {
+			if p.killed.Load() || p.startedAt.After(r.healed) {
+				continue
+			}
+			at, ok := r.led.FirstSettleAfter(p.idx, r.healed)
+			if !ok {
+				stalled = append(stalled, strconv.Itoa(p.idx))
+				continue
+			}
+			res.Recovery = max(res.Recovery, at.Sub(r.healed))
+		}
+		if len(stalled) > 0 {
+			res.Stalled = true
+			res.RecoveryOf += " (workers " + strings.Join(stalled, ", ") + " never did)"
+		}
+	case DLQFailure:
+		res.Method = r.b.DLQMethod
+		res.RecoveryOf = "from the dead-letter queue taking writes again until the first confirmed dead-letter write"
+		if at, ok := r.led.FirstActionAfter(babelqueue.ActionDeadLetter, r.healed); ok {
+			res.Recovery = at.Sub(r.healed)
+		} else {
+			res.Stalled = true
+		}
+	}
+	res.Settings = r.b.Settings
+	for _, p := range r.procs {
+		if p.killed.Load() {
+			continue
+		}
+		if p.exitErr != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("worker %d exited with %v; its log: %s", p.idx, p.exitErr, tail(p.logPath, 1500)))
+		}
+	}
+	if c.Retries > 0 {
+		r.notef("%d publishes retried", c.Retries)
+	}
+	r.mu.Lock()
+	res.Notes = slices.Clone(r.notes)
+	r.mu.Unlock()
+	return res
+}
+
+// proc is one worker process.
+type proc struct {
+	idx       int
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	logPath   string
+	startedAt time.Time
+	ready     chan struct{}
+	acks      map[string]chan time.Time
+	exited    chan struct{}
+	exitErr   error
+	killed    atomic.Bool
+}
+
+func (p *proc) kill() {
+	p.killed.Store(true)
+	_ = p.cmd.Process.Kill()
+}
+
+func (r *run) live() []*proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*proc
+	for _, p := range r.procs {
+		select {
+		case <-p.exited:
+		default:
+			if !p.killed.Load() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// startWorker starts a worker process and waits until its runtime consumes.
+func (r *run) startWorker(ctx context.Context) (*proc, error) {
+	r.mu.Lock()
+	idx := len(r.procs)
+	r.mu.Unlock()
+	spec := WorkerSpec{
+		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
+		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
+		Cut: r.p.Scenario == Cut,
+	}
+	cmd := r.env.Spawn()
+	cmd.Env = append(cmd.Environ(), spec.environ()...)
+	p := &proc{
+		idx: idx, cmd: cmd, logPath: filepath.Join(r.env.Dir, fmt.Sprintf("%s-worker%d.log", r.queue, idx)),
+		ready: make(chan struct{}), exited: make(chan struct{}),
+		acks: map[string]chan time.Time{EvCut: make(chan time.Time, 1), EvHealed: make(chan time.Time, 1)},
+	}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		_ = logf.Close()
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		_ = logf.Close()
+		return nil, err
+	}
+	p.startedAt = time.Now()
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("start worker %d: %w", idx, err)
+	}
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	go func() {
+		defer close(p.exited)
+		defer logf.Close()
+		var once sync.Once
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var ev Event
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Ev == "" {
+				continue
+			}
+			r.led.Apply(ev)
+			switch ev.Ev {
+			case EvReady:
+				once.Do(func() { close(p.ready) })
+			case EvCut, EvHealed:
+				select {
+				case p.acks[ev.Ev] <- ev.Time():
+				default:
+				}
+			}
+		}
+		p.exitErr = cmd.Wait()
+	}()
+	select {
+	case <-p.ready:
+		return p, nil
+	case <-p.exited:
+		return nil, fmt.Errorf("worker %d exited at start (%v): %s", idx, p.exitErr, tail(p.logPath, 3000))
+	case <-time.After(90 * time.Second):
+		p.kill()
+		return nil, fmt.Errorf("worker %d was not consuming within 90s: %s", idx, tail(p.logPath, 3000))
+	case <-ctx.Done():
+		p.kill()
+		return nil, ctx.Err()
+	}
+}
+
+// stopWorkers tells every live worker to stop and waits for it to exit (30 s, then
+// it is killed and that is a problem).
+func (r *run) stopWorkers() {
+	live := r.live()
+	for _, p := range live {
+		_, _ = io.WriteString(p.stdin, cmdStop+"\n")
+		_ = p.stdin.Close()
+	}
+	for _, p := range live {
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			r.led.Problem("worker %d did not stop within 30s of being told to", p.idx)
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+}
+
+// killAll kills what is still running (a run that ended early).
+func (r *run) killAll() {
+	for _, p := range r.live() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// pacer spaces publishes at a rate, without a burst after a stall.
+type pacer struct {
+	every time.Duration
+	next  time.Time
+}
+
+func newPacer(rate int) *pacer { return &pacer{every: time.Second / time.Duration(rate)} }
+
+func (p *pacer) wait(ctx context.Context) {
+	now := time.Now()
+	if p.next.Before(now) {
+		p.next = now
+	}
+	sleep(ctx, p.next.Sub(now))
+	p.next = p.next.Add(p.every)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func closeTransport(tr transport.Transport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = tr.Close(ctx)
+}
+
+// tail returns the last n bytes of the file at path.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

@@ -1,0 +1,235 @@
+package faultsuite
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// The URNs of the workload: good messages are handled, failing ones always fail.
+const (
+	URNGood = "urn:babel:faults:good"
+	URNFail = "urn:babel:faults:fail"
+)
+
+// Payload is the data of every message of a run: its number in the stream, and for
+// failing messages on brokers whose dead-letter refusal is by size, padding.
+type Payload struct {
+	N   int    `json:"n"`
+	Pad string `json:"pad,omitempty"`
+}
+
+// The environment that makes a process a worker and describes its run.
+const (
+	envRole         = "BQ_FAULTS_ROLE"
+	envBroker       = "BQ_FAULTS_BROKER"
+	envURL          = "BQ_FAULTS_URL"
+	envQueue        = "BQ_FAULTS_QUEUE"
+	envWorker       = "BQ_FAULTS_WORKER"
+	envConcurrency  = "BQ_FAULTS_CONCURRENCY"
+	envMaxAttempts  = "BQ_FAULTS_MAX_ATTEMPTS"
+	envHandlerDelay = "BQ_FAULTS_HANDLER_DELAY"
+	envCut          = "BQ_FAULTS_CUT"
+)
+
+// The commands a worker reads, one a line, on its standard input. End of input is a
+// stop too: a worker never outlives the run that started it.
+const (
+	cmdCut  = "cut"
+	cmdHeal = "heal"
+	cmdStop = "stop"
+)
+
+// IsWorker reports whether this process was started by [Run] as a worker: a test
+// binary's TestMain calls [WorkerMain] then, instead of running its tests.
+func IsWorker() bool { return os.Getenv(envRole) == "worker" }
+
+// WorkerSpec is what a worker process is told through its environment.
+type WorkerSpec struct {
+	// Broker is the binding's name, URL the broker URL for workers, Queue the queue.
+	Broker, URL, Queue string
+	// Worker is this worker's number in the run.
+	Worker int
+	// Concurrency is the runtime's worker goroutines; MaxAttempts its max attempts.
+	Concurrency, MaxAttempts int
+	// HandlerDelay is how long a good message's handler works.
+	HandlerDelay time.Duration
+	// Cut asks for a transport whose connections go through a [Switch].
+	Cut bool
+}
+
+func (s WorkerSpec) environ() []string {
+	cut := "0"
+	if s.Cut {
+		cut = "1"
+	}
+	return []string{
+		envRole + "=worker", envBroker + "=" + s.Broker, envURL + "=" + s.URL, envQueue + "=" + s.Queue,
+		envWorker + "=" + strconv.Itoa(s.Worker), envConcurrency + "=" + strconv.Itoa(s.Concurrency),
+		envMaxAttempts + "=" + strconv.Itoa(s.MaxAttempts), envHandlerDelay + "=" + s.HandlerDelay.String(),
+		envCut + "=" + cut,
+	}
+}
+
+func specFromEnv() (WorkerSpec, error) {
+	s := WorkerSpec{Broker: os.Getenv(envBroker), URL: os.Getenv(envURL), Queue: os.Getenv(envQueue), Cut: os.Getenv(envCut) == "1"}
+	var errs []error
+	num := func(name string) int {
+		n, err := strconv.Atoi(os.Getenv(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		return n
+	}
+	s.Worker, s.Concurrency, s.MaxAttempts = num(envWorker), num(envConcurrency), num(envMaxAttempts)
+	d, err := time.ParseDuration(os.Getenv(envHandlerDelay))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", envHandlerDelay, err))
+	}
+	s.HandlerDelay = d
+	if s.URL == "" || s.Queue == "" {
+		errs = append(errs, errors.New("faultsuite: worker without a URL or a queue"))
+	}
+	return s, errors.Join(errs...)
+}
+
+// Switch cuts a transport's connections and lets them through again: a
+// faultproxy.Proxy does.
+type Switch interface {
+	Down()
+	Up()
+}
+
+// Opener opens a worker's transport for spec. With spec.Cut it also returns the
+// [Switch] every connection of the transport goes through; otherwise the switch may be
+// nil. ctx carries the worker's logger (transport.LoggerFrom).
+type Opener func(ctx context.Context, spec WorkerSpec) (transport.Transport, Switch, error)
+
+// WorkerMain runs this process as a worker of the run described by its environment and
+// returns its exit code: it opens the transport with open, consumes the queue with the
+// runtime (dead-lettering on), reports [Event] lines on standard output and obeys the
+// commands on standard input until told to stop. Its logs go to standard error.
+func WorkerMain(open Opener) int {
+	spec, err := specFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := runWorker(context.Background(), spec, open, os.Stdin, os.Stdout, log); err != nil {
+		log.Error("faultsuite: worker failed", "worker", spec.Worker, "error", err)
+		return 1
+	}
+	return 0
+}
+
+func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, out io.Writer, log *slog.Logger) error {
+	em := &emitter{w: out, worker: spec.Worker}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tr, sw, err := open(transport.ContextWithLogger(ctx, log), spec)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = tr.Close(cctx)
+	}()
+	if spec.Cut && sw == nil {
+		return errors.New("the opener gave no switch for a cut run")
+	}
+	a, err := babelqueue.New(tr, babelqueue.WithQueue(spec.Queue), babelqueue.WithDeadLetter(true),
+		babelqueue.WithMaxAttempts(spec.MaxAttempts), babelqueue.WithConcurrency(spec.Concurrency),
+		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithLogger(log), babelqueue.WithObserver(observer{em}))
+	if err != nil {
+		return err
+	}
+	babelqueue.Handle(a, URNGood, func(ctx context.Context, p Payload, m *babelqueue.Message) error {
+		if spec.HandlerDelay > 0 {
+			t := time.NewTimer(spec.HandlerDelay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		em.emit(Event{Ev: EvHandled, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts})
+		return nil
+	})
+	babelqueue.Handle(a, URNFail, func(_ context.Context, p Payload, m *babelqueue.Message) error {
+		em.emit(Event{Ev: EvTried, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts})
+		return fmt.Errorf("refused %d", p.N)
+	})
+
+	// Commands: cut, heal, stop; the end of input stops the worker.
+	go func() {
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			switch sc.Text() {
+			case cmdCut:
+				if sw != nil {
+					sw.Down()
+				}
+				em.emit(Event{Ev: EvCut})
+			case cmdHeal:
+				if sw != nil {
+					sw.Up()
+				}
+				em.emit(Event{Ev: EvHealed})
+			case cmdStop:
+				stop()
+				return
+			}
+		}
+		stop()
+	}()
+	// Ready once the runtime consumes.
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if a.Health().Consuming {
+					em.emit(Event{Ev: EvReady})
+					return
+				}
+			}
+		}
+	}()
+	err = a.Run(ctx)
+	em.emit(Event{Ev: EvStopped})
+	return err
+}
+
+// observer reports the runtime's receptions, settlements and receive errors.
+type observer struct{ em *emitter }
+
+func (o observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
+	o.em.emit(Event{Ev: EvReceived, ID: d.ID, Attempts: d.Attempts})
+}
+
+func (o observer) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
+	ev := Event{Ev: EvSettled, ID: e.Delivery.ID, Kind: string(e.Kind), Action: string(e.Action), Reason: e.Reason, Attempts: e.Attempts}
+	if e.Err != nil {
+		ev.Err = e.Err.Error()
+	}
+	o.em.emit(ev)
+}
+
+func (o observer) OnReceiveError(_ context.Context, e babelqueue.ReceiveErrorEvent) {
+	o.em.emit(Event{Ev: EvRecvErr, Err: e.Err.Error()})
+}
