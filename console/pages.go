@@ -323,7 +323,11 @@ func (c *Console) dlqData(r *http.Request) (dlqData, error) {
 				break
 			}
 			key := g.Key
-			gt.Rows = append(gt.Rows, groupRow{Key: g.Key, Label: labelOf(dim, g.Key), Count: g.Count, Total: v.matching, Example: g.Example,
+			example := g.Example
+			if example == g.Key {
+				example = ""
+			}
+			gt.Rows = append(gt.Rows, groupRow{Key: g.Key, Label: labelOf(dim, g.Key), Count: g.Count, Total: v.matching, Example: example,
 				Oldest: g.Oldest, Newest: g.Newest, URL: dq.url("/dlq", dim, &key, 1), Active: dq.f.set[dim] && dq.f.vals[dim] == g.Key})
 		}
 		d.Groups = append(d.Groups, gt)

@@ -116,7 +116,7 @@ func (j *jobs) get(id string) (job, bool) {
 
 // preview is the answer to a dry run.
 type preview struct {
-	Result dlq.Result    `json:"result"`
+	Result dlq.Result `json:"result"`
 	Items  []dlq.Item `json:"items"`
 	// More counts the messages of the selection not listed in Items.
 	More int `json:"more"`

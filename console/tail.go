@@ -42,8 +42,8 @@ type tailer struct {
 	caught bool // the walk reached the end once: what follows is new
 	// backlog holds the last messages read before the walk first reached the end.
 	backlog []tailEvent
-	seen   map[string]struct{}
-	order  []string
+	seen    map[string]struct{}
+	order   []string
 }
 
 func (t *tailer) remember(id string) bool {
