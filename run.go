@@ -461,6 +461,9 @@ func (a *App) settle(sctx context.Context, c transport.Consumer, x delivery, dec
 		a.log.Warn("babelqueue: delivery was already settled (the broker took it back)", "queue", x.d.Queue, "urn", x.route, "error", err)
 		return
 	}
+	if errors.Is(err, transport.ErrTooLarge) && a.settleTooLarge(sctx, c, x, dec, di, err) {
+		return
+	}
 	a.log.Error("babelqueue: settlement failed; rewinding so the broker redelivers",
 		"queue", x.d.Queue, "urn", x.route, "action", dec.Action.String(), "error", err)
 	if s.Outcome == transport.Rewind {
