@@ -225,6 +225,7 @@ func settleOK(t testing.TB, c transport.Consumer, d *transport.Delivery, s trans
 
 // TestTransport runs the behavioural kit against the real Kafka.
 func TestTransport(t *testing.T) {
+	t.Parallel()
 	brokerURL(t)
 	transporttest.Run(t, transporttest.Config{
 		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },

@@ -11,6 +11,7 @@ import (
 // TestRuntime runs the runtime's settlement cases (retry, dead letter, unknown URN,
 // poison, typed handlers and keys) end to end against the real Kafka.
 func TestRuntime(t *testing.T) {
+	t.Parallel()
 	brokerURL(t)
 	transporttest.RunRuntime(t, transporttest.Config{
 		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
