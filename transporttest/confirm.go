@@ -72,6 +72,9 @@ func testConfirmedBatch(t *testing.T, cfg Config) {
 	c := consume(t, cfg, tr, q)
 	ds := receiveAll(t, cfg, c, len(ms))
 	ExpectNothing(t, c, cfg.QuietPeriod)
+	if cfg.UnorderedBatches {
+		ms = inArrivalOrder(t, ms, ds)
+	}
 	for i, d := range ds {
 		m := ms[i]
 		if !bytes.Equal(d.Body, m.Body) {
@@ -110,6 +113,9 @@ func testConfirmedBadIndex(t *testing.T, cfg Config) {
 	}
 	ds := receiveAll(t, cfg, c, len(want))
 	ExpectNothing(t, c, cfg.QuietPeriod)
+	if cfg.UnorderedBatches {
+		want = inArrivalOrder(t, want, ds)
+	}
 	for i, d := range ds {
 		if !bytes.Equal(d.Body, want[i].Body) {
 			t.Errorf("delivery %d: body %q, want %q", i, d.Body, want[i].Body)
@@ -134,4 +140,21 @@ func testConfirmedEmptyAndClosed(t *testing.T, cfg Config) {
 	reader := open(t, cfg)
 	c := consume(t, cfg, reader, q)
 	ExpectNothing(t, c, cfg.QuietPeriod)
+}
+
+// inArrivalOrder returns sent reordered as ds arrived, each delivery matched by its
+// body to one message sent; a delivery that matches none fails the test.
+func inArrivalOrder(t *testing.T, sent []*transport.Message, ds []*transport.Delivery) []*transport.Message {
+	t.Helper()
+	left := slices.Clone(sent)
+	out := make([]*transport.Message, 0, len(ds))
+	for i, d := range ds {
+		k := slices.IndexFunc(left, func(m *transport.Message) bool { return bytes.Equal(m.Body, d.Body) })
+		if k < 0 {
+			t.Fatalf("delivery %d: body %q was not sent (or arrived twice)", i, d.Body)
+		}
+		out = append(out, left[k])
+		left = slices.Delete(left, k, k+1)
+	}
+	return out
 }

@@ -44,6 +44,9 @@ type Config struct {
 	NoKeys bool
 	// TextBodiesOnly says the broker cannot carry bytes that are not UTF-8 (SQS).
 	TextBodiesOnly bool
+	// UnorderedBatches says the messages of one confirmed batch may arrive in any order
+	// (an SQS standard queue stores the entries of a SendMessageBatch call in no order).
+	UnorderedBatches bool
 	// NativeRedeliveries says Delivery.Redeliveries rises when a delivery is rewound.
 	NativeRedeliveries bool
 	// ReceiveTimeout bounds the wait for a message that must arrive. Default 30s.
