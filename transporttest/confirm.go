@@ -85,7 +85,7 @@ func testConfirmedBatch(t *testing.T, cfg Config) {
 				t.Errorf("delivery %d: header %q = %q, want %q", i, k, d.Headers[k], v)
 			}
 		}
-		if !cfg.NoKeys && (!bytes.Equal(d.Key, m.Key) || (d.Key == nil) != (m.Key == nil)) {
+		if !cfg.NoKeys && (!bytes.Equal(d.Key, m.Key) || ((d.Key == nil) != (m.Key == nil) && !cfg.EmptyKeyIsNoKey)) {
 			t.Errorf("delivery %d: key %q (nil %v), want %q (nil %v)", i, d.Key, d.Key == nil, m.Key, m.Key == nil)
 		}
 	}

@@ -44,6 +44,8 @@ type Config struct {
 	NoKeys bool
 	// TextBodiesOnly says the broker cannot carry bytes that are not UTF-8 (SQS).
 	TextBodiesOnly bool
+	// EmptyKeyIsNoKey says the broker delivers an empty record key as no key (Pulsar).
+	EmptyKeyIsNoKey bool
 	// UnorderedBatches says the messages of one confirmed batch may arrive in any order
 	// (an SQS standard queue stores the entries of a SendMessageBatch call in no order).
 	UnorderedBatches bool
