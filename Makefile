@@ -24,6 +24,7 @@ bench:
 # run from the root with the package path.
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecode -fuzztime 60s -fuzzminimizetime 3s ./envelope/
+	go test -run '^$$' -fuzz FuzzScanValid -fuzztime 60s -fuzzminimizetime 3s ./envelope/
 	go test -run '^$$' -fuzz FuzzPoisonBody -fuzztime 60s -fuzzminimizetime 3s ./envelope/
 	go test -run '^$$' -fuzz FuzzRemoveDeadLetter -fuzztime 60s -fuzzminimizetime 3s ./envelope/
 	go test -run '^$$' -fuzz FuzzUnframe -fuzztime 60s -fuzzminimizetime 3s ./transport/redis/

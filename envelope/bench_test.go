@@ -24,13 +24,26 @@ var bench64K = func() []byte {
 		strings.Join(items, ",") + `]},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`)
 }()
 
+// bench64KText is a 64 KiB envelope whose data is mostly long strings (notes of prose).
+var bench64KText = func() []byte {
+	var items []string
+	size := 0
+	for i := 0; size < 64*1024-400; i++ {
+		it := fmt.Sprintf(`{"id":%d,"body":"%s"}`, i, strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit. ", 8))
+		items = append(items, it)
+		size += len(it) + 1
+	}
+	return []byte(`{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"notes":[` +
+		strings.Join(items, ",") + `]},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`)
+}()
+
 // poison64K is bench64K without an identity: a full scan ending in a poison verdict.
 var poison64K = []byte(strings.Replace(string(bench64K), `"job":`, `"JOB":`, 1))
 
 var benchBodies = []struct {
 	name string
 	body []byte
-}{{"order-created", benchOrder}, {"64KiB", bench64K}}
+}{{"order-created", benchOrder}, {"64KiB", bench64K}, {"64KiB-text", bench64KText}}
 
 func BenchmarkMakeEncode(b *testing.B) {
 	data := map[string]any{"order_id": 1042}

@@ -1,6 +1,8 @@
 package envelope
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -87,9 +89,12 @@ func (s *scanner) fail(reason, detail string) bool {
 }
 
 func (s *scanner) skipSpace() {
-	for s.i < len(s.b) && isSpace(s.b[s.i]) {
-		s.i++
+	i, b := s.i, s.b
+	// Compact JSON has no white space: a byte above ' ' ends the loop on one test.
+	for i < len(b) && b[i] <= ' ' && isSpace(b[i]) {
+		i++
 	}
+	s.i = i
 }
 
 // scanTop scans body as one JSON text. When it is an object, the members of
@@ -249,6 +254,52 @@ func (s *scanner) number() (intLit bool, ok bool) {
 	return intLit, true
 }
 
+const (
+	ones8  = 0x0101010101010101
+	highs8 = 0x8080808080808080
+)
+
+// notPlain8 flags the bytes of x (eight string bytes, the first in the low byte) that
+// strPlain does not cover: the quote, the backslash, control characters and non-ASCII.
+// The lowest flag is always a real one (a false flag only follows a real one), so
+// bits.TrailingZeros64 of a non-zero result finds the first such byte.
+func notPlain8(x uint64) uint64 {
+	quote := x ^ (ones8 * '"')
+	slash := x ^ (ones8 * '\\')
+	return (((quote - ones8) &^ quote) | // a zero byte of quote: '"'
+		((slash - ones8) &^ slash) | // a zero byte of slash: '\\'
+		((x - ones8*0x20) &^ x) | // a byte below 0x20
+		x) & highs8 // non-ASCII
+}
+
+// utf8Short is the length of the well-formed two- or three-byte UTF-8 sequence that b
+// starts with, or 0 (four-byte sequences and errors are left to utf8.DecodeRune). The
+// ranges are those of RFC 3629: no overlong forms, no surrogates.
+func utf8Short(b []byte) int {
+	c := b[0]
+	switch {
+	case c >= 0xC2 && c < 0xE0:
+		if len(b) >= 2 && b[1]&0xC0 == 0x80 {
+			return 2
+		}
+	case c >= 0xE0 && c < 0xF0:
+		if len(b) < 3 || b[2]&0xC0 != 0x80 {
+			return 0
+		}
+		lo, hi := byte(0x80), byte(0xBF)
+		switch c {
+		case 0xE0:
+			lo = 0xA0
+		case 0xED:
+			hi = 0x9F
+		}
+		if b[1] >= lo && b[1] <= hi {
+			return 3
+		}
+	}
+	return 0
+}
+
 func hexVal(c byte) int {
 	switch {
 	case c >= '0' && c <= '9':
@@ -281,12 +332,23 @@ func (s *scanner) str() (esc bool, ok bool) {
 	b := s.b
 	i := s.i + 1
 	for {
-		for i < len(b) && strPlain[b[i]] {
-			i++
-		}
-		if i >= len(b) {
-			s.i = i
-			return esc, s.fail(ReasonInvalidJSON, "unterminated string")
+		if i+8 <= len(b) {
+			// Eight bytes at a time while they are plain; else straight to the first
+			// byte that is not.
+			m := notPlain8(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		} else {
+			for i < len(b) && strPlain[b[i]] {
+				i++
+			}
+			if i >= len(b) {
+				s.i = i
+				return esc, s.fail(ReasonInvalidJSON, "unterminated string")
+			}
 		}
 		c := b[i]
 		switch {
@@ -330,6 +392,10 @@ func (s *scanner) str() (esc bool, ok bool) {
 			s.i = i
 			return esc, s.fail(ReasonInvalidJSON, "control character in string")
 		default: // non-ASCII: must be well-formed UTF-8
+			if n := utf8Short(b[i:]); n > 0 {
+				i += n
+				continue
+			}
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n <= 1 {
 				s.badUTF8 = true
