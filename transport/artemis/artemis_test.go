@@ -4,12 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/url"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/artemis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -44,43 +41,26 @@ func openTransport(t testing.TB, opts ...artemis.Option) *artemis.Transport {
 // kitConfig runs the shared kits against the test broker, opening through the
 // artemis:// scheme as a user would.
 func kitConfig(t *testing.T) transporttest.Config {
-	raw := brokerURL(t)
-	var proxies sync.Map // transport.Transport → *faultproxy.Proxy
-	return transporttest.Config{
-		Open: func(t *testing.T) transport.Transport {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			u, err := url.Parse(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := faultproxy.New(u.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = p.Close() })
-			u.Host = p.Addr()
-			tr, err := transport.Open(ctx, u.String())
-			if err != nil {
-				t.Fatalf("transport.Open: %v", err)
-			}
-			proxies.Store(tr, p)
-			return tr
-		},
-		NoKeys:             true,
-		NativeRedeliveries: true,
-		// The connection goes away: the settle writes fail and the receiver's link
-		// with it, so Artemis gives the delivery back; the consumer attaches again once
-		// the broker is back.
-		BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
-			p, _ := proxies.Load(tr)
-			p.(*faultproxy.Proxy).Down()
-			return p.(*faultproxy.Proxy).Up
-		},
+	cfg := transporttest.Config{
+		NoKeys:                true,
+		NativeRedeliveries:    true,
 		PrefetchBound:         true,
 		SettleAfterClose:      true,
 		RefusesBadSettlements: true,
 	}
+	// Breaking the settle writes takes the connection away: the receiver's link goes
+	// with it, so Artemis gives the delivery back, and the consumer attaches again once
+	// the broker is back.
+	cfg.OpenThroughProxy(brokerURL(t), func(t *testing.T, u string) transport.Transport {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		tr, err := transport.Open(ctx, u)
+		if err != nil {
+			t.Fatalf("transport.Open: %v", err)
+		}
+		return tr
+	})
+	return cfg
 }
 
 func TestTransportKit(t *testing.T) {

@@ -52,70 +52,27 @@ func TestURLDurationGrammar(t *testing.T) {
 func TestSizeLimit(t *testing.T) {
 	c := client(t)
 	cleanKeys(t, c, "*bqtest-size-*")
-	tr := bqredis.New(c, bqredis.WithMaxMessageSize(64))
-	defer tr.Close(context.Background())
-	ctx := ctxT(t)
-	q := transporttest.UniqueName("bqtest-size")
-	big := []byte(`{"job":"urn:babel:x:y","data":"` + strings.Repeat("x", 64) + `"}`)
-	err := tr.Publish(ctx, &transport.Message{Queue: q, Body: big})
-	var tl *transport.TooLargeError
-	if !errors.As(err, &tl) || tl.Limit != 64 || tl.Size != len(big) || tl.Broker != "redis" {
-		t.Fatalf("Publish of %d bytes with a limit of 64 = %v, want a TooLargeError", len(big), err)
-	}
-	// A small body with headers: the frame is what Redis stores, and it is too long.
-	err = tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{}`), Headers: map[string]string{"traceparent": strings.Repeat("0", 60)}})
+	cfg := transporttest.Config{NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqtest-size") }}
+	transporttest.RunSizeLimit(t, cfg, "redis", func(_ *testing.T, limit int) transport.Transport {
+		return bqredis.New(c, bqredis.WithMaxMessageSize(limit))
+	})
+	// What Redis stores is the header frame around a body: it counts.
+	tr := bqredis.New(c, bqredis.WithMaxMessageSize(transporttest.SizeLimit))
+	err := tr.Publish(ctxT(t), &transport.Message{Queue: transporttest.UniqueName("bqtest-size"), Body: []byte(`{}`),
+		Headers: map[string]string{"traceparent": strings.Repeat("0", transporttest.SizeLimit)}})
 	if !errors.Is(err, transport.ErrTooLarge) {
 		t.Fatalf("Publish whose header frame is over the limit = %v, want ErrTooLarge", err)
 	}
-	err = tr.PublishConfirmed(ctx, []*transport.Message{{Queue: q, Body: []byte(`{"n":1}`)}, {Queue: q, Body: big}, {Queue: q, Body: []byte(`{"n":3}`)}})
-	var be *transport.BatchError
-	if !errors.As(err, &be) || !errors.Is(err, transport.ErrTooLarge) {
-		t.Fatalf("PublishConfirmed with an oversized message = %v, want a BatchError matching ErrTooLarge", err)
-	}
-	cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close(context.Background())
-	d := transporttest.Receive(t, cons, 10*time.Second)
-	err = cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: q + ".dlq", Body: big}}})
-	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, transport.ErrTooLarge) {
-		t.Fatalf("an oversized settle write = %v, want ErrSettleWrite and ErrTooLarge", err)
-	}
-	if n := c.LLen(ctx, q+":processing").Val(); n != 1 {
-		t.Fatalf("%d reservations after the refused settle write, want 1 (nothing acknowledged)", n)
-	}
-	if n := c.Exists(ctx, q+".dlq").Val(); n != 0 {
-		t.Fatal("the refused settle write reached Redis")
-	}
-	if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-		t.Fatalf("Ack after the refused write: %v", err)
-	}
-	d = transporttest.Receive(t, cons, 10*time.Second)
-	if string(d.Body) != `{"n":3}` {
-		t.Fatalf("the batch wrote %q after the refused message, want {\"n\":3}", d.Body)
-	}
-	if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-		t.Fatal(err)
-	}
 }
 
-// A transport opened by URL logs through the logger the runtime hands its opener, and
-// so do go-redis's own lines.
 func TestOpenerLogsThroughTheAppLogger(t *testing.T) {
-	logs := &transporttest.LogBuffer{}
-	ctx := transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(logs, nil)))
-	tr, err := transport.Open(ctx, brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close(context.Background())
+	tr, logs := transporttest.OpenWithLogger(t, brokerURL(t))
 	bqredis.LogForTest(tr, "probe from the test")
 	if !strings.Contains(logs.String(), "probe from the test") {
 		t.Fatalf("the transport does not log through the opener's logger; got %q", logs.String())
 	}
 	// go-redis logs a pool that cannot dial; the line reaches the opener's logger.
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, cancel := context.WithTimeout(transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(logs, nil))), 5*time.Second)
 	defer cancel()
 	if _, err := transport.Open(dctx, "redis://127.0.0.1:1/0?dial_timeout=200ms&max_retries=0"); err == nil {
 		t.Fatal("Open of a port where nothing listens succeeded")

@@ -38,7 +38,7 @@ func TestOutageDoesNotLeakPrefetchSlots(t *testing.T) {
 			raw := brokerURL(t)
 			admin := client(t)
 			cleanKeys(t, admin, "*bqtest-*")
-			u, proxy := proxied(t, raw)
+			u, cutRedis := transporttest.ProxyURL(t, raw)
 			q := transporttest.UniqueName("bqtest")
 			const total, workers = 120, 4
 
@@ -77,9 +77,9 @@ func TestOutageDoesNotLeakPrefetchSlots(t *testing.T) {
 					// Every worker is inside a handler now: cut Redis away for 5 s.
 					cut.Do(func() {
 						go func() {
-							proxy.Down()
+							restore := cutRedis()
 							time.Sleep(5 * time.Second)
-							proxy.Up()
+							restore()
 							close(cutDone)
 						}()
 					})

@@ -6,17 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -72,49 +69,24 @@ func TestTransportKit(t *testing.T) {
 			c := client(t)
 			tag := fmt.Sprintf("bqtest-l%d", i)
 			cleanKeys(t, c, "*"+tag+"-*")
-			var proxies sync.Map // transport.Transport → *faultproxy.Proxy
 			cfg := transporttest.Config{
-				Open: func(t *testing.T) transport.Transport {
-					u, p := proxied(t, raw)
-					tr, err := transport.Open(ctxT(t), u+layout.query)
-					if err != nil {
-						t.Fatal(err)
-					}
-					proxies.Store(tr, p)
-					return tr
-				},
-				NewQueue: func(*testing.T) string { return transporttest.UniqueName(tag) },
-				NoKeys:   true,
-				BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
-					p, _ := proxies.Load(tr)
-					p.(*faultproxy.Proxy).Down()
-					return p.(*faultproxy.Proxy).Up
-				},
+				NewQueue:              func(*testing.T) string { return transporttest.UniqueName(tag) },
+				NoKeys:                true,
 				PrefetchBound:         true,
 				SettleAfterClose:      true,
 				RefusesBadSettlements: true,
 			}
+			cfg.OpenThroughProxy(raw+layout.query, func(t *testing.T, u string) transport.Transport {
+				tr, err := transport.Open(ctxT(t), u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tr
+			})
 			t.Run("Transport", func(t *testing.T) { transporttest.Run(t, cfg) })
 			t.Run("Runtime", func(t *testing.T) { transporttest.RunRuntime(t, cfg) })
 		})
 	}
-}
-
-// proxied returns raw with its host replaced by a loopback proxy to it, and the proxy
-// (closed at the end of the test).
-func proxied(t testing.TB, raw string) (string, *faultproxy.Proxy) {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	u.Host = p.Addr()
-	return u.String(), p
 }
 
 func TestOpenRejectsBadURLs(t *testing.T) {
