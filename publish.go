@@ -90,6 +90,12 @@ func (a *App) Prepare(ctx context.Context, urn string, data any, opts ...Publish
 	if err != nil {
 		return nil, err
 	}
+	return a.prepare(ctx, out)
+}
+
+// prepare runs the publish middleware on out and returns the wire message instead of
+// sending it.
+func (a *App) prepare(ctx context.Context, out *Outgoing) (*transport.Message, error) {
 	a.mu.RLock()
 	mw := a.pubMW
 	a.mu.RUnlock()
