@@ -365,7 +365,9 @@ func TestFailedSettleWriteLosesNothing(t *testing.T) {
 func TestLockRenewal(t *testing.T) {
 	hold := func(t *testing.T, opts ...Option) (b *fakeBroker, c transport.Consumer, settleErr error) {
 		b = newFakeBroker()
-		b.lockDuration = 200 * time.Millisecond
+		// Renewal at half the remaining lock time leaves 300 ms of slack: enough for a
+		// loaded machine running the race detector.
+		b.lockDuration = 600 * time.Millisecond
 		b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
 		tr := openFake(t, b, opts...)
 		c, err := tr.Consume(context.Background(), "orders", transport.ConsumeOptions{Prefetch: 1})
@@ -374,7 +376,7 @@ func TestLockRenewal(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = tr.Close(context.Background()) })
 		d := transporttest.Receive(t, c, 5*time.Second)
-		time.Sleep(1 * time.Second) // five lock durations of work
+		time.Sleep(2 * time.Second) // more than three lock durations of work
 		return b, c, c.Settle(context.Background(), d, transport.Settlement{Outcome: transport.Ack})
 	}
 	t.Run("auto", func(t *testing.T) {
@@ -422,13 +424,13 @@ func TestLockRenewal(t *testing.T) {
 // and the message is completed once, not redelivered.
 func TestLongHandlerThroughRuntime(t *testing.T) {
 	b := newFakeBroker()
-	b.lockDuration = 200 * time.Millisecond
+	b.lockDuration = 600 * time.Millisecond
 	b.inject("orders", &azservicebus.Message{Body: []byte(orderBody)}, 0)
 	a := runApp(t, openFake(t, b))
 	var calls atomic.Int32
 	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
 		calls.Add(1)
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 		return nil
 	})
 	stop := start(t, a)

@@ -34,6 +34,7 @@ type held struct {
 
 	extended time.Time   // last time its visibility was set; the heartbeat's alone
 	rewound  atomic.Bool // a Rewind made it visible: an extension racing it is undone
+	deleted  atomic.Bool // an Ack is deleting it: an extension racing it may fail
 }
 
 type consumer struct {
@@ -323,9 +324,17 @@ func (c *consumer) extend(hs []*held, timeout time.Duration) {
 		}
 	}
 	c.giveBack(rewound)
-	if err == nil && len(out.Failed) > 0 {
-		f := out.Failed[0]
-		err = fmt.Errorf("%d of %d refused: %s: %s", len(out.Failed), len(hs), aws.ToString(f.Code), aws.ToString(f.Message))
+	if err == nil {
+		// An extension that raced the message's own settle may fail; that is no news.
+		var failed []types.BatchResultErrorEntry
+		for _, f := range out.Failed {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err != nil || i < 0 || i >= len(hs) || !hs[i].deleted.Load() && !hs[i].rewound.Load() {
+				failed = append(failed, f)
+			}
+		}
+		if len(failed) > 0 {
+			err = fmt.Errorf("%d of %d refused: %s: %s", len(failed), len(hs), aws.ToString(failed[0].Code), aws.ToString(failed[0].Message))
+		}
 	}
 	if err != nil && c.ctx.Err() == nil {
 		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
@@ -385,6 +394,7 @@ func (c *consumer) settle(ctx context.Context, h *held, s transport.Settlement) 
 		if err != nil {
 			return err
 		}
+		h.deleted.Store(true)
 		if _, err := c.t.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{
 			QueueUrl:      aws.String(c.queueURL()),
 			ReceiptHandle: aws.String(h.receipt),
