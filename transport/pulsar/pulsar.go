@@ -528,6 +528,25 @@ func (t *Transport) createProducer(topic string, slot *producerSlot) {
 	close(slot.ready)
 }
 
+// dropProducer forgets the cached producer p of topic after a write through it failed,
+// and closes it in the background, so the next write gets a new one. pulsar-client-go
+// detaches a producer from its connection when the broker refuses a write with
+// NotAllowedError: its later writes reach the broker but their receipts are dropped,
+// so each one fails at the send timeout for ever (found by the fault suite, issue 16,
+// with a dead-letter topic whose maxMessageSize refused the dead letters for a while).
+func (t *Transport) dropProducer(topic string, p pc.Producer) {
+	t.mu.Lock()
+	slot, ok := t.producers[topic]
+	drop := ok && slot.p == p
+	if drop {
+		delete(t.producers, topic)
+	}
+	t.mu.Unlock()
+	if drop {
+		go p.Close()
+	}
+}
+
 // ErrEmptyBody is returned for a write with an empty body: the Pulsar Go client
 // discards a received message with an empty payload as corrupt, so such a write would be
 // lost.
@@ -556,6 +575,9 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		defer cancel()
 	}
 	_, err = p.Send(ctx, pm)
+	if err != nil {
+		t.dropProducer(m.Queue, p)
+	}
 	if err != nil && (errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize")) {
 		// The broker's maxMessageSize is below max_message_size. The client reports it
 		// with an error of its internal package, known only by its text.
