@@ -119,9 +119,10 @@ func TestFaults(t *testing.T) {
 					}
 					res.Form = form
 					t.Logf("%s, %s: published %d, handled %d, dead-lettered %d (+%d destroyed), missing %d, duplicates %d; "+
-						"recovery %s (bound %s, %s); fault lasted %s; took %.1fs",
+						"recovery %s (bound %s, %s); fault lasted %s; failed settlements %v, failed receives %d, dead-lettered again %d, longest pause %s; took %.1fs",
 						res.Broker, res.Scenario, res.Published, res.Handled, res.DeadLettered, res.Destroyed, res.Missing, res.Duplicates,
-						res.Recovery.Round(time.Millisecond), res.Bound, res.RecoveryOf, res.Down.Round(time.Millisecond), res.Elapsed)
+						res.Recovery.Round(time.Millisecond), res.Bound, res.RecoveryOf, res.Down.Round(time.Millisecond),
+						res.FailedSettles, res.ReceiveErrors, res.DeadLetteredAgain, res.Pause.Round(time.Millisecond), res.Elapsed)
 					for _, n := range res.Notes {
 						t.Log("  " + n)
 					}

@@ -49,10 +49,22 @@ func sqsBinding(t *testing.T, raw string) *faultsuite.Binding {
 	if endpoint == "" {
 		t.Fatalf("%s has no endpoint: the suite runs against ElasticMQ", transport.Redact(raw))
 	}
-	raw = withParams(raw, "visibility_timeout", strconv.Itoa(int(sqsVisibility/time.Second)), "wait_time", "1")
+	// The queues are made by Prepare, as infrastructure code makes them, and the
+	// transport is given their URLs' prefix: it never creates a queue (a deleted
+	// dead-letter queue would otherwise be created again by the next write).
+	raw = withParams(raw, "visibility_timeout", strconv.Itoa(int(sqsVisibility/time.Second)), "wait_time", "1",
+		"prefix", strings.TrimSuffix(endpoint, "/")+"/000000000000")
 	return &faultsuite.Binding{
 		Name: "SQS (ElasticMQ)",
 		URL:  func(faultsuite.Role, string) string { return raw },
+		Prepare: func(ctx context.Context, queue, dlq string) error {
+			for _, q := range []string{queue, dlq} {
+				if _, err := sqsCall(ctx, endpoint, "CreateQueue", "QueueName", q); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		BreakDLQ: func(ctx context.Context, _, dlq string) (func(context.Context) error, error) {
 			qurl, err := sqsCall(ctx, endpoint, "GetQueueUrl", "QueueName", dlq)
 			if err != nil {
@@ -73,11 +85,11 @@ func sqsBinding(t *testing.T, raw string) *faultsuite.Binding {
 			"not read yet are destroyed with it (counted apart, not missing)",
 		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.Kill: sqsVisibility + faultsuite.DefaultBound},
 		Settings: "visibility_timeout=5 (the consumer keeps it up for handlers still running): a killed worker's " +
-			"messages are received again after 5 s; wait_time=1 (long polls of 1 s)",
+			"messages are received again after 5 s; wait_time=1 (long polls of 1 s); prefix set, queues made beforehand",
 	}
 }
 
-// sqsAction finds a value in ElasticMQ's XML answers.
+// sqsQueueURL finds the queue URL in ElasticMQ's XML answers.
 var sqsQueueURL = regexp.MustCompile(`<QueueUrl>\s*([^<\s]+)\s*</QueueUrl>`)
 
 // sqsCall makes one call of SQS's query protocol to an ElasticMQ endpoint (which asks

@@ -516,6 +516,16 @@ type Result struct {
 	// Down is how long the fault lasted.
 	Down time.Duration `json:"down_ns"`
 
+	// FailedSettles (by action) and ReceiveErrors are what the workers saw of the
+	// fault: settlements that failed and were rewound, receives that failed.
+	// DeadLetteredAgain counts messages dead-lettered more than once (a pipelined
+	// dead-letter write that failed after Settle returned); Pause is the longest time
+	// in the fault in which no worker settled anything.
+	FailedSettles     map[string]int `json:"failed_settles,omitempty"`
+	ReceiveErrors     int            `json:"receive_errors,omitempty"`
+	DeadLetteredAgain int            `json:"dead_lettered_again,omitempty"`
+	Pause             time.Duration  `json:"pause_ns,omitempty"`
+
 	Method         string   `json:"method,omitempty"`
 	Settings       string   `json:"settings,omitempty"`
 	PublishRetries int      `json:"publish_retries,omitempty"`
@@ -590,14 +600,37 @@ func (r *run) result(started, published, drained time.Time) *Result {
 		}
 	case DLQFailure:
 		res.Method = r.b.DLQMethod
-		res.RecoveryOf = "from the dead-letter queue taking writes again until the first confirmed dead-letter write"
-		if at, ok := r.led.FirstActionAfter(babelqueue.ActionDeadLetter, r.healed); ok {
-			res.Recovery = at.Sub(r.healed)
-		} else {
+		last, n, never := r.led.Refused(r.healed)
+		res.RecoveryOf = fmt.Sprintf("from the dead-letter queue taking writes again until the %d messages whose dead-letter write it refused were dead-lettered", n)
+		switch {
+		case never > 0:
 			res.Stalled = true
+			res.RecoveryOf += fmt.Sprintf(" (%d never were)", never)
+		case last.After(r.healed):
+			res.Recovery = last.Sub(r.healed)
+		case n == 0:
+			// Nothing was refused: the first dead-letter write after the heal.
+			res.RecoveryOf = "from the dead-letter queue taking writes again until the first dead-letter write that held"
+			if at, ok := r.led.FirstFinalAfter(babelqueue.ActionDeadLetter, r.healed); ok {
+				res.Recovery = at.Sub(r.healed)
+			} else {
+				res.Stalled = true
+			}
 		}
 	}
 	res.Settings = r.b.Settings
+	res.FailedSettles, res.ReceiveErrors = c.FailedSettles, c.ReceiveErrors
+	// A fault the workers never noticed proves nothing.
+	res.DeadLetteredAgain = c.DeadLetteredAgain
+	if r.p.Scenario == Cut || r.p.Scenario == Restart {
+		res.Pause = r.led.LongestPause(r.injected, r.healed)
+	}
+	switch failed := sum(c.FailedSettles); {
+	case r.p.Scenario == DLQFailure && c.FailedSettles[string(babelqueue.ActionDeadLetter)]+c.DeadLetteredAgain == 0:
+		res.Problems = append(res.Problems, "no dead-letter write failed: the fault did not bite")
+	case (r.p.Scenario == Cut || r.p.Scenario == Restart) && failed+c.ReceiveErrors == 0 && res.Pause < r.p.Down/2:
+		res.Problems = append(res.Problems, "no worker saw a failed receive or settlement, nor stopped settling: the fault did not bite")
+	}
 	for _, p := range r.procs {
 		if p.killed.Load() {
 			continue
@@ -796,4 +829,12 @@ func tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

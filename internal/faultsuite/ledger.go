@@ -2,6 +2,7 @@ package faultsuite
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -25,6 +26,14 @@ type Ledger struct {
 	unknown  map[string]int         // ids seen that were never published
 	problems map[string]int         // things that must not happen, with how often
 	retries  int                    // publishes retried
+	failed   map[string]int         // settlements that failed, by action
+	recvErrs int                    // receives that failed
+	deadTry  map[string][]deadTry   // id -> its dead-letter settlements, whether they held or not
+}
+
+type deadTry struct {
+	at   time.Time
+	held bool
 }
 
 type record struct {
@@ -47,7 +56,8 @@ type settlement struct {
 func NewLedger(queue string) *Ledger {
 	return &Ledger{
 		queue: queue, msgs: map[string]*record{}, inflight: map[int]map[string]int{},
-		unknown: map[string]int{}, problems: map[string]int{},
+		unknown: map[string]int{}, problems: map[string]int{}, failed: map[string]int{},
+		deadTry: map[string][]deadTry{},
 	}
 }
 
@@ -102,13 +112,19 @@ func (l *Ledger) Apply(ev Event) {
 		if ev.Kind == string(babelqueue.KindPoison) || ev.Kind == string(babelqueue.KindUnknownURN) {
 			l.problems[fmt.Sprintf("a delivery settled as %s (%s)", ev.Kind, ev.Action)]++
 		}
+		if ev.Action == string(babelqueue.ActionDeadLetter) {
+			l.deadTry[ev.ID] = append(l.deadTry[ev.ID], deadTry{at: ev.Time(), held: ev.Err == ""})
+		}
 		if ev.Err != "" {
+			l.failed[ev.Action]++
 			return
 		}
 		l.settles = append(l.settles, settlement{at: ev.Time(), worker: ev.Worker, id: ev.ID, action: ev.Action})
 		if r := l.msgs[ev.ID]; r != nil && ev.Action == string(babelqueue.ActionDeadLetter) && r.deadAt.IsZero() {
 			r.deadAt = ev.Time()
 		}
+	case EvRecvErr:
+		l.recvErrs++
 	case EvHandled:
 		r := l.msgs[ev.ID]
 		switch {
@@ -226,18 +242,69 @@ func (l *Ledger) FirstSettleAfter(worker int, t time.Time) (time.Time, bool) {
 	return first, !first.IsZero()
 }
 
-// FirstActionAfter returns the time of the first settlement with action that held
-// after t, by any worker.
-func (l *Ledger) FirstActionAfter(action babelqueue.Action, t time.Time) (time.Time, bool) {
+// FirstFinalAfter returns the time of the first settlement with action that held
+// after t and was the last such settlement of its message: a dead-letter write after
+// which the message was not dead-lettered again (a settle write that a transport
+// confirms after Settle returned, and that failed, brings the message back).
+func (l *Ledger) FirstFinalAfter(action babelqueue.Action, t time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var first time.Time
+	last := map[string]time.Time{}
 	for _, s := range l.settles {
-		if s.action == string(action) && s.at.After(t) && (first.IsZero() || s.at.Before(first)) {
-			first = s.at
+		if s.action == string(action) && s.at.After(last[s.id]) {
+			last[s.id] = s.at
+		}
+	}
+	var first time.Time
+	for _, at := range last {
+		if at.After(t) && (first.IsZero() || at.Before(first)) {
+			first = at
 		}
 	}
 	return first, !first.IsZero()
+}
+
+// Refused reports how the messages whose dead-letter write was refused before t (it
+// failed, or was made again later) came through: when the last of them was
+// dead-lettered for good (after t), and how many never were. n is how many there were.
+func (l *Ledger) Refused(t time.Time) (last time.Time, n, never int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, tries := range l.deadTry {
+		first, final := tries[0], tries[len(tries)-1]
+		refused := len(tries) > 1 || !first.held
+		if !refused || !first.at.Before(t) {
+			continue
+		}
+		n++
+		switch {
+		case !final.held:
+			never++
+		case final.at.After(last):
+			last = final.at
+		}
+	}
+	return last, n, never
+}
+
+// LongestPause returns the longest time within [from, to] in which no worker made a
+// settlement that held: what a fault that stopped the consumers left.
+func (l *Ledger) LongestPause(from, to time.Time) time.Duration {
+	l.mu.Lock()
+	var at []time.Time
+	for _, s := range l.settles {
+		if !s.at.Before(from) && !s.at.After(to) {
+			at = append(at, s.at)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	longest, prev := time.Duration(0), from
+	for _, t := range append(at, to) {
+		longest = max(longest, t.Sub(prev))
+		prev = t
+	}
+	return longest
 }
 
 // TakenBack returns when the last of ids was settled (and held) by a worker other than
@@ -275,13 +342,25 @@ type Counts struct {
 	Duplicates   int // handlings of a good message past its first, dead letters past the first
 	Retries      int // publishes retried
 	Unknown      int // ids seen that were never published
+	// FailedSettles are the settlements that failed (and were rewound), by action;
+	// ReceiveErrors the receives that failed: what the workers saw of a fault.
+	FailedSettles map[string]int
+	ReceiveErrors int
+	// DeadLetteredAgain are the messages dead-lettered more than once: a dead-letter
+	// write that failed after Settle returned (a pipelined one) brought them back.
+	DeadLetteredAgain int
 }
 
 // Counts returns the account so far.
 func (l *Ledger) Counts() Counts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := Counts{Published: len(l.msgs), Retries: l.retries, Unknown: len(l.unknown)}
+	c := Counts{Published: len(l.msgs), Retries: l.retries, Unknown: len(l.unknown), FailedSettles: maps.Clone(l.failed), ReceiveErrors: l.recvErrs}
+	for _, tries := range l.deadTry {
+		if len(tries) > 1 {
+			c.DeadLetteredAgain++
+		}
+	}
 	for _, r := range l.msgs {
 		switch {
 		case r.failing:
