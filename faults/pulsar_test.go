@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -15,6 +17,9 @@ import (
 
 	_ "github.com/babelqueue-go/babelqueue/transport/pulsar"
 )
+
+// pulsarSendTimeout is the runs' send timeout.
+const pulsarSendTimeout = 5 * time.Second
 
 var pulsarBroker = broker{
 	name: "Pulsar",
@@ -55,6 +60,11 @@ func pulsarBinding(t *testing.T, raw, admin string) *faultsuite.Binding {
 		}
 		return nil
 	}
+	// A write the broker refuses fails only at the send timeout: pulsar-client-go drops
+	// the producer's pending writes from its connection on NotAllowedError, without an
+	// answer (the transport then replaces the producer). The send timeout bounds how
+	// long a refused dead-letter write holds a worker.
+	raw = withParams(raw, "send_timeout", strconv.Itoa(int(pulsarSendTimeout/time.Second)))
 	return &faultsuite.Binding{
 		Name: "Pulsar",
 		URL:  func(faultsuite.Role, string) string { return raw },
@@ -66,7 +76,10 @@ func pulsarBinding(t *testing.T, raw, admin string) *faultsuite.Binding {
 		},
 		DLQMethod: "the dead-letter topic's maxMessageSize topic policy set to 64 bytes (admin REST API): the broker " +
 			"refuses every dead letter; healed by removing the policy",
-		Settings: "shared subscription; unacknowledged messages of a closed (or killed) consumer are redelivered at once; " +
+		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.DLQFailure: pulsarSendTimeout + faultsuite.DefaultBound},
+		Settings: "send_timeout=5 (default 30 s): a write the broker refuses fails only when it times out " +
+			"(pulsar-client-go leaves it unanswered), so it bounds how long a refused dead-letter write holds a worker; " +
+			"shared subscription: unacknowledged messages of a closed (or killed) consumer are redelivered at once; " +
 			"acknowledgements wait for the broker's answer",
 	}
 }

@@ -34,6 +34,8 @@ type Event struct {
 	Action   string `json:"action,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Err      string `json:"err,omitempty"`
+	// Took is how long a settlement took, in nanoseconds: it began at At-Took.
+	Took int64 `json:"took,omitempty"`
 }
 
 // Time is the event's wall-clock time.

@@ -32,8 +32,8 @@ type Ledger struct {
 }
 
 type deadTry struct {
-	at   time.Time
-	held bool
+	began, at time.Time
+	held      bool
 }
 
 type record struct {
@@ -113,7 +113,7 @@ func (l *Ledger) Apply(ev Event) {
 			l.problems[fmt.Sprintf("a delivery settled as %s (%s)", ev.Kind, ev.Action)]++
 		}
 		if ev.Action == string(babelqueue.ActionDeadLetter) {
-			l.deadTry[ev.ID] = append(l.deadTry[ev.ID], deadTry{at: ev.Time(), held: ev.Err == ""})
+			l.deadTry[ev.ID] = append(l.deadTry[ev.ID], deadTry{began: ev.Time().Add(-time.Duration(ev.Took)), at: ev.Time(), held: ev.Err == ""})
 		}
 		if ev.Err != "" {
 			l.failed[ev.Action]++
@@ -264,8 +264,8 @@ func (l *Ledger) FirstFinalAfter(action babelqueue.Action, t time.Time) (time.Ti
 	return first, !first.IsZero()
 }
 
-// Refused reports how the messages whose dead-letter write was refused before t (it
-// failed, or was made again later) came through: when the last of them was
+// Refused reports how the messages whose dead-letter write was refused, begun before t
+// (it failed, or was made again later), came through: when the last of them was
 // dead-lettered for good (after t), and how many never were. n is how many there were.
 func (l *Ledger) Refused(t time.Time) (last time.Time, n, never int) {
 	l.mu.Lock()
@@ -273,7 +273,7 @@ func (l *Ledger) Refused(t time.Time) (last time.Time, n, never int) {
 	for _, tries := range l.deadTry {
 		first, final := tries[0], tries[len(tries)-1]
 		refused := len(tries) > 1 || !first.held
-		if !refused || !first.at.Before(t) {
+		if !refused || !first.began.Before(t) {
 			continue
 		}
 		n++

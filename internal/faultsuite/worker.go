@@ -223,7 +223,8 @@ func (o observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
 }
 
 func (o observer) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
-	ev := Event{Ev: EvSettled, ID: e.Delivery.ID, Kind: string(e.Kind), Action: string(e.Action), Reason: e.Reason, Attempts: e.Attempts}
+	ev := Event{Ev: EvSettled, ID: e.Delivery.ID, Kind: string(e.Kind), Action: string(e.Action), Reason: e.Reason,
+		Attempts: e.Attempts, Took: int64(e.Duration)}
 	if e.Err != nil {
 		ev.Err = e.Err.Error()
 	}
