@@ -80,6 +80,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -127,29 +128,28 @@ type Entry[H any] struct {
 	// Value is the driver's bookkeeping for the delivery (a delivery tag, a receipt).
 	Value H
 
-	l      *Ledger[H]
-	seq    uint64
-	state  state // guarded by l.mu
-	cause  error // takenBack: the error a Settle returns; guarded by l.mu
-	failed bool  // an Ack of it failed: its Rewind is no recovery; guarded by l.mu
+	l          *Ledger[H]
+	prev, next *Entry[H] // the ledger's list of held entries, oldest first; guarded by l.mu
+	held       bool      // in the list, holding a slot; guarded by l.mu
+	state      state     // guarded by l.mu
+	cause      error     // takenBack: the error a Settle returns; guarded by l.mu
+	failed     bool      // an Ack of it failed: its Rewind is no recovery; guarded by l.mu
 }
 
 // Ledger is one consumer's account of the deliveries it handed out.
 type Ledger[H any] struct {
 	cfg      Config
 	outcomes []transport.Outcome
-
-	mu       sync.Mutex
-	held     map[*Entry[H]]struct{} // handed out, holding a slot
-	reserved int                    // slots Acquire granted that Hand has not used
-	seq      uint64
-	closed   bool
-	waiters  int           // Acquire and Pause calls waiting on changed
-	changed  chan struct{} // closed and replaced when a waiter may go on
+	slots    chan struct{} // one token per delivery held or slot reserved by Acquire
 	done     chan struct{} // closed by Close
 
-	failures   int       // settle failures in a row
-	pauseUntil time.Time // Acquire and Pause wait until then
+	mu         sync.Mutex
+	head, tail *Entry[H] // the held entries, in hand-out order
+	n          int       // len of the list
+	closed     bool
+
+	failures   int          // settle failures in a row; guarded by mu
+	pauseUntil atomic.Int64 // Unix ns: Acquire and Pause wait until then; 0 when not paused
 }
 
 // New returns an empty ledger.
@@ -172,8 +172,7 @@ func New[H any](cfg Config) *Ledger[H] {
 	return &Ledger[H]{
 		cfg:      cfg,
 		outcomes: slices.Clone(outcomes),
-		held:     make(map[*Entry[H]]struct{}, cfg.Prefetch),
-		changed:  make(chan struct{}),
+		slots:    make(chan struct{}, cfg.Prefetch),
 		done:     make(chan struct{}),
 	}
 }
@@ -188,91 +187,60 @@ func (l *Ledger[H]) Done() <-chan struct{} { return l.done }
 func (l *Ledger[H]) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.held)
+	return l.n
 }
 
 // Room counts the free slots: the prefetch less the deliveries held and the slots
 // Acquire granted and Hand has not used.
-func (l *Ledger[H]) Room() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cfg.Prefetch - len(l.held) - l.reserved
-}
-
-// wakeLocked lets waiting Acquire and Pause calls look again.
-func (l *Ledger[H]) wakeLocked() {
-	if l.waiters == 0 {
-		return
-	}
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
+func (l *Ledger[H]) Room() int { return cap(l.slots) - len(l.slots) }
 
 // Acquire waits for a free slot and for the backoff after failed settlements, then
 // reserves the slot for the delivery the caller is about to hand out with [Ledger.Hand]
 // (or gives back with [Ledger.Unacquire]). It returns ctx.Err() when ctx ends and
 // [transport.ErrClosed] once the ledger is closed.
 func (l *Ledger[H]) Acquire(ctx context.Context) error {
-	return l.wait(ctx, true)
+	if err := l.Pause(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-l.done:
+		return transport.ErrClosed
+	default:
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return nil // a Hand after a Close that comes now frees it again
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.done:
+		return transport.ErrClosed
+	}
 }
 
 // Pause waits out the backoff after failed settlements, for drivers that do not use
-// [Ledger.Acquire]. It returns ctx.Err() when ctx ends and [transport.ErrClosed] once
-// the ledger is closed.
+// [Ledger.Acquire]. It returns ctx.Err() when ctx ends, and [transport.ErrClosed] when
+// the ledger closes while it waits.
 func (l *Ledger[H]) Pause(ctx context.Context) error {
-	return l.wait(ctx, false)
-}
-
-func (l *Ledger[H]) wait(ctx context.Context, slot bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			return transport.ErrClosed
-		}
-		pause := time.Until(l.pauseUntil)
-		free := !slot || len(l.held)+l.reserved < l.cfg.Prefetch
-		if pause <= 0 && free {
-			if slot {
-				l.reserved++
-			}
-			l.mu.Unlock()
-			return nil
-		}
-		changed := l.changed
-		l.waiters++
-		l.mu.Unlock()
-		var due <-chan time.Time
-		if pause > 0 {
-			if timer == nil {
-				timer = time.NewTimer(pause)
-			} else {
-				timer.Reset(pause)
-			}
-			due = timer.C
-		}
-		var err error
-		select {
-		case <-changed:
-		case <-due:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		l.mu.Lock()
-		l.waiters--
-		l.mu.Unlock()
-		if err != nil {
-			return err
-		}
+	until := l.pauseUntil.Load()
+	if until == 0 {
+		return nil // the common case: no settle failing
+	}
+	wait := time.Until(time.Unix(0, until))
+	if wait <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.done:
+		return transport.ErrClosed
 	}
 }
 
@@ -290,31 +258,31 @@ func (l *Ledger[H]) Receive(ctx context.Context, receive func(context.Context) (
 	return d, err
 }
 
+// free gives one slot token back.
+func (l *Ledger[H]) free() {
+	select {
+	case <-l.slots:
+	default:
+	}
+}
+
 // Unacquire gives back a slot [Ledger.Acquire] granted when no delivery was handed out
 // under it (the receive failed or ctx ended).
-func (l *Ledger[H]) Unacquire() {
-	l.mu.Lock()
-	if l.reserved > 0 {
-		l.reserved--
-		l.wakeLocked()
-	}
-	l.mu.Unlock()
-}
+func (l *Ledger[H]) Unacquire() { l.free() }
 
 // Hand records v as handed out under the slot [Ledger.Acquire] granted. When the
 // ledger closed meanwhile it frees the slot and returns [transport.ErrClosed]: the
 // driver gives v back to the broker itself.
 func (l *Ledger[H]) Hand(v H) (*Entry[H], error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.reserved > 0 {
-		l.reserved--
-	}
 	if l.closed {
-		l.wakeLocked()
+		l.mu.Unlock()
+		l.free()
 		return nil, transport.ErrClosed
 	}
-	return l.addLocked(v), nil
+	e := l.linkLocked(v)
+	l.mu.Unlock()
+	return e, nil
 }
 
 // Add records v as handed out without [Ledger.Acquire], for a driver that checks
@@ -325,13 +293,23 @@ func (l *Ledger[H]) Add(v H) (*Entry[H], error) {
 	if l.closed {
 		return nil, transport.ErrClosed
 	}
-	return l.addLocked(v), nil
+	select {
+	case l.slots <- struct{}{}:
+	default: // the driver went over its room: the entry is held all the same
+	}
+	return l.linkLocked(v), nil
 }
 
-func (l *Ledger[H]) addLocked(v H) *Entry[H] {
-	l.seq++
-	e := &Entry[H]{Value: v, l: l, seq: l.seq}
-	l.held[e] = struct{}{}
+// linkLocked appends a new entry for v to the list of held entries.
+func (l *Ledger[H]) linkLocked(v H) *Entry[H] {
+	e := &Entry[H]{Value: v, l: l, held: true, prev: l.tail}
+	if l.tail != nil {
+		l.tail.next = e
+	} else {
+		l.head = e
+	}
+	l.tail = e
+	l.n++
 	return e
 }
 
@@ -349,12 +327,25 @@ func (l *Ledger[H]) Withdraw(e *Entry[H]) bool {
 	return true
 }
 
-// releaseLocked frees e's slot, once.
+// releaseLocked unlinks e and frees its slot, once.
 func (l *Ledger[H]) releaseLocked(e *Entry[H]) {
-	if _, ok := l.held[e]; ok {
-		delete(l.held, e)
-		l.wakeLocked()
+	if !e.held {
+		return
 	}
+	e.held = false
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	l.n--
+	l.free()
 }
 
 // Validate checks a settlement against the outcomes offered: writes only with Ack,
@@ -451,14 +442,13 @@ func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error
 		if l.failures > 0 {
 			logRecovered, failures = true, l.failures
 			l.failures = 0
-			l.pauseUntil = time.Time{}
-			l.wakeLocked()
+			l.pauseUntil.Store(0)
 		}
 	case !taken:
 		l.failures++
 		failures = l.failures
 		backoff = min(l.cfg.MinBackoff<<min(failures-1, 20), l.cfg.MaxBackoff)
-		l.pauseUntil = time.Now().Add(backoff)
+		l.pauseUntil.Store(time.Now().Add(backoff).UnixNano())
 		// Once at the start of a run of failures and at each doubling of the count.
 		logFailure = failures&(failures-1) == 0
 	}
@@ -493,23 +483,12 @@ func (l *Ledger[H]) Open(keep func(H) bool) []*Entry[H] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []*Entry[H]
-	for e := range l.held {
+	for e := l.head; e != nil; e = e.next {
 		if e.state == open && (keep == nil || keep(e.Value)) {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Entry[H]) int { return compare(a.seq, b.seq) })
 	return out
-}
-
-func compare(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Close closes the ledger and returns the values of the entries still open, oldest
@@ -525,22 +504,16 @@ func (l *Ledger[H]) Close() []H {
 	}
 	l.closed = true
 	close(l.done)
-	var back []*Entry[H]
-	for e := range l.held {
+	var out []H
+	for e := l.head; e != nil; {
+		next := e.next
 		if e.state == open {
-			back = append(back, e)
+			e.state = givenBack
+			out = append(out, e.Value)
+			l.releaseLocked(e)
 		}
+		e = next
 	}
-	slices.SortFunc(back, func(a, b *Entry[H]) int { return compare(a.seq, b.seq) })
-	out := make([]H, len(back))
-	for i, e := range back {
-		e.state = givenBack
-		delete(l.held, e)
-		out[i] = e.Value
-	}
-	l.reserved = 0
-	close(l.changed) // wake every waiter, even those not counted yet
-	l.changed = make(chan struct{})
 	return out
 }
 

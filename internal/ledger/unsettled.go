@@ -1,7 +1,5 @@
 package ledger
 
-import "slices"
-
 // Unsettled returns the entries handed out and not finished, oldest first: the open
 // ones and those being settled, for which keep returns true (all of them when keep is
 // nil). A driver that keeps a broker-side lease alive while a delivery is held (an SQS
@@ -11,11 +9,10 @@ func (l *Ledger[H]) Unsettled(keep func(H) bool) []*Entry[H] {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []*Entry[H]
-	for e := range l.held {
+	for e := l.head; e != nil; e = e.next {
 		if (e.state == open || e.state == settling) && (keep == nil || keep(e.Value)) {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Entry[H]) int { return compare(a.seq, b.seq) })
 	return out
 }

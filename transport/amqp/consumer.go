@@ -32,7 +32,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		prefetch: prefetch,
 		tag:      "babelqueue-go-" + randomHex(8),
 		changed:  make(chan struct{}),
-		book:     ledger.New[*handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
+		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	s, err := c.open(ctx)
 	if err != nil {
@@ -66,7 +66,7 @@ type consumer struct {
 	// new channel after a reconnect gets a fresh broker prefetch while deliveries of
 	// the dead one are still held) and their settle state. Closing it stops the
 	// consumer.
-	book      *ledger.Ledger[*handle]
+	book      *ledger.Ledger[handle]
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -195,14 +195,7 @@ func (c *consumer) current(ctx context.Context, stale *session) (*session, error
 
 // Receive returns the next delivery, once a prefetch slot is free.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := c.book.Acquire(ctx); err != nil {
-		return nil, err
-	}
-	d, err := c.receive(ctx)
-	if err != nil {
-		c.book.Unacquire()
-	}
-	return d, err
+	return c.book.Receive(ctx, c.receive)
 }
 
 func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
@@ -218,7 +211,7 @@ func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 				stale = s
 				continue
 			}
-			e, err := c.book.Hand(&handle{s: s, tag: d.DeliveryTag})
+			e, err := c.book.Hand(handle{s: s, tag: d.DeliveryTag})
 			if err != nil { // closed meanwhile: closing the channel gives it back
 				return nil, err
 			}
@@ -233,7 +226,7 @@ func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 
 // delivery turns what the broker sent into a transport.Delivery. Nothing in it can
 // panic: unexpected header types are skipped.
-func (c *consumer) delivery(e *ledger.Entry[*handle], d *amqp091.Delivery) *transport.Delivery {
+func (c *consumer) delivery(e *ledger.Entry[handle], d *amqp091.Delivery) *transport.Delivery {
 	out := &transport.Delivery{
 		Queue:  c.queue,
 		Body:   d.Body,
@@ -376,7 +369,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transpo
 	return c.book.Finish(e, st, c.settle(ctx, e.Value, st))
 }
 
-func (c *consumer) settle(ctx context.Context, h *handle, st transport.Settlement) error {
+func (c *consumer) settle(ctx context.Context, h handle, st transport.Settlement) error {
 	if h.s.ch.IsClosed() {
 		if st.Outcome == transport.Rewind {
 			return nil // the broker redelivers it: that is what a rewind asks for

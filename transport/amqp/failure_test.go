@@ -102,7 +102,7 @@ func TestSettleAfterConnectionLoss(t *testing.T) {
 	k.killAll()
 
 	// Wait until the channel is seen dead (the client notices the socket at once).
-	h := d.Handle.(*ledger.Entry[*handle]).Value
+	h := d.Handle.(*ledger.Entry[handle]).Value
 	for i := 0; !h.s.ch.IsClosed(); i++ {
 		if i > 200 {
 			t.Fatal("channel still open after the socket died")

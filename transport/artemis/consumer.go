@@ -22,7 +22,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	}
 	credit := int32(min(max(opts.Prefetch, 1), math.MaxInt32))
 	c := &consumer{t: t, queue: queue, credit: credit,
-		book: ledger.New[*handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
+		book: ledger.New[handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
 	if _, err := c.link(ctx); err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ type consumer struct {
 	// book holds the deliveries handed out and not settled: their prefetch slots (a
 	// receiver attached after a lost link gets fresh credit while deliveries of the
 	// old one are still held) and their settle state. Closing it stops the consumer.
-	book *ledger.Ledger[*handle]
+	book *ledger.Ledger[handle]
 
 	mu     sync.Mutex // guards sess, recv, closed; held while attaching
 	sess   *amqp.Session
@@ -108,14 +108,7 @@ func (c *consumer) unlink(r *amqp.Receiver, err error) {
 // connection is attached again, backing off between attempts, until ctx ends or the
 // consumer is closed.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := c.book.Acquire(ctx); err != nil {
-		return nil, err
-	}
-	d, err := c.receive(ctx)
-	if err != nil {
-		c.book.Unacquire()
-	}
-	return d, err
+	return c.book.Receive(ctx, c.receive)
 }
 
 func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
@@ -130,7 +123,7 @@ func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 			var msg *amqp.Message
 			msg, err = r.Receive(ctx, nil)
 			if err == nil {
-				e, herr := c.book.Hand(&handle{recv: r, msg: msg})
+				e, herr := c.book.Hand(handle{recv: r, msg: msg})
 				if herr != nil { // closed meanwhile: detaching gives it back
 					return nil, herr
 				}
@@ -204,7 +197,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
 }
 
-func (c *consumer) settle(ctx context.Context, h *handle, s transport.Settlement) error {
+func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement) error {
 	if s.Outcome == transport.Rewind {
 		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: true})
 		if err != nil && !linkGone(err) {
