@@ -18,11 +18,19 @@ import (
 
 var _ transport.Browser = (*Transport)(nil)
 
-// browseVisibility is how long a browse hides each message it has read, so that the
-// next receive of the walk returns another one. The browse makes them visible again
-// as soon as it has read the queue; a process that dies meanwhile leaves them hidden
-// this long.
-const browseVisibility = 60 * time.Second
+// A browse hides each message it has read, so that the next receive of the walk
+// returns another one, for about twice as long as the walk should take (at
+// browseRate messages a second), within these bounds. The browse makes them visible
+// again as soon as it has read the queue; a process that dies meanwhile leaves them
+// hidden that long.
+const (
+	browseRate          = 300
+	minBrowseVisibility = 5 * time.Second
+	maxBrowseVisibility = 12 * time.Hour
+)
+
+// browseRetries bounds the receives of a walk that may fail in a row.
+const browseRetries = 5
 
 // Browse reads up to limit messages of a standard queue from the cursor from, without
 // deleting any. SQS can be read only by receiving, and a receive with a visibility
@@ -106,33 +114,52 @@ type walked struct {
 func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, error) {
 	seen := map[string]bool{}
 	var out []walked
-	var receipts []string
+	receipts := map[string]string{} // message id → its latest receipt handle
 	defer func() { t.reveal(context.WithoutCancel(ctx), queue, url, receipts) }()
+	vis, err := t.browseVisibility(ctx, url)
+	if err != nil && isMissingQueue(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
+	}
+	// A receive whose answer did not arrive may have hidden up to ten messages the
+	// walk never saw: they come back once vis has passed, and the walk waits for them.
+	var lostAt time.Time
+	failures, start := 0, time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		round := time.Now()
 		res, err := t.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(url),
 			MaxNumberOfMessages:         maxBatch,
 			WaitTimeSeconds:             1,
-			VisibilityTimeout:           int32(browseVisibility / time.Second),
+			VisibilityTimeout:           int32((vis + time.Second - 1) / time.Second),
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameSentTimestamp},
-		})
+		}, func(o *awssqs.Options) { o.RetryMaxAttempts = 1 }) // a retry would hide a lost batch silently
 		if err != nil && isMissingQueue(err) && len(out) == 0 {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
+			if failures++; failures > browseRetries || ctx.Err() != nil {
+				return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
+			}
+			lostAt = time.Now()
+			t.log.Debug("sqs: a receive of a browse failed; its messages, if any, are waited for", "queue", queue, "back_in", vis, "error", err)
+			time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
+			continue
 		}
+		failures = 0
 		fresh := 0
 		for i := range res.Messages {
 			m := &res.Messages[i]
-			if m.ReceiptHandle != nil {
-				receipts = append(receipts, *m.ReceiptHandle)
-			}
 			id := aws.ToString(m.MessageId)
+			if m.ReceiptHandle != nil {
+				receipts[id] = *m.ReceiptHandle
+			}
 			if seen[id] {
 				continue
 			}
@@ -143,31 +170,84 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 			sent, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
 			out = append(out, walked{pos: sentPos{sent: sent, id: id}, d: d})
 		}
-		// Nothing new: the queue is read (or what is left came round again).
-		if fresh == 0 {
+		if lostAt.IsZero() {
+			// Nothing new: the queue is read (or what is left came round again).
+			if fresh == 0 {
+				break
+			}
+			continue
+		}
+		// A lost receive's messages come back once its visibility lapses, behind
+		// messages read earlier whose own lapsed meanwhile (read again, they hide
+		// again): only an empty receive after that says the queue is read.
+		back := lostAt.Add(vis + 2*time.Second)
+		if len(res.Messages) == 0 && round.After(back) {
 			break
+		}
+		if time.Since(start) > 4*vis+time.Minute {
+			return nil, fmt.Errorf("sqs: browse %q: the queue could not be read whole within %s", queue, time.Since(start).Round(time.Second))
+		}
+		if len(res.Messages) == 0 {
+			select {
+			case <-time.After(min(time.Until(back), time.Second)):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].pos.lessOrEqual(out[j].pos) && out[i].pos != out[j].pos })
 	return out, nil
 }
 
+// browseVisibility is how long a walk of the queue hides what it read: about twice
+// the time the walk should take, from the queue's approximate size.
+func (t *Transport) browseVisibility(ctx context.Context, url string) (time.Duration, error) {
+	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
+		v, _ := strconv.Atoi(out.Attributes[string(k)])
+		n += v
+	}
+	vis := 2*time.Duration(n)*time.Second/browseRate + minBrowseVisibility
+	return min(vis, maxBrowseVisibility), nil
+}
+
 // reveal makes the messages of receipts visible again, ten at a time.
-func (t *Transport) reveal(ctx context.Context, queue, url string, receipts []string) {
+func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[string]string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	receipts := make([]string, 0, len(byID))
+	for _, r := range byID {
+		receipts = append(receipts, r)
+	}
 	for start := 0; start < len(receipts); start += maxBatch {
 		batch := receipts[start:min(start+maxBatch, len(receipts))]
 		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
 		for i, r := range batch {
 			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: 0}
 		}
-		out, err := t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
-		if err == nil && out != nil && len(out.Failed) > 0 {
-			err = fmt.Errorf("%d of %d refused: %s", len(out.Failed), len(batch), aws.ToString(out.Failed[0].Message))
+		var err error
+		for try := range 3 { // making a message visible twice does no harm
+			var out *awssqs.ChangeMessageVisibilityBatchOutput
+			out, err = t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
+			if err == nil && out != nil && len(out.Failed) > 0 {
+				err = fmt.Errorf("%d of %d refused: %s", len(out.Failed), len(batch), aws.ToString(out.Failed[0].Message))
+			}
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
 		}
 		if err != nil {
-			t.log.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "after", browseVisibility, "error", err)
+			t.log.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "error", err)
 		}
 	}
 }
