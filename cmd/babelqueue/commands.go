@@ -151,34 +151,6 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-func redrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	queue := fs.String("queue", "default", "the work queue whose dead-letter queue is redriven")
-	dlq := fs.String("dead-letter-queue", "", "the dead-letter queue (default: the broker's name for it, e.g. <queue>.dlq)")
-	max := fs.Int("n", 0, "move at most this many messages (0: all)")
-	idle := fs.Duration("idle", 2*time.Second, "stop once the dead-letter queue stayed empty this long")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	url, err := urlArg(fs)
-	if err != nil {
-		return err
-	}
-	opts := []babelqueue.Option{babelqueue.WithQueue(*queue), babelqueue.WithLogger(quietLogger(stderr))}
-	if *dlq != "" {
-		opts = append(opts, babelqueue.WithDeadLetterQueue(*dlq))
-	}
-	app, err := babelqueue.Open(ctx, url, opts...)
-	if err != nil {
-		return err
-	}
-	defer closeApp(app)
-	res, err := app.Redrive(ctx, *max, *idle)
-	fmt.Fprintf(stdout, "redrove %d message(s) from %s; %d left there (not envelopes)\n", res.Moved, app.DeadLetterQueue(), res.Kept)
-	return err
-}
-
 func printDelivery(w io.Writer, d *transport.Delivery) {
 	verdict := "envelope"
 	if env, err := envelope.Decode(d.Body); err != nil {

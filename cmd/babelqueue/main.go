@@ -32,7 +32,10 @@ Usage:
   babelqueue demo                               run a producer and workers on memory:// and show how each message settled
   babelqueue publish [flags] URL                publish one envelope
   babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
-  babelqueue redrive [flags] URL                move dead-lettered messages back to their queue
+  babelqueue redrive [flags] URL                move dead-lettered messages back to their queue (= dlq redrive)
+  babelqueue dlq stats|ls|show|redrive URL      look into a dead-letter queue and put messages back
+  babelqueue bridge [flags] SRC_URL DST_URL     move (or -copy) a queue between two brokers, byte for byte
+  babelqueue tail -trace ID URL[#queue,…]…      follow one trace across queues and brokers
   babelqueue schema check -registry DIR FILE... validate envelopes or data files against a babelqueue-registry
   babelqueue outbox relay -db DSN URL           publish the transactional outbox's rows (also: outbox migrate, outbox schema)
   babelqueue version                            print the SDK version
@@ -55,7 +58,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "consume":
 		err = consume(ctx, args[1:], stdout, stderr)
 	case "redrive":
-		err = redrive(ctx, args[1:], stdout, stderr)
+		err = dlqRedrive(ctx, "redrive", args[1:], stdout, stderr)
+	case "dlq":
+		err = dlqCmd(ctx, args[1:], stdout, stderr)
+	case "bridge":
+		err = bridgeCmd(ctx, args[1:], stdout, stderr)
+	case "tail":
+		err = tailCmd(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "outbox":
@@ -71,6 +80,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var reported reportedError
+	if errors.As(err, &reported) {
+		return reported.code
+	}
+	var interrupted interruptedError
+	if errors.As(err, &interrupted) {
+		fmt.Fprintf(stderr, "babelqueue %s: %v\n", args[0], err)
+		return 130
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "babelqueue %s: %v\n", args[0], err)
