@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/dlq"
+	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -37,6 +37,7 @@ var dimTitles = [numDims]string{"Reason", "URN", "Producing language", "Original
 // groups, filters, lists and searches on. Rows are immutable and shared between
 // successive indexes of a queue (a message read again is not decoded again).
 type row struct {
+	key      refKey
 	ref      string
 	id       string
 	trace    string
@@ -68,12 +69,15 @@ type group struct {
 type snapshot struct {
 	version   int64
 	entries   []entry
-	byRef     map[string]*row
+	byRef     map[refKey]*row
 	groups    [numDims][]group
 	poison    int
 	built     time.Time
 	took      time.Duration
 	truncated bool
+
+	viewMu sync.Mutex
+	views  map[filter]*filtered
 }
 
 // maxErrText bounds the error text a row keeps.
@@ -233,7 +237,7 @@ func (ix *index) build(ctx context.Context) (*snapshot, error) {
 	start := time.Now()
 	ix.read.Store(0)
 	ix.mu.Lock()
-	var prev map[string]*row
+	var prev map[refKey]*row
 	if ix.snap != nil {
 		prev = ix.snap.byRef
 	}
@@ -272,13 +276,13 @@ func (ix *index) build(ctx context.Context) (*snapshot, error) {
 	for _, p := range pages {
 		n += len(p.out)
 	}
-	s := &snapshot{entries: make([]entry, 0, n), byRef: make(map[string]*row, n), truncated: truncated}
+	s := &snapshot{entries: make([]entry, 0, n), byRef: make(map[refKey]*row, n), truncated: truncated}
 	for _, p := range pages {
 		s.entries = append(s.entries, p.out...)
 	}
 	var t tally
 	for _, e := range s.entries {
-		s.byRef[e.ref] = e.row
+		s.byRef[e.key] = e.row
 		t.add(e.row)
 	}
 	s.groups = t.groups()
@@ -312,42 +316,67 @@ func (ix *index) fetch(ctx context.Context, fn func(*pageRead)) (truncated bool,
 	return true, nil
 }
 
-// ref identifies a message by its body and key: what a redrive selects it by.
-func ref(d *transport.Delivery) string {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(d.Body)))
-	h.Write(n[:])
-	h.Write(d.Body)
+// refKey identifies a message by its body and key: SHA-256 of the body, or, for a
+// message with a key, SHA-256 of that digest, a marker and the key; cut to 12 bytes.
+// It is what a redrive selects a message by.
+type refKey [12]byte
+
+func keyOf(d *transport.Delivery) refKey {
+	sum := sha256.Sum256(d.Body)
 	if d.Key != nil {
-		h.Write([]byte{1})
-		h.Write(d.Key)
+		buf := make([]byte, 0, len(sum)+1+len(d.Key))
+		buf = append(append(append(buf, sum[:]...), 1), d.Key...)
+		sum = sha256.Sum256(buf)
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:12])
+	return refKey(sum[:12])
 }
+
+func (k refKey) String() string { return hex.EncodeToString(k[:]) }
+
+// ref is the message's refKey as text, as pages and requests carry it.
+func ref(d *transport.Delivery) string { return keyOf(d).String() }
 
 // readRow summarises one delivery, or returns the row of an earlier read of the
 // same message.
-func readRow(d *transport.Delivery, prev map[string]*row, fps map[string]string) *row {
-	id := ref(d)
-	if r, ok := prev[id]; ok {
+func readRow(d *transport.Delivery, prev map[refKey]*row, fps map[string]string) *row {
+	k := keyOf(d)
+	if r, ok := prev[k]; ok {
 		return r
 	}
-	e := dlq.Read(d)
-	errText := e.Error()
-	fp, ok := fps[errText]
-	if !ok {
-		fp = dlq.Fingerprint(errText)
-		if len(fps) < 10_000 {
-			fps[errText] = fp
+	var r *row
+	if env, err := envelope.Decode(d.Body); err == nil {
+		// An envelope: dlq.Read would decode it the same way, and also cut the
+		// original bytes out of the body, which the index does not keep.
+		r = &row{id: env.Meta.ID, trace: env.TraceID, poison: env.Accepts() != nil}
+		r.vals[dimURN], r.vals[dimLang] = env.Job, env.Meta.Lang
+		if dl := env.DeadLetter; dl != nil {
+			r.vals[dimReason], r.vals[dimQueue] = dl.Reason, dl.OriginalQueue
+			r.poison = r.poison || dl.Reason == envelope.ReasonPoison
+			if dl.Error != nil {
+				r.errText = *dl.Error
+			}
+			if dl.FailedAt > 0 {
+				r.failedAt = dl.FailedAt
+			}
+		}
+	} else {
+		e := dlq.Read(d) // poison: dlq reads what block it carries, leniently
+		r = &row{id: e.ID(), trace: e.TraceID(), poison: e.Poison, errText: e.Error()}
+		r.vals = [numDims]string{e.Reason(), e.URN(), e.Lang(), e.OriginalQueue(), ""}
+		if at := e.FailedAt(); !at.IsZero() {
+			r.failedAt = at.UnixMilli()
 		}
 	}
-	r := &row{ref: id, id: e.ID(), trace: e.TraceID(), errText: clip(errText, maxErrText), poison: e.Poison, size: len(d.Body)}
-	r.vals = [numDims]string{e.Reason(), e.URN(), e.Lang(), e.OriginalQueue(), fp}
-	if at := e.FailedAt(); !at.IsZero() {
-		r.failedAt = at.UnixMilli()
+	fp, ok := fps[r.errText]
+	if !ok {
+		fp = dlq.Fingerprint(r.errText)
+		if len(fps) < 10_000 {
+			fps[r.errText] = fp
+		}
 	}
+	r.vals[dimFingerprint] = fp
+	r.key, r.ref, r.size = k, k.String(), len(d.Body)
+	r.errText = clip(r.errText, maxErrText)
 	return r
 }
 
@@ -466,27 +495,49 @@ type view struct {
 // pageSize is how many messages a page of the list shows.
 const pageSize = 50
 
-func (s *snapshot) view(f filter, page int) view {
-	v := view{total: len(s.entries)}
-	matching := s.entries
+// filtered is the part of a snapshot a filter selects, with its groups.
+type filtered struct {
+	entries []entry
+	groups  [numDims][]group
+	poison  int
+}
+
+// maxFiltered bounds the filtered views a snapshot keeps (paging through one
+// filter reads the snapshot once).
+const maxFiltered = 16
+
+func (s *snapshot) filter(f filter) *filtered {
 	if f.empty() {
-		v.groups, v.poison = s.groups, s.poison
-	} else {
-		matching = nil
-		var t tally
-		for _, e := range s.entries {
-			if f.match(e.row) {
-				matching = append(matching, e)
-				t.add(e.row)
-			}
-		}
-		v.groups, v.poison = t.groups(), t.poison
+		return &filtered{entries: s.entries, groups: s.groups, poison: s.poison}
 	}
-	v.matching = len(matching)
-	v.pages = max((len(matching)+pageSize-1)/pageSize, 1)
+	s.viewMu.Lock()
+	defer s.viewMu.Unlock()
+	if v, ok := s.views[f]; ok {
+		return v
+	}
+	v := &filtered{}
+	var t tally
+	for _, e := range s.entries {
+		if f.match(e.row) {
+			v.entries = append(v.entries, e)
+			t.add(e.row)
+		}
+	}
+	v.groups, v.poison = t.groups(), t.poison
+	if s.views == nil || len(s.views) >= maxFiltered {
+		s.views = map[filter]*filtered{}
+	}
+	s.views[f] = v
+	return v
+}
+
+func (s *snapshot) view(f filter, page int) view {
+	fv := s.filter(f)
+	v := view{total: len(s.entries), matching: len(fv.entries), poison: fv.poison, groups: fv.groups}
+	v.pages = max((v.matching+pageSize-1)/pageSize, 1)
 	v.page = min(max(page, 1), v.pages)
 	lo := (v.page - 1) * pageSize
-	v.entries = matching[lo:min(lo+pageSize, len(matching))]
+	v.entries = fv.entries[lo:min(lo+pageSize, v.matching)]
 	return v
 }
 

@@ -123,15 +123,19 @@ func (c *Console) layout(r *http.Request, page, title string) layout {
 }
 
 // page adapts a page handler: it renders the template it names with the data it
-// returns, or an error page.
+// returns. An error with data renders the page (which says what went wrong) with
+// the error's status; an error alone is a plain error answer.
 func (c *Console) page(f func(http.ResponseWriter, *http.Request) (string, any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, data, err := f(w, r)
-		if err != nil {
+		status := http.StatusOK
+		switch {
+		case err != nil && data == nil:
 			writeError(w, r, err)
 			return
-		}
-		if name == "" {
+		case err != nil:
+			status = statusOf(err) // the page says what went wrong
+		case name == "":
 			return // answered (a redirect)
 		}
 		var buf bytes.Buffer
@@ -141,6 +145,7 @@ func (c *Console) page(f func(http.ResponseWriter, *http.Request) (string, any, 
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(status)
 		_, _ = buf.WriteTo(w)
 	}
 }
@@ -386,7 +391,8 @@ func (c *Console) dlqPage(_ http.ResponseWriter, r *http.Request) (string, any, 
 }
 
 // dlqAPI is the dead-letter page as JSON; with wait=1 it waits for the first read
-// of the queue.
+// of the queue, with refresh=1 it reads the queue again and waits for that read,
+// with status=1 it says only how the read of the queue stands.
 func (c *Console) dlqAPI(w http.ResponseWriter, r *http.Request) error {
 	if r.URL.Query().Get("status") == "1" {
 		b, q, _, err := c.queue(r)
@@ -403,14 +409,20 @@ func (c *Console) dlqAPI(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, out)
 	}
-	if r.URL.Query().Get("wait") == "1" {
+	if v := r.URL.Query(); v.Get("wait") == "1" || v.Get("refresh") == "1" {
 		b, q, _, err := c.queue(r)
 		if err != nil {
 			return err
 		}
 		ctx, cancel := contextTimeout(r, 2*time.Minute)
 		defer cancel()
-		if _, err := c.indexOf(b, q).ready(ctx); err != nil {
+		ix := c.indexOf(b, q)
+		if v.Get("refresh") == "1" {
+			if err := ix.waitFor(ctx, ix.refresh()); err != nil {
+				return err
+			}
+		}
+		if _, err := ix.ready(ctx); err != nil {
 			return err
 		}
 	}
@@ -565,11 +577,11 @@ func (c *Console) messagePage(_ http.ResponseWriter, r *http.Request) (string, a
 	}
 	if err != nil {
 		d.Err = err.Error()
-	} else {
-		d.Msg = &m
-		if m.ID != "" {
-			d.Title = m.ID
-		}
+		return "message", d, err
+	}
+	d.Msg = &m
+	if m.ID != "" {
+		d.Title = m.ID
 	}
 	return "message", d, nil
 }
