@@ -2,13 +2,13 @@ package console_test
 
 import (
 	"fmt"
-	"os"
-	"runtime"
-	"strings"
-	"syscall"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"sort"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
