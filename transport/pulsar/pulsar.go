@@ -502,9 +502,10 @@ func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, er
 
 func (t *Transport) createProducer(topic string, slot *producerSlot) {
 	po := pc.ProducerOptions{
-		Topic:           topic,
-		DisableBatching: !t.opts.batching,
-		SendTimeout:     t.opts.sendTimeout,
+		Topic:             topic,
+		DisableBatching:   !t.opts.batching,
+		SendTimeout:       t.opts.sendTimeout,
+		BackOffPolicyFunc: newReconnectBackoff,
 	}
 	if t.opts.producerOptions != nil {
 		t.opts.producerOptions(&po)
@@ -648,7 +649,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		// An Ack returns once the broker has it: without this the client groups acks
 		// for up to 100ms, and Close (or a crash) can lose the last ones, so a message
 		// whose settle writes were made comes back (a redrive's move, a retry twice).
-		AckWithResponse: true,
+		AckWithResponse:   true,
+		BackOffPolicyFunc: newReconnectBackoff,
 	}
 	if t.opts.consumerOptions != nil {
 		t.opts.consumerOptions(&co)
