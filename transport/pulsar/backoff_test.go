@@ -1,9 +1,6 @@
 package pulsar
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // The reconnection backoff doubles from 100 ms and stays at 2 s (plus at most 20 %
 // jitter), and starts again after a reset.
