@@ -12,6 +12,9 @@ import (
 // does so, or fails with a clear error, at start.
 func (a *App) consumeOptions() transport.ConsumeOptions {
 	o := transport.ConsumeOptions{Prefetch: a.cfg.concurrency}
+	if a.cfg.prefetch > o.Prefetch {
+		o.Prefetch = a.cfg.prefetch
+	}
 	if a.pol.DLQOn() {
 		o.SettleQueues = []string{a.dlq}
 	}

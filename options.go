@@ -67,6 +67,7 @@ type config struct {
 	onUnknownURN     UnknownURNStrategy
 	retryTiers       []time.Duration
 	concurrency      int
+	prefetch         int // 0: the concurrency (WithPrefetch)
 	handlerTimeout   time.Duration
 	shutdownGrace    time.Duration
 	settleTimeout    time.Duration
@@ -167,7 +168,7 @@ func WithRetryTiers(tiers ...time.Duration) Option {
 }
 
 // WithConcurrency sets how many handlers run at once (default 1). It is also the
-// prefetch asked of the broker.
+// prefetch asked of the broker, unless [WithPrefetch] sets another.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 {
