@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
+	github.com/babelqueue-go/babelqueue/console v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/outbox/pgstore v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/schema v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
@@ -20,6 +21,7 @@ require (
 
 replace (
 	github.com/babelqueue-go/babelqueue => ../..
+	github.com/babelqueue-go/babelqueue/console => ../../console
 	github.com/babelqueue-go/babelqueue/outbox/pgstore => ../../outbox/pgstore
 	github.com/babelqueue-go/babelqueue/schema => ../../schema
 	github.com/babelqueue-go/babelqueue/transport/amqp => ../../transport/amqp

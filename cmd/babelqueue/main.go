@@ -36,6 +36,7 @@ Usage:
   babelqueue dlq stats|ls|show|redrive URL      look into a dead-letter queue and put messages back
   babelqueue bridge [flags] SRC_URL DST_URL     move (or -copy) a queue between two brokers, byte for byte
   babelqueue tail -trace ID URL[#queue,…]…      follow one trace across queues and brokers
+  babelqueue console [flags] URL[#queue,…]…     serve the web console: queues, dead letters, redrive, live tail
   babelqueue schema check -registry DIR FILE... validate envelopes or data files against a babelqueue-registry
   babelqueue outbox relay -db DSN URL           publish the transactional outbox's rows (also: outbox migrate, outbox schema)
   babelqueue version                            print the SDK version
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = bridgeCmd(ctx, args[1:], stdout, stderr)
 	case "tail":
 		err = tailCmd(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = consoleCmd(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "outbox":

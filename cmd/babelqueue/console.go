@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/console"
+)
+
+const consoleUsage = `babelqueue console [flags] URL[#queue,queue…]…
+
+Serve the web console (package console) for the brokers of the URLs: their queues
+with depth, in flight and dead-letter depth, each dead-letter queue grouped by
+reason, URN, producing language and error, the messages, redrives with a dry run, a
+live tail, a search by meta.id or trace_id. Each URL names its queues after a #, or
+takes every -queue. It binds to loopback unless -listen says otherwise, which needs
+-token or -basic. Logins and redrives are logged to stderr with who made them.
+
+Flags:
+`
+
+func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := newOut("console", stdout, stderr)
+	fs := o.flags()
+	fs.Usage = func() {
+		fmt.Fprint(stderr, consoleUsage)
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", "127.0.0.1:8080", "the address to serve on; beyond loopback it needs -token or -basic")
+	token := fs.String("token", os.Getenv("BQ_CONSOLE_TOKEN"), "require a login with this token (default $BQ_CONSOLE_TOKEN, which keeps it out of the process list)")
+	basic := fs.String("basic", os.Getenv("BQ_CONSOLE_BASIC"), "require HTTP basic auth as user:password (default $BQ_CONSOLE_BASIC)")
+	readOnly := fs.Bool("read-only", false, "refuse redrives and hide them")
+	var queues queuesFlag
+	fs.Var(&queues, "queue", "a work queue to show on every URL without its own #queue,… (repeatable)")
+	interval := fs.Duration("interval", 5*time.Second, "how often the queues are counted for the rates and charts")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return o.finish(err)
+	}
+	if len(pos) == 0 {
+		return o.finish(usageError{"want at least one broker URL (URL#queue,queue names the queues to show on it)"})
+	}
+	if *interval <= 0 {
+		return o.finish(usageError{"-interval must be positive"})
+	}
+	opts := []console.Option{console.WithSampleInterval(*interval)}
+	switch {
+	case *token != "" && *basic != "":
+		return o.finish(usageError{"choose -token or -basic, not both"})
+	case *token != "":
+		opts = append(opts, console.WithToken(*token))
+	case *basic != "":
+		user, pass, ok := strings.Cut(*basic, ":")
+		if !ok || user == "" || pass == "" {
+			return o.finish(usageError{"-basic wants user:password"})
+		}
+		opts = append(opts, console.WithBasicAuth(user, pass))
+	}
+	if *readOnly {
+		opts = append(opts, console.WithReadOnly())
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, nil)
+	if o.json {
+		h = slog.NewJSONHandler(stderr, nil)
+	}
+	opts = append(opts, console.WithLogger(slog.New(h)))
+
+	var brokers []console.Broker
+	for _, raw := range pos {
+		u, frag := splitFragment(raw)
+		names := []string(queues)
+		if frag != "" {
+			names = strings.Split(frag, ",")
+		}
+		var qs []console.Queue
+		for _, q := range names {
+			if q = strings.TrimSpace(q); q != "" {
+				qs = append(qs, console.Queue{Name: q})
+			}
+		}
+		b, err := o.open(ctx, u)
+		if err != nil {
+			return o.finish(err)
+		}
+		defer b.close()
+		if len(qs) == 0 {
+			return o.finish(usageError{fmt.Sprintf("%s: name its queues (%s#orders,payments, or -queue orders)", b.name(), b.name())})
+		}
+		brokers = append(brokers, console.Broker{URL: u, Transport: b.tr, Queues: qs})
+	}
+	c, err := console.New(brokers, opts...)
+	if err != nil {
+		return o.finish(err)
+	}
+	defer c.Close()
+	err = c.ListenAndServe(ctx, *listen, func(a net.Addr) {
+		if !o.json {
+			fmt.Fprintf(stderr, "babelqueue console on http://%s/ (Ctrl-C to stop)\n", a)
+		}
+	})
+	if err != nil {
+		return o.finish(usageErrorIfAuth(err))
+	}
+	return nil
+}
+
+// usageErrorIfAuth makes a refusal to listen beyond loopback without a login a
+// usage error (exit 2): the command line lacks -token or -basic.
+func usageErrorIfAuth(err error) error {
+	if errors.Is(err, console.ErrAuthRequired) {
+		return usageError{err.Error() + " (-token or -basic)"}
+	}
+	return err
+}
