@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/Azure/go-amqp v1.7.0
+	github.com/apache/pulsar-client-go v0.19.0
 	github.com/babelqueue-go/babelqueue v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/artemis v0.0.0-00010101000000-000000000000
@@ -20,7 +21,6 @@ require (
 	github.com/AthenZ/athenz v1.12.13 // indirect
 	github.com/DataDog/zstd v1.5.0 // indirect
 	github.com/RoaringBitmap/roaring/v2 v2.8.0 // indirect
-	github.com/apache/pulsar-client-go v0.19.0 // indirect
 	github.com/ardielle/ardielle-go v1.5.2 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.48.0 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.19 // indirect

@@ -95,6 +95,12 @@ type Binding struct {
 	DLQMethod      string
 	DLQDestructive bool
 
+	// Cut, when set, is the switch of a proxy between the workers and the broker (the
+	// worker URL goes through it), flipped by the run itself; otherwise each worker
+	// cuts its own connections (its Opener's switch).
+	Cut       Switch
+	CutMethod string
+
 	// Stop and Start stop and start again the private broker the URLs point at, with
 	// its data; RestartMethod says how, for the report.
 	Stop, Start   func() error
@@ -406,6 +412,11 @@ func (r *run) inject(ctx context.Context) error {
 		r.victim, r.orphans = victim, r.led.InFlight(victim.idx)
 		r.notef("killed worker %d holding %d deliveries", victim.idx, len(r.orphans))
 	case Cut:
+		if r.b.Cut != nil {
+			r.b.Cut.Down()
+			r.injected = time.Now()
+			return nil
+		}
 		return r.command(cmdCut, EvCut)
 	case Restart:
 		if err := r.b.Stop(); err != nil {
@@ -446,6 +457,11 @@ func (r *run) heal(ctx context.Context) error {
 		}
 		r.notef("replacement worker %d consuming %s after the kill", p.idx, time.Since(r.injected).Round(time.Millisecond))
 	case Cut:
+		if r.b.Cut != nil {
+			r.b.Cut.Up()
+			r.healed = time.Now()
+			return nil
+		}
 		return r.command(cmdHeal, EvHealed)
 	case Restart:
 		if err := r.b.Start(); err != nil {
@@ -578,6 +594,9 @@ func (r *run) result(started, published, drained time.Time) *Result {
 		}
 	case Cut, Restart:
 		res.Method = "every connection of every worker cut by a loopback TCP proxy"
+		if r.b.CutMethod != "" {
+			res.Method = r.b.CutMethod
+		}
 		if r.p.Scenario == Restart {
 			res.Method = r.b.RestartMethod
 		}
@@ -691,7 +710,7 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 	spec := WorkerSpec{
 		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
 		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
-		Cut: r.p.Scenario == Cut,
+		Cut: r.p.Scenario == Cut && r.b.Cut == nil,
 	}
 	cmd := r.env.Spawn()
 	cmd.Env = append(cmd.Environ(), spec.environ()...)
