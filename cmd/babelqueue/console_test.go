@@ -59,7 +59,9 @@ func TestConsoleCommandServes(t *testing.T) {
 	defer cancel()
 	var stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"console", "-listen", "127.0.0.1:0", "-interval", "100ms", "memory://#orders,payments"}, io.Discard, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"console", "-listen", "127.0.0.1:0", "-interval", "100ms", "memory://#orders,payments"}, io.Discard, &stderr)
+	}()
 	addr := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`)
 	deadline := time.Now().Add(10 * time.Second)
 	var base string
