@@ -25,6 +25,7 @@ package otel
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -116,11 +117,15 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 type Tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// w3c is set when prop is W3C Trace Context: the PRODUCER span's context is then
+	// written straight from the span (the propagator's Inject gives the same bytes).
+	w3c bool
 	// observed is set once the Tracing is told of a delivery as an observer: from then
 	// on its middleware keeps each recorded CONSUMER span here, by message, until the
 	// settlement hook takes it (it is told of every delivery the middleware saw).
 	observed atomic.Bool
-	spans    sync.Map // *babelqueue.Message → trace.SpanContext
+	spans    sync.Map     // *babelqueue.Message → trace.SpanContext
+	kept     atomic.Int64 // entries in spans: none to look up while nothing is recorded
 
 	// Span names, built once per URN (both are bounded: the URNs of the app's handlers,
 	// the URNs its code publishes).
@@ -170,10 +175,12 @@ func NewTracing(opts ...Option) *Tracing {
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
 	}
+	_, w3c := c.prop.(propagation.TraceContext)
 	return &Tracing{
 		tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(babelqueue.Version),
 			trace.WithSchemaURL(semconv.SchemaURL)),
 		prop:         c.prop,
+		w3c:          w3c,
 		processNames: names{verb: "process"},
 		publishNames: names{verb: "publish"},
 	}
@@ -198,9 +205,10 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), t.processNames.of(m.URN()), consumerStart...)
 			if span.IsRecording() {
 				env := m.Envelope
-				span.SetAttributes(messagingAttrs("process", semconv.MessagingOperationTypeProcess, m.Queue, env, env.Meta.Lang, m.Attempts)...)
-				span.SetAttributes(semconv.MessagingMessageBodySize(len(env.Raw())))
+				span.SetAttributes(append(messagingAttrs("process", semconv.MessagingOperationTypeProcess, m.Queue, env, env.Meta.Lang, m.Attempts),
+					semconv.MessagingMessageBodySize(len(env.Raw())))...)
 				if t.observed.Load() {
+					t.kept.Add(1)
 					t.spans.Store(m, span.SpanContext())
 				}
 			}
@@ -221,7 +229,7 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 // messagingAttrs are the attributes of a recorded PRODUCER or CONSUMER span: the
 // messaging semantic conventions and the family's own.
 func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *envelope.Envelope, lang string, attempts int) []attribute.KeyValue {
-	return []attribute.KeyValue{
+	return append(make([]attribute.KeyValue, 0, 11), // room for the body size
 		semconv.MessagingSystemKey.String(System),
 		opType,
 		semconv.MessagingDestinationName(queue),
@@ -232,7 +240,7 @@ func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *env
 		AttrURN.String(env.Job),
 		AttrLang.String(lang),
 		AttrAttempts.Int(attempts),
-	}
+	)
 }
 
 // consumerParent is ctx with the remote parent of a delivery's CONSUMER span.
@@ -243,16 +251,15 @@ func (t *Tracing) consumerParent(ctx context.Context, m *babelqueue.Message) con
 // remoteParent is ctx with the span named by the headers in carrier, else the one
 // derived from traceID, else no parent (a new trace).
 func (t *Tracing) remoteParent(ctx context.Context, carrier propagation.TextMapCarrier, traceID string) context.Context {
-	before := trace.SpanContextFromContext(ctx)
 	if extracted := t.prop.Extract(ctx, carrier); extracted != ctx {
-		if sc := trace.SpanContextFromContext(extracted); sc.IsValid() && !sc.Equal(before) {
+		if sc := trace.SpanContextFromContext(extracted); sc.IsValid() && !sc.Equal(trace.SpanContextFromContext(ctx)) {
 			return extracted
 		}
 	}
 	if traceID != "" {
 		return trace.ContextWithRemoteSpanContext(ctx, RemoteParent(traceID))
 	}
-	if before.IsValid() {
+	if trace.SpanContextFromContext(ctx).IsValid() {
 		return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
 	return ctx
@@ -301,7 +308,11 @@ func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
 				span.SetAttributes(messagingAttrs("publish", semconv.MessagingOperationTypeSend, o.Queue, env, envelope.Lang, env.Attempts)...)
 				ctx = context.WithValue(ctx, producerKey{}, span)
 			}
-			t.prop.Inject(ctx, propagation.MapCarrier(o.Headers))
+			if t.w3c {
+				injectW3C(span.SpanContext(), o.Headers)
+			} else {
+				t.prop.Inject(ctx, propagation.MapCarrier(o.Headers))
+			}
 			err := next(ctx, o)
 			if err != nil {
 				fail(span, err)
@@ -309,6 +320,29 @@ func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
 			return err
 		}
 	}
+}
+
+// injectW3C writes sc into headers as W3C Trace Context, the bytes
+// propagation.TraceContext's Inject writes, without its way through the context and a
+// carrier.
+func injectW3C(sc trace.SpanContext, headers map[string]string) {
+	if !sc.IsValid() {
+		return
+	}
+	if ts := sc.TraceState().String(); ts != "" {
+		headers[HeaderTracestate] = ts
+	}
+	// Version 00, the trace id, the span id and the flags the specification defines:
+	// sampled and random.
+	var b [55]byte
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b[0], b[1], b[2] = '0', '0', '-'
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	headers[HeaderTraceparent] = string(b[:])
 }
 
 // producerKey marks the context of a recorded PRODUCER span, so OnPublished adds the
@@ -344,9 +378,12 @@ func (t *Tracing) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 		consumer trace.SpanContext
 		found    bool
 	)
-	if m := babelqueue.MessageFromContext(ctx); m != nil {
-		if v, ok := t.spans.LoadAndDelete(m); ok {
-			consumer, found = v.(trace.SpanContext), true
+	if t.kept.Load() > 0 {
+		if m := babelqueue.MessageFromContext(ctx); m != nil {
+			if v, ok := t.spans.LoadAndDelete(m); ok {
+				t.kept.Add(-1)
+				consumer, found = v.(trace.SpanContext), true
+			}
 		}
 	}
 	if e.Action == babelqueue.ActionAck && e.Err == nil {

@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -284,5 +286,35 @@ func TestSampledOut(t *testing.T) {
 	}
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Errorf("%d spans recorded", n)
+	}
+}
+
+// The PRODUCER span's context is written without the propagator when it is W3C Trace
+// Context: the headers are the ones its Inject writes, byte for byte.
+func TestInjectW3CAsPropagator(t *testing.T) {
+	tid := bqotel.TraceIDOf("7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b")
+	sid := trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}
+	ts, err := trace.ParseTraceState("vendor=abc,other=x-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []trace.SpanContextConfig{
+		{TraceID: tid, SpanID: sid},
+		{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled},
+		{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled | trace.FlagsRandom},
+		{TraceID: tid, SpanID: sid, TraceFlags: 0xff, Remote: true},
+		{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts},
+		{TraceID: tid},
+		{SpanID: sid},
+		{},
+	} {
+		sc := trace.NewSpanContext(cfg)
+		want := map[string]string{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.MapCarrier(want))
+		got := map[string]string{}
+		bqotel.InjectW3C(sc, got)
+		if !maps.Equal(got, want) {
+			t.Errorf("%+v: wrote %q, the propagator %q", cfg, got, want)
+		}
 	}
 }

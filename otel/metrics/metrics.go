@@ -56,6 +56,7 @@ import (
 	"errors"
 	"iter"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,7 +136,30 @@ type Observer struct {
 	registration                                      metric.Registration
 
 	histograms cow[labels, []metric.RecordOption]
-	queues     cow[string, *atomic.Int64] // deliveries in flight, by queue
+	queues     cow[string, *queueSeries]
+	routes     cow[route, *routeSeries]
+}
+
+// queueSeries is what a delivery counts on its queue alone, found with one lookup: the
+// deliveries in flight and, by lang, the received counter's cells.
+type queueSeries struct {
+	inFlight atomic.Int64
+	attrs    metric.ObserveOption // of in_flight
+	received [len(langs)]atomic.Pointer[cell]
+}
+
+// route is a queue and a urn label.
+type route struct{ queue, urn string }
+
+// routeSeries is what a delivery counts on its queue and URN, found with one lookup: the
+// options of its histograms (built with the route) and the cells of its commonest
+// counters (made on first use, so a series that never counts is never reported).
+type routeSeries struct {
+	queue     *queueSeries
+	duration  [len(outcomes)][]metric.RecordOption // by handler outcome
+	age       []metric.RecordOption
+	acked     atomic.Pointer[cell]    // settled{outcome=ack}
+	published [2]atomic.Pointer[cell] // published{outcome=success|error}
 }
 
 // New returns an Observer whose instruments are made by the meter provider.
@@ -209,14 +233,36 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 			obs.ObserveInt64(c.inst, cell.n.Load(), cell.attrs)
 		}
 	}
-	for queue, n := range o.queues.all() {
-		obs.ObserveInt64(o.inFlight, n.Load(), metric.WithAttributeSet(labels{queue: queue}.set()))
+	for _, q := range o.queues.all() {
+		obs.ObserveInt64(o.inFlight, q.inFlight.Load(), q.attrs)
 	}
 	return nil
 }
 
-func (o *Observer) gauge(queue string) *atomic.Int64 {
-	return o.queues.get(queue, func() *atomic.Int64 { return new(atomic.Int64) })
+func (o *Observer) queue(queue string) *queueSeries {
+	return o.queues.get(queue, func() *queueSeries {
+		return &queueSeries{attrs: metric.WithAttributeSet(labels{queue: queue}.set())}
+	})
+}
+
+func (o *Observer) route(queue, urn string) *routeSeries {
+	return o.routes.get(route{queue, urn}, func() *routeSeries {
+		r := &routeSeries{queue: o.queue(queue), age: o.record(labels{queue: queue, urn: urn})}
+		for i, outcome := range outcomes {
+			r.duration[i] = o.record(labels{queue: queue, urn: urn, key: "outcome", value: outcome})
+		}
+		return r
+	})
+}
+
+// cached returns the cell in p, taking it from c (labels l) the first time.
+func cached(p *atomic.Pointer[cell], c *counter, l labels) *cell {
+	if ce := p.Load(); ce != nil {
+		return ce
+	}
+	ce := c.cell(l)
+	p.Store(ce)
+	return ce
 }
 
 // record is the options of a histogram measurement with labels l, built once.
@@ -228,17 +274,20 @@ func (o *Observer) record(l labels) []metric.RecordOption {
 
 // OnReceive counts the delivery received and in flight.
 func (o *Observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
-	o.gauge(d.Queue).Add(1)
-	o.received.add(labels{queue: d.Queue, lang: langLabel(d.Lang)})
+	q := o.queue(d.Queue)
+	q.inFlight.Add(1)
+	lang := langIndex(d.Lang)
+	cached(&q.received[lang], o.received, labels{queue: d.Queue, lang: langs[lang]}).n.Add(1)
 }
 
 // OnHandled records the handler's duration by outcome, and the message's age when it
 // was received (when the handler started).
 func (o *Observer) OnHandled(ctx context.Context, e babelqueue.HandledEvent) {
 	d := e.Delivery // a handler ran for it: its URN is a label value
-	o.duration.Record(ctx, e.Duration.Seconds(), o.record(labels{queue: d.Queue, urn: d.URN, key: "outcome", value: handlerOutcome(e.Err)})...)
+	r := o.route(d.Queue, d.URN)
+	o.duration.Record(ctx, e.Duration.Seconds(), r.duration[handlerOutcome(e.Err)]...)
 	if d.CreatedAt > 0 {
-		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), o.record(labels{queue: d.Queue, urn: d.URN})...)
+		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), r.age...)
 	}
 }
 
@@ -250,11 +299,16 @@ func ageAt(t time.Time, createdMs int64) float64 {
 // OnSettled records the settlement.
 func (o *Observer) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 	d := e.Delivery
-	o.gauge(d.Queue).Add(-1)
 	urn := urnLabel(d, e.Kind)
+	r := o.route(d.Queue, urn)
+	r.queue.inFlight.Add(-1)
+	if e.Err == nil && e.Action == babelqueue.ActionAck && e.Kind == babelqueue.KindHandled { // the commonest
+		cached(&r.acked, o.settled, labels{queue: d.Queue, urn: urn, key: "outcome", value: string(e.Action)}).n.Add(1)
+		return
+	}
 	if e.Kind == babelqueue.KindUnknownURN && d.CreatedAt > 0 {
 		// No handler ran: the settlement started as soon as the delivery was received.
-		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), o.record(labels{queue: d.Queue, urn: urn})...)
+		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), r.age...)
 	}
 	switch e.Kind {
 	case babelqueue.KindPoison:
@@ -286,11 +340,12 @@ func (o *Observer) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 
 // OnPublished counts a publish.
 func (o *Observer) OnPublished(_ context.Context, e babelqueue.PublishedEvent) {
-	outcome := OutcomeSuccess
+	i, outcome := 0, OutcomeSuccess
 	if e.Err != nil {
-		outcome = OutcomeError
+		i, outcome = 1, OutcomeError
 	}
-	o.published.add(labels{queue: e.Queue, urn: e.URN, key: "outcome", value: outcome})
+	r := o.route(e.Queue, e.URN)
+	cached(&r.published[i], o.published, labels{queue: e.Queue, urn: e.URN, key: "outcome", value: outcome}).n.Add(1)
 }
 
 // OnReceiveError counts a failed receive.
@@ -310,10 +365,20 @@ func urnLabel(d babelqueue.DeliveryInfo, k babelqueue.Kind) string {
 	return d.URN
 }
 
-func handlerOutcome(err error) string {
+// outcomes are the handler outcomes; a route's duration options are in this order.
+var outcomes = [...]string{OutcomeSuccess, OutcomeError, OutcomeNoRetry, OutcomeRequeue, OutcomePanic, OutcomeTimeout}
+
+// handlerOutcome is the index in outcomes of a handler's outcome.
+func handlerOutcome(err error) int {
 	if err == nil {
-		return OutcomeSuccess
+		return 0
 	}
+	return slices.Index(outcomes[:], failedOutcome(err))
+}
+
+// failedOutcome is the outcome of a handler that returned err (its own function, so
+// that a success does not pay for the errors.As targets on the heap).
+func failedOutcome(err error) string {
 	var (
 		requeue *babelqueue.RequeueError
 		noRetry *babelqueue.NoRetryError
@@ -344,16 +409,33 @@ func deadLetterReason(e babelqueue.SettledEvent) string {
 	return "raw"
 }
 
-// langLabel bounds meta.lang to the family's languages.
-func langLabel(lang string) string {
+// langs are the values of the lang label, in the order langIndex numbers them.
+var langs = [...]string{"php", "go", "python", "java", "dotnet", "node", None, LangOther}
+
+// langIndex is the index in langs of meta.lang's label: the family's languages
+// themselves, none when missing, other for anything else.
+func langIndex(lang string) int {
 	switch lang {
-	case "php", "go", "python", "java", "dotnet", "node":
-		return lang
+	case "php":
+		return 0
+	case "go":
+		return 1
+	case "python":
+		return 2
+	case "java":
+		return 3
+	case "dotnet":
+		return 4
+	case "node":
+		return 5
 	case "":
-		return None
+		return 6
 	}
-	return LangOther
+	return 7
 }
+
+// langLabel bounds meta.lang to the family's languages.
+func langLabel(lang string) string { return langs[langIndex(lang)] }
 
 // labels are the attributes of one series: queue, and urn, lang and key=value when
 // not "". Every field takes a bounded set of values.
@@ -395,8 +477,11 @@ type cell struct {
 	attrs metric.ObserveOption
 }
 
-func (c *counter) add(l labels) {
-	c.cells.get(l, func() *cell { return &cell{attrs: metric.WithAttributeSet(l.set())} }).n.Add(1)
+func (c *counter) add(l labels) { c.cell(l).n.Add(1) }
+
+// cell is the cell of the series with labels l.
+func (c *counter) cell(l labels) *cell {
+	return c.cells.get(l, func() *cell { return &cell{attrs: metric.WithAttributeSet(l.set())} })
 }
 
 // cow is a copy-on-write map for values built once and read on every measurement: a
