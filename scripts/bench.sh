@@ -14,3 +14,5 @@ for d in transport/*/; do
   go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
 done
 go test -run '^$' -bench . -benchmem ./schema/...
+# The Go runtime beside the Python SDK and the raw clients, every broker (about 30 min).
+bash scripts/sdkbench.sh -rounds 3

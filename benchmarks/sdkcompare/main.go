@@ -1,0 +1,607 @@
+// Command sdkcompare measures the Go runtime beside the Python SDK (babelqueue 1.24.0)
+// and a raw client on the same broker, each in processes of its own, and checks that
+// every message was handled exactly once.
+//
+//	go run ./benchmarks/sdkcompare -brokers redis,amqp -rounds 3
+//
+// (scripts/sdkbench.sh starts the brokers and the Python environment first.) For each
+// broker, round and implementation (raw client, Go SDK, Python SDK; their order turns
+// every round, so all three see the same machine load), it publishes N messages with
+// one publisher and with eight, each publish confirmed as the implementation confirms
+// it, and consumes each queue with one worker and with eight. The Go SDK and the raw
+// client also publish in confirmed batches of 100 (App.PublishBatch; the Python SDK has
+// no batch publish). Python's eight publishers or workers are eight processes, Go's and
+// the raw client's eight goroutines of one process. Every consume checks that each of
+// the N messages was handled exactly once.
+//
+// Each child reports the wall-clock instants of its first and last message and its
+// CPU time from being connected to the end; throughput is N over the span from the
+// first message of any process to the last, CPU per message the processes' CPU summed
+// over N. The table is printed in Markdown with medians over the rounds.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == "child" {
+		var j job
+		if err := json.Unmarshal([]byte(os.Args[2]), &j); err != nil {
+			fatal(err)
+		}
+		res, err := runChild(j)
+		if err != nil {
+			fatal(err)
+		}
+		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if err := orchestrate(os.Args[1:]); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "sdkcompare:", err)
+	os.Exit(1)
+}
+
+// job is what one child process does.
+type job struct {
+	Impl    string `json:"impl"` // raw, go
+	Op      string `json:"op"`   // publish, batch, consume
+	Broker  string `json:"broker"`
+	URL     string `json:"url"`
+	Queue   string `json:"queue"`
+	First   int    `json:"first"`
+	Count   int    `json:"count"`
+	Workers int    `json:"workers"`
+	Group   string `json:"group"`
+	// Prefetch is what a consumer may hold at once (the Go SDK's WithPrefetch, the raw
+	// client's qos, credit or receiver queue); the Python SDK takes one at a time.
+	Prefetch int           `json:"prefetch"`
+	Idle     time.Duration `json:"idle"`
+}
+
+// result is what a child reports.
+type result struct {
+	First   int64   `json:"first"` // Unix ns of the first message
+	Last    int64   `json:"last"`  // Unix ns of the last message
+	CPU     float64 `json:"cpu"`   // CPU seconds from connected to the end
+	Count   int     `json:"count"`
+	Handled []int   `json:"handled,omitempty"`
+}
+
+func runChild(j job) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	switch j.Impl {
+	case "go":
+		return goSDK(ctx, j)
+	case "raw":
+		r, ok := raws[j.Broker]
+		if !ok {
+			return result{}, fmt.Errorf("no raw client for %q", j.Broker)
+		}
+		return r(ctx, j)
+	}
+	return result{}, fmt.Errorf("unknown implementation %q", j.Impl)
+}
+
+// processCPU is the process's user and system CPU time in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// recorder collects what a consumer handled and when; it says when the consumer has
+// been idle long enough to stop.
+type recorder struct {
+	mu          sync.Mutex
+	first, last int64
+	handled     []int
+	cpu0        float64
+}
+
+func newRecorder() *recorder { return &recorder{cpu0: processCPU()} }
+
+func (r *recorder) add(n int) {
+	now := time.Now().UnixNano()
+	r.mu.Lock()
+	if len(r.handled) == 0 {
+		r.first = now
+	}
+	r.last = now
+	r.handled = append(r.handled, n)
+	r.mu.Unlock()
+}
+
+// idle reports that at least one message came and none for d, or none came in a minute.
+func (r *recorder) idle(d time.Duration, since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.handled) == 0 {
+		return time.Since(since) > time.Minute
+	}
+	return time.Since(time.Unix(0, r.last)) > d
+}
+
+// waitIdle returns once the recorder is idle for d.
+func (r *recorder) waitIdle(ctx context.Context, d time.Duration) {
+	start := time.Now()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !r.idle(d, start) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *recorder) result() result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return result{First: r.first, Last: r.last, CPU: processCPU() - r.cpu0, Count: len(r.handled), Handled: r.handled}
+}
+
+// ready tells the orchestrator that the child is connected and waits for its go: the
+// processes of one run start their clocks together.
+func ready() {
+	fmt.Println("ready")
+	var line string
+	_, _ = fmt.Scanln(&line)
+}
+
+// publishAll runs send for messages first..first+count-1 split over workers goroutines
+// and reports the span and the CPU.
+func publishAll(j job, send func(worker, from, to int) error) (result, error) {
+	ready()
+	cpu0 := processCPU()
+	start := time.Now().UnixNano()
+	var wg sync.WaitGroup
+	errs := make([]error, j.Workers)
+	per := (j.Count + j.Workers - 1) / j.Workers
+	for w := range j.Workers {
+		from, to := j.First+w*per, min(j.First+(w+1)*per, j.First+j.Count)
+		if from >= to {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = send(w, from, to)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return result{}, err
+	}
+	return result{First: start, Last: time.Now().UnixNano(), CPU: processCPU() - cpu0, Count: j.Count}, nil
+}
+
+// body is the envelope the raw clients send: what the SDKs make.
+func body(n int) []byte {
+	return fmt.Appendf(nil, `{"job":"urn:babel:bench:sdk","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"n":%d},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-%012d","queue":"bench","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}`, n, n)
+}
+
+// dataN reads data.n of a body, as a raw consumer would.
+func dataN(b []byte) (int, error) {
+	var e struct {
+		Data struct {
+			N int `json:"n"`
+		} `json:"data"`
+	}
+	err := json.Unmarshal(b, &e)
+	return e.Data.N, err
+}
+
+// ---- the orchestrator ----
+
+var brokerEnv = map[string]string{
+	"redis": "BQ_REDIS_URL", "amqp": "BQ_AMQP_URL", "kafka": "BQ_KAFKA_URL",
+	"sqs": "BQ_SQS_URL", "artemis": "BQ_ARTEMIS_URL", "pulsar": "BQ_PULSAR_URL",
+}
+
+var defaultN = map[string]int{"redis": 4000, "amqp": 3000, "kafka": 4000, "sqs": 1000, "artemis": 1000, "pulsar": 2000}
+
+type options struct {
+	brokers  []string
+	rounds   int
+	n        int
+	python   string
+	script   string
+	idle     time.Duration
+	verbose  bool
+	prefetch int
+}
+
+func orchestrate(args []string) error {
+	fs := flag.NewFlagSet("sdkcompare", flag.ContinueOnError)
+	brokers := fs.String("brokers", "redis,amqp,kafka,sqs,artemis,pulsar", "brokers to measure")
+	var o options
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds (medians are taken over them)")
+	fs.IntVar(&o.n, "n", 0, "messages per run (default: per broker)")
+	fs.StringVar(&o.python, "python", os.Getenv("BQ_PYTHON"), "the Python with babelqueue 1.24.0 (scripts/pyenv.sh)")
+	fs.DurationVar(&o.idle, "idle", 2*time.Second, "a consumer stops after this long without a message")
+	fs.BoolVar(&o.verbose, "v", false, "print every run")
+	fs.IntVar(&o.prefetch, "prefetch", 10, "prefetch per worker of the Go SDK and the raw client")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.python == "" {
+		return errors.New("no Python: set BQ_PYTHON or -python (bash scripts/pyenv.sh prints it)")
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	o.script = filepath.Join(root, "scripts", "py", "sdkbench.py")
+	o.brokers = strings.Split(*brokers, ",")
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("load average at start: %s\n", strings.Join(strings.Fields(string(load))[:3], " "))
+	for _, b := range o.brokers {
+		url := os.Getenv(brokerEnv[b])
+		if url == "" {
+			return fmt.Errorf("%s: %s is not set (eval \"$(bash scripts/brokers.sh env)\")", b, brokerEnv[b])
+		}
+		if err := measureBroker(o, b, url); err != nil {
+			return fmt.Errorf("%s: %w", b, err)
+		}
+	}
+	load, _ = os.ReadFile("/proc/loadavg")
+	fmt.Printf("\nload average at the end: %s\n", strings.Join(strings.Fields(string(load))[:3], " "))
+	return nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the repository (no go.work above)")
+		}
+		dir = parent
+	}
+}
+
+// sample is one measured run.
+type sample struct {
+	rate, cpuPerMsg float64 // msgs/s, µs
+	check           string  // "" when every message was handled exactly once
+}
+
+type rowKey struct{ impl, op string }
+
+func measureBroker(o options, broker, url string) error {
+	n := o.n
+	if n == 0 {
+		n = defaultN[broker]
+	}
+	samples := map[rowKey][]sample{}
+	impls := []string{"raw", "go", "python"}
+	for round := range o.rounds {
+		order := append(slices.Clone(impls[round%3:]), impls[:round%3]...)
+		for _, impl := range order {
+			plan := []struct {
+				op      string
+				pubOp   string
+				workers int
+			}{{"1", "publish", 1}, {"8", "publish", 8}}
+			if impl != "python" {
+				plan = append(plan, struct {
+					op      string
+					pubOp   string
+					workers int
+				}{"batch", "batch", 1})
+			}
+			for _, p := range plan {
+				q := fmt.Sprintf("bqsdk-%s-%s-%d-%d", impl, p.op, round, time.Now().UnixNano()%1e9)
+				switch broker {
+				case "kafka":
+					if err := createTopic(url, q, 8); err != nil {
+						return err
+					}
+				case "sqs":
+					if err := createSQSQueue(url, q); err != nil {
+						return err
+					}
+				}
+				pub, err := o.run(impl, job{Op: p.pubOp, Broker: broker, URL: url, Queue: q, Count: n, Workers: p.workers})
+				if err != nil {
+					return fmt.Errorf("%s %s publish: %w", impl, p.op, err)
+				}
+				pubName := map[string]string{"1": "publish, 1 publisher", "8": "publish, 8 publishers", "batch": "publish, batches of 100"}[p.op]
+				samples[rowKey{impl, pubName}] = append(samples[rowKey{impl, pubName}], summarize(pub, n, false))
+				workers := p.workers
+				if p.op == "batch" {
+					workers = 8
+				}
+				con, err := o.run(impl, job{Op: "consume", Broker: broker, URL: url, Queue: q, Count: n, Workers: workers, Group: q, Idle: o.idle, Prefetch: o.prefetch * workers})
+				if err != nil {
+					return fmt.Errorf("%s consume: %w", impl, err)
+				}
+				s := summarize(con, n, true)
+				conName := fmt.Sprintf("consume, %d worker%s", workers, map[bool]string{true: "s"}[workers > 1])
+				if p.op == "batch" {
+					conName += " (batch-published queue)"
+				}
+				samples[rowKey{impl, conName}] = append(samples[rowKey{impl, conName}], s)
+				if o.verbose {
+					fmt.Fprintf(os.Stderr, "%s round %d %s %s: publish %.0f msgs/s, consume %.0f msgs/s %s\n", broker, round, impl, p.op, summarize(pub, n, false).rate, s.rate, s.check)
+				}
+			}
+		}
+	}
+	printTable(broker, n, o.rounds, samples)
+	return nil
+}
+
+// run starts the processes of one run, lets them all start together once each is
+// connected, and collects their results.
+func (o options) run(impl string, j job) ([]result, error) {
+	j.Impl = impl
+	var cmds [][]string
+	if impl != "python" {
+		arg, _ := json.Marshal(j)
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, []string{exe, "child", string(arg)})
+	} else {
+		// Python: one process per publisher or worker.
+		per := (j.Count + j.Workers - 1) / j.Workers
+		for w := range j.Workers {
+			switch j.Op {
+			case "publish":
+				from, to := w*per, min((w+1)*per, j.Count)
+				cmds = append(cmds, []string{o.python, o.script, "publish", j.URL, j.Queue, fmt.Sprint(from), fmt.Sprint(to - from)})
+			case "consume":
+				cmds = append(cmds, []string{o.python, o.script, "consume", j.URL, j.Queue, j.Group, fmt.Sprint(j.Idle.Seconds())})
+			default:
+				return nil, fmt.Errorf("python has no %s", j.Op)
+			}
+		}
+	}
+	ps := make([]*child, len(cmds))
+	for i, c := range cmds {
+		p, err := startChild(c[0], c[1:]...)
+		if err != nil {
+			for _, q := range ps[:i] {
+				q.kill()
+			}
+			return nil, err
+		}
+		ps[i] = p
+	}
+	var errs []error
+	for _, p := range ps {
+		if err := p.awaitReady(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		for _, p := range ps {
+			p.kill()
+		}
+		return nil, errors.Join(errs...)
+	}
+	for _, p := range ps {
+		p.start()
+	}
+	out := make([]result, 0, len(ps))
+	for _, p := range ps {
+		r, err := p.wait()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// child is a running child process: it prints "ready" once connected, starts on a line
+// on its standard input, and prints its result as its last line.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *strings.Builder
+}
+
+func startChild(name string, args ...string) (*child, error) {
+	c := &child{name: filepath.Base(name) + " " + args[0], cmd: exec.Command(name, args...), stderr: &strings.Builder{}}
+	c.cmd.Stderr = c.stderr
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.out = bufio.NewReaderSize(stdout, 1<<20)
+	return c, c.cmd.Start()
+}
+
+func (c *child) awaitReady() error {
+	for {
+		line, err := c.out.ReadString('\n')
+		if strings.TrimSpace(line) == "ready" {
+			return nil
+		}
+		if err != nil {
+			_ = c.cmd.Wait()
+			return fmt.Errorf("%s never got ready: %w: %s", c.name, err, tail(c.stderr.String()))
+		}
+	}
+}
+
+func (c *child) start() {
+	_, _ = io.WriteString(c.stdin, "go\n")
+	_ = c.stdin.Close()
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}
+
+func (c *child) wait() (result, error) {
+	raw, _ := io.ReadAll(c.out)
+	if err := c.cmd.Wait(); err != nil {
+		return result{}, fmt.Errorf("%s: %w: %s", c.name, err, tail(c.stderr.String()))
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var r result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		return result{}, fmt.Errorf("%s: bad result %q: %w", c.name, tail(string(raw)), err)
+	}
+	return r, nil
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "…" + s[len(s)-2000:]
+	}
+	return s
+}
+
+// summarize merges the results of one run's processes.
+func summarize(rs []result, n int, check bool) sample {
+	var first, last int64
+	var cpu float64
+	count := 0
+	seen := make([]int, n)
+	var stray int
+	for _, r := range rs {
+		if r.Count == 0 {
+			continue
+		}
+		if first == 0 || r.First < first {
+			first = r.First
+		}
+		if r.Last > last {
+			last = r.Last
+		}
+		cpu += r.CPU
+		count += r.Count
+		for _, k := range r.Handled {
+			if k < 0 || k >= n {
+				stray++
+				continue
+			}
+			seen[k]++
+		}
+	}
+	s := sample{}
+	if span := float64(last-first) / 1e9; span > 0 {
+		s.rate = float64(count) / span
+	}
+	if count > 0 {
+		s.cpuPerMsg = cpu / float64(count) * 1e6
+	}
+	if check {
+		var missing, dup int
+		for _, c := range seen {
+			switch {
+			case c == 0:
+				missing++
+			case c > 1:
+				dup += c - 1
+			}
+		}
+		if missing+dup+stray > 0 {
+			s.check = fmt.Sprintf("missing %d, duplicates %d, strays %d", missing, dup, stray)
+		}
+	}
+	return s
+}
+
+func printTable(broker string, n, rounds int, samples map[rowKey][]sample) {
+	fmt.Printf("\n### %s (%d messages per run, medians of %d rounds)\n\n", broker, n, rounds)
+	fmt.Println("| work | raw client msgs/s | Go SDK msgs/s | Python SDK msgs/s | Go vs raw | Go vs Python | CPU µs/msg raw / Go / Python | every message handled once |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---|---|")
+	ops := []string{"publish, 1 publisher", "publish, 8 publishers", "publish, batches of 100",
+		"consume, 1 worker", "consume, 8 workers", "consume, 8 workers (batch-published queue)"}
+	for _, op := range ops {
+		med := func(impl string) (rate, cpu float64, check string, ok bool) {
+			ss := samples[rowKey{impl, op}]
+			if len(ss) == 0 {
+				return 0, 0, "", false
+			}
+			var rs, cs []float64
+			var bad []string
+			for _, s := range ss {
+				rs, cs = append(rs, s.rate), append(cs, s.cpuPerMsg)
+				if s.check != "" {
+					bad = append(bad, s.check)
+				}
+			}
+			return median(rs), median(cs), strings.Join(bad, "; "), true
+		}
+		rr, rc, rchk, rok := med("raw")
+		gr, gc, gchk, gok := med("go")
+		pr, pc, pchk, pok := med("python")
+		cell := func(v float64, ok bool, f string) string {
+			if !ok {
+				return "–"
+			}
+			return fmt.Sprintf(f, v)
+		}
+		ratio := func(a, b float64, ok bool) string {
+			if !ok || b == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f×", a/b)
+		}
+		checks := "yes"
+		if strings.HasPrefix(op, "publish") {
+			checks = "(checked by the consume of the same queue)"
+		} else if all := strings.Trim(strings.Join([]string{rchk, gchk, pchk}, " "), " "); all != "" {
+			checks = "**NO**: raw " + rchk + " / go " + gchk + " / python " + pchk
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |\n", op,
+			cell(rr, rok, "%.0f"), cell(gr, gok, "%.0f"), cell(pr, pok, "%.0f"),
+			ratio(gr, rr, gok && rok), ratio(gr, pr, gok && pok),
+			cell(rc, rok, "%.0f"), cell(gc, gok, "%.0f"), cell(pc, pok, "%.0f"), checks)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,590 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp1 "github.com/Azure/go-amqp"
+	pc "github.com/apache/pulsar-client-go/pulsar"
+	pclog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The raw clients do the same work with the broker's own client and nothing else: the
+// same envelope bytes, each publish confirmed as the broker confirms it, each consumed
+// message read for its data.n and acknowledged.
+var raws = map[string]func(context.Context, job) (result, error){
+	"redis": rawRedis, "amqp": rawAMQP, "kafka": rawKafka, "sqs": rawSQS, "artemis": rawArtemis, "pulsar": rawPulsar,
+}
+
+// consumeWith runs work on j.Workers goroutines until the recorder is idle, then cancels
+// them.
+func consumeWith(ctx context.Context, j job, work func(ctx context.Context, rec *recorder) error) (result, error) {
+	ready()
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, j.Workers)
+	for w := range j.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := work(ctx, rec); err != nil && ctx.Err() == nil {
+				errs[w] = err
+				cancel()
+			}
+		}()
+	}
+	rec.waitIdle(ctx, j.Idle)
+	cancel()
+	wg.Wait()
+	return rec.result(), errors.Join(errs...)
+}
+
+// ---- Redis: RPUSH; BLMOVE to a processing list, then LREM (a reliable queue) ----
+
+func rawRedis(ctx context.Context, j job) (result, error) {
+	opt, err := redis.ParseURL(j.URL)
+	if err != nil {
+		return result{}, err
+	}
+	opt.PoolSize = max(opt.PoolSize, 2*j.Workers)
+	c := redis.NewClient(opt)
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return result{}, err
+	}
+	q, proc := "raw:"+j.Queue, "raw:"+j.Queue+":processing"
+	switch j.Op {
+	case "publish":
+		return publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i++ {
+				if err := c.RPush(ctx, q, body(i)).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case "batch":
+		return publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i += 100 {
+				p := c.Pipeline()
+				for k := i; k < min(i+100, to); k++ {
+					p.RPush(ctx, q, body(k))
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		for ctx.Err() == nil {
+			b, err := c.BLMove(ctx, q, proc, "LEFT", "RIGHT", time.Second).Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			n, err := dataN(b)
+			if err != nil {
+				return err
+			}
+			rec.add(n)
+			if err := c.LRem(ctx, proc, 1, b).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ---- RabbitMQ: publisher confirms; basic.consume with a prefetch, one ack each ----
+
+func rawAMQP(ctx context.Context, j job) (result, error) {
+	conn, err := amqp091.Dial(j.URL)
+	if err != nil {
+		return result{}, err
+	}
+	defer conn.Close()
+	q := "raw." + j.Queue
+	setup, err := conn.Channel()
+	if err != nil {
+		return result{}, err
+	}
+	if _, err := setup.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		return result{}, err
+	}
+	if j.Op == "publish" || j.Op == "batch" {
+		chans := make([]*amqp091.Channel, j.Workers)
+		for w := range chans {
+			ch, err := conn.Channel()
+			if err != nil {
+				return result{}, err
+			}
+			if err := ch.Confirm(false); err != nil {
+				return result{}, err
+			}
+			chans[w] = ch
+		}
+		per := 1
+		if j.Op == "batch" {
+			per = 100
+		}
+		return publishAll(j, func(w, from, to int) error {
+			ch := chans[w]
+			dcs := make([]*amqp091.DeferredConfirmation, 0, per)
+			for i := from; i < to; i += per {
+				dcs = dcs[:0]
+				for k := i; k < min(i+per, to); k++ {
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false,
+						amqp091.Publishing{DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: body(k)})
+					if err != nil {
+						return err
+					}
+					dcs = append(dcs, dc)
+				}
+				for _, dc := range dcs {
+					ok, err := dc.WaitContext(ctx)
+					if err != nil || !ok {
+						return fmt.Errorf("not confirmed: %v", err)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return result{}, err
+	}
+	if err := ch.Qos(max(j.Prefetch, j.Workers), 0, false); err != nil {
+		return result{}, err
+	}
+	deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		return result{}, err
+	}
+	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case d, ok := <-deliveries:
+				if !ok {
+					return errors.New("delivery channel closed")
+				}
+				n, err := dataN(d.Body)
+				if err != nil {
+					return err
+				}
+				rec.add(n)
+				if err := d.Ack(false); err != nil {
+					return err
+				}
+			}
+		}
+	})
+}
+
+// ---- Kafka: produce, then flush; a group consumer committing what it handled ----
+
+func kafkaSeeds(raw string) ([]string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(u.Host, ","), nil
+}
+
+// createTopic makes a topic with partitions partitions, so eight consumers of a group
+// (eight Python processes) each get one.
+func createTopic(raw, topic string, partitions int32) error {
+	seeds, err := kafkaSeeds(raw)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic)
+	if err != nil {
+		return err
+	}
+	return resp.Err
+}
+
+func rawKafka(ctx context.Context, j job) (result, error) {
+	seeds, err := kafkaSeeds(j.URL)
+	if err != nil {
+		return result{}, err
+	}
+	if j.Op == "publish" || j.Op == "batch" {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(j.Queue))
+		if err != nil {
+			return result{}, err
+		}
+		defer cl.Close()
+		if err := cl.Ping(ctx); err != nil {
+			return result{}, err
+		}
+		var failed sync.Map
+		res, err := publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i++ {
+				cl.Produce(ctx, &kgo.Record{Value: body(i), Headers: []kgo.RecordHeader{{Key: "bq-attempts", Value: []byte("0")}}},
+					func(_ *kgo.Record, err error) {
+						if err != nil {
+							failed.Store(i, err)
+						}
+					})
+			}
+			return cl.Flush(ctx)
+		})
+		failed.Range(func(_, v any) bool { err = v.(error); return false })
+		return res, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(j.Group), kgo.ConsumeTopics(j.Queue),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return result{}, err
+	}
+	defer cl.Close()
+	// One poller hands the records to the workers and commits each poll's records
+	// once they are handled.
+	j1 := j
+	j1.Workers = 1
+	return consumeWith(ctx, j1, func(ctx context.Context, rec *recorder) error {
+		work := make(chan *kgo.Record)
+		var wg sync.WaitGroup
+		var werr error
+		var once sync.Once
+		for range j.Workers {
+			go func() {
+				for r := range work {
+					n, err := dataN(r.Value)
+					if err != nil {
+						once.Do(func() { werr = err })
+					} else {
+						rec.add(n)
+					}
+					wg.Done()
+				}
+			}()
+		}
+		defer close(work)
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := cl.PollFetches(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
+			var recs []*kgo.Record
+			fs.EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+			for _, e := range fs.Errors() {
+				if !errors.Is(e.Err, context.DeadlineExceeded) && !errors.Is(e.Err, context.Canceled) {
+					return e.Err
+				}
+			}
+			wg.Add(len(recs))
+			for _, r := range recs {
+				work <- r
+			}
+			wg.Wait()
+			if werr != nil {
+				return werr
+			}
+			if len(recs) > 0 {
+				if err := cl.CommitRecords(ctx, recs...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// ---- SQS: SendMessage (SendMessageBatch of 10); ReceiveMessage of 10, DeleteMessage each ----
+
+func sqsClient(ctx context.Context, raw string) (*awssqs.Client, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(u.Host))
+	if err != nil {
+		return nil, err
+	}
+	return awssqs.NewFromConfig(cfg, func(o *awssqs.Options) {
+		if ep := u.Query().Get("endpoint"); ep != "" {
+			o.BaseEndpoint = aws.String(ep)
+		}
+	}), nil
+}
+
+// createSQSQueue makes a queue up front: the Python SDK does not create the queues it
+// publishes to.
+func createSQSQueue(raw, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := sqsClient(ctx, raw)
+	if err != nil {
+		return err
+	}
+	_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
+	return err
+}
+
+func rawSQS(ctx context.Context, j job) (result, error) {
+	c, err := sqsClient(ctx, j.URL)
+	if err != nil {
+		return result{}, err
+	}
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("raw-" + j.Queue)})
+	if err != nil {
+		return result{}, err
+	}
+	qurl := out.QueueUrl
+	switch j.Op {
+	case "publish":
+		return publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i++ {
+				if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: qurl, MessageBody: aws.String(string(body(i)))}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case "batch":
+		return publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i += 10 {
+				var entries []sqstypes.SendMessageBatchRequestEntry
+				for k := i; k < min(i+10, to); k++ {
+					entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k - i)), MessageBody: aws.String(string(body(k)))})
+				}
+				out, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: qurl, Entries: entries})
+				if err != nil {
+					return err
+				}
+				if len(out.Failed) > 0 {
+					return fmt.Errorf("%d entries refused", len(out.Failed))
+				}
+			}
+			return nil
+		})
+	}
+	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		for ctx.Err() == nil {
+			out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			for _, m := range out.Messages {
+				n, err := dataN([]byte(aws.ToString(m.Body)))
+				if err != nil {
+					return err
+				}
+				rec.add(n)
+				if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: qurl, ReceiptHandle: m.ReceiptHandle}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// ---- Artemis: unsettled transfers awaited for the accepted outcome; receive + accept ----
+
+func rawArtemis(ctx context.Context, j job) (result, error) {
+	u, err := url.Parse(j.URL)
+	if err != nil {
+		return result{}, err
+	}
+	pass, _ := u.User.Password()
+	conn, err := amqp1.Dial(ctx, "amqp://"+u.Host, &amqp1.ConnOptions{SASLType: amqp1.SASLTypePlain(u.User.Username(), pass)})
+	if err != nil {
+		return result{}, err
+	}
+	defer conn.Close()
+	q := "raw." + j.Queue
+	if j.Op == "publish" || j.Op == "batch" {
+		mode := amqp1.SenderSettleModeUnsettled
+		senders := make([]*amqp1.Sender, j.Workers)
+		for w := range senders {
+			sess, err := conn.NewSession(ctx, nil)
+			if err != nil {
+				return result{}, err
+			}
+			if senders[w], err = sess.NewSender(ctx, q, &amqp1.SenderOptions{TargetCapabilities: []string{"queue"}, SettlementMode: &mode}); err != nil {
+				return result{}, err
+			}
+		}
+		per := 1
+		if j.Op == "batch" {
+			per = 100
+		}
+		return publishAll(j, func(w, from, to int) error {
+			s := senders[w]
+			rs := make([]amqp1.SendReceipt, 0, per)
+			for i := from; i < to; i += per {
+				rs = rs[:0]
+				for k := i; k < min(i+per, to); k++ {
+					r, err := s.SendWithReceipt(ctx, &amqp1.Message{Header: &amqp1.MessageHeader{Durable: true}, Value: string(body(k))}, nil)
+					if err != nil {
+						return err
+					}
+					rs = append(rs, r)
+				}
+				for _, r := range rs {
+					st, err := r.Wait(ctx)
+					if err != nil {
+						return err
+					}
+					if _, ok := st.(*amqp1.StateAccepted); !ok {
+						return fmt.Errorf("not accepted: %T", st)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		return result{}, err
+	}
+	rcv, err := sess.NewReceiver(ctx, q, &amqp1.ReceiverOptions{SourceCapabilities: []string{"queue"}, Credit: int32(max(j.Prefetch, j.Workers))})
+	if err != nil {
+		return result{}, err
+	}
+	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		for ctx.Err() == nil {
+			m, err := rcv.Receive(ctx, nil)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			var b []byte
+			switch v := m.Value.(type) {
+			case string:
+				b = []byte(v)
+			default:
+				b = m.GetData()
+			}
+			n, err := dataN(b)
+			if err != nil {
+				return err
+			}
+			rec.add(n)
+			if err := rcv.AcceptMessage(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ---- Pulsar: Send (SendAsync + Flush); a Shared subscription, Receive + Ack ----
+
+func rawPulsar(ctx context.Context, j job) (result, error) {
+	c, err := pc.NewClient(pc.ClientOptions{URL: j.URL, Logger: pclog.DefaultNopLogger()})
+	if err != nil {
+		return result{}, err
+	}
+	defer c.Close()
+	topic := "raw-" + j.Queue
+	if j.Op == "publish" || j.Op == "batch" {
+		p, err := c.CreateProducer(pc.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			return result{}, err
+		}
+		defer p.Close()
+		if j.Op == "publish" {
+			return publishAll(j, func(_, from, to int) error {
+				for i := from; i < to; i++ {
+					if _, err := p.Send(ctx, &pc.ProducerMessage{Payload: body(i)}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		return publishAll(j, func(_, from, to int) error {
+			for i := from; i < to; i += 100 {
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				var first error
+				for k := i; k < min(i+100, to); k++ {
+					wg.Add(1)
+					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k)}, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
+						if err != nil {
+							mu.Lock()
+							first = err
+							mu.Unlock()
+						}
+						wg.Done()
+					})
+				}
+				if err := p.FlushWithCtx(ctx); err != nil {
+					return err
+				}
+				wg.Wait()
+				if first != nil {
+					return first
+				}
+			}
+			return nil
+		})
+	}
+	cons, err := c.Subscribe(pc.ConsumerOptions{Topic: topic, SubscriptionName: "babelqueue", Type: pc.Shared,
+		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest, ReceiverQueueSize: max(j.Prefetch, j.Workers)})
+	if err != nil {
+		return result{}, err
+	}
+	defer cons.Close()
+	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		for ctx.Err() == nil {
+			m, err := cons.Receive(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			n, err := dataN(m.Payload())
+			if err != nil {
+				return err
+			}
+			rec.add(n)
+			if err := cons.Ack(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
