@@ -58,6 +58,8 @@ func WithBypass() Option { return func(o *options) { o.bypass = true } }
 func WithPoison() Option { return func(o *options) { o.poison = true } }
 
 // WithIdle ends the redrive once the dead-letter queue gave nothing for d (default 2s).
+// When the transport can browse, the redrive knows how many messages it has to move
+// and waits for each up to [WithStartTimeout] instead.
 func WithIdle(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -66,9 +68,9 @@ func WithIdle(d time.Duration) Option {
 	}
 }
 
-// WithStartTimeout bounds the wait for the first message when a browse found work to
-// do (default 30s): some brokers take seconds to start a consumer (a Kafka group
-// join).
+// WithStartTimeout bounds the wait for each message when a browse found work to do
+// (default 30s): some brokers take seconds to start a consumer (a Kafka group join),
+// and a busy one may pause.
 func WithStartTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -349,7 +351,10 @@ func (r *run) move(ctx context.Context) error {
 			r.res.Stopped = StopError
 			return fmt.Errorf("dlq: redrive: receive from %q: %w", r.from, err)
 		}
-		wait = r.o.idle
+		if !known {
+			// A browse did not say how many to expect: a quiet queue is done.
+			wait = r.o.idle
+		}
 		sum := digest(d)
 		if putBack[sum] > 0 {
 			// The first message put back has come round: every message after it was
