@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,15 +38,7 @@ func TestConsoleInChromium(t *testing.T) {
 		live = append(live, lb)
 		brokers = append(brokers, lb.broker())
 	}
-	c, err := console.New(brokers, console.WithSampleInterval(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(func() {
-		srv.Close()
-		_ = c.Close()
-	})
+	srv := serve(t, brokers, console.WithSampleInterval(500*time.Millisecond))
 
 	// Overview: every dead-letter queue counted by its broker.
 	b.run("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`svg.spark polyline`)))
@@ -232,15 +223,7 @@ func TestConsoleInChromium(t *testing.T) {
 	b.noErrors("themes")
 
 	// With a token: the login page, then the console.
-	tc, err := console.New(brokers[:1], console.WithToken("s3cret-token"), console.WithoutPrewarm())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tsrv := httptest.NewServer(tc)
-	t.Cleanup(func() {
-		tsrv.Close()
-		_ = tc.Close()
-	})
+	tsrv := serve(t, brokers[:1], console.WithToken("s3cret-token"), console.WithoutPrewarm())
 	b.run("login page", chromedp.Navigate(tsrv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`form.login`)))
 	b.screenshot("login")
 	b.run("log in", chromedp.SendKeys(chromedp.CSS(`#user`), "ada"), chromedp.SendKeys(chromedp.CSS(`#token`), "s3cret-token"),

@@ -435,12 +435,7 @@ func TestNoPasswordReachesTheBrowser(t *testing.T) {
 	for _, m := range dead.Messages() {
 		_ = tr.Publish(context.Background(), m)
 	}
-	c, err := console.New([]console.Broker{{URL: "memory://user:hunter2@host/?secret_key=k3y", Transport: tr, Queues: []console.Queue{{Name: "orders"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	defer func() { srv.Close(); _ = c.Close() }()
+	srv := serve(t, []console.Broker{{URL: "memory://user:hunter2@host/?secret_key=k3y", Transport: tr, Queues: []console.Queue{{Name: "orders"}}}})
 	cl := newClient(t, srv.URL)
 	var v dlqView
 	cl.getJSON("/api/dlq?wait=1&"+q("b", "0", "q", "orders.dlq"), &v)

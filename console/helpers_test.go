@@ -32,8 +32,15 @@ func memoryConsole(t *testing.T, n int, opts ...console.Option) (*httptest.Serve
 			t.Fatal(err)
 		}
 	}
-	c, err := console.New([]console.Broker{{URL: "memory://", Transport: tr, Queues: []console.Queue{{Name: "orders"}, {Name: "payments"}}}},
+	srv := serve(t, []console.Broker{{URL: "memory://", Transport: tr, Queues: []console.Queue{{Name: "orders"}, {Name: "payments"}}}},
 		append([]console.Option{console.WithSampleInterval(200 * time.Millisecond)}, opts...)...)
+	return srv, tr, s
+}
+
+// serve builds a console and serves it until the test ends.
+func serve(t *testing.T, brokers []console.Broker, opts ...console.Option) *httptest.Server {
+	t.Helper()
+	c, err := console.New(brokers, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +49,7 @@ func memoryConsole(t *testing.T, n int, opts ...console.Option) (*httptest.Serve
 		srv.Close()
 		_ = c.Close()
 	})
-	return srv, tr, s
+	return srv
 }
 
 // client is a browser-like HTTP client: it keeps cookies and does not follow

@@ -3,7 +3,6 @@ package console_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"sort"
@@ -36,15 +35,7 @@ func TestDLQView100k(t *testing.T) {
 			start := time.Now()
 			lb.seedDLQ(t, n, time.Now().Add(-time.Hour))
 			t.Logf("%s: seeded %d dead letters in %v", name, n, time.Since(start).Round(time.Millisecond))
-			c, err := console.New([]console.Broker{lb.broker()}, console.WithoutPrewarm(), console.WithStaleAfter(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(c)
-			t.Cleanup(func() {
-				srv.Close()
-				_ = c.Close()
-			})
+			srv := serve(t, []console.Broker{lb.broker()}, console.WithoutPrewarm(), console.WithStaleAfter(time.Hour))
 			cl := newClient(t, srv.URL)
 			base := q("b", "0", "q", lb.dlq)
 
