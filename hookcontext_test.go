@@ -10,6 +10,7 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // messageHooks records the message each hook finds in its context.
@@ -82,5 +83,43 @@ func TestHooksSeeTheDeliverysMessage(t *testing.T) {
 	}
 	if hooks.received[1] != nil || hooks.settled[1] != nil {
 		t.Errorf("a poison body's hooks saw a message: %v, %v", hooks.received[1], hooks.settled[1])
+	}
+}
+
+// HandledEvent.Start is when the handler started: after the publish, no later than the
+// handler's first line, and the handler's run (Duration) ends before the settlement.
+func TestHandledEventStart(t *testing.T) {
+	broker := memory.New()
+	rec := transporttest.NewRecorder()
+	app, err := babelqueue.New(broker, babelqueue.WithQueue("orders"), babelqueue.WithObserver(rec),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entered time.Time
+	app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+		entered = time.Now()
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	published := time.Now()
+	if _, err := app.Publish(context.Background(), "urn:babel:orders:created", map[string]int{"order_id": 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(ctx) }()
+	rec.WaitSettled(t, 1, 10*time.Second)
+	settled := time.Now()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	e := rec.Handled[0]
+	if e.Start.Before(published) || e.Start.After(entered) {
+		t.Errorf("Start %v, want between the publish (%v) and the handler's first line (%v)", e.Start, published, entered)
+	}
+	if end := e.Start.Add(e.Duration); e.Duration < 20*time.Millisecond || end.After(settled) {
+		t.Errorf("the handler ran %v from %v (settled at %v)", e.Duration, e.Start, settled)
 	}
 }

@@ -100,6 +100,8 @@ type DeliveryInfo struct {
 // HandledEvent is given to [HandleHook].
 type HandledEvent struct {
 	Delivery DeliveryInfo
+	// Start is when the handler started.
+	Start time.Time
 	// Duration is how long the handler ran.
 	Duration time.Duration
 	// Err is what it returned (nil on success).

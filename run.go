@@ -381,7 +381,7 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 				return false
 			}
 			for _, hk := range a.hooks.handled {
-				hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Duration: time.Since(start), Err: err})
+				hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Start: start, Duration: time.Since(start), Err: err})
 			}
 			if err != nil {
 				x.facts.Kind, x.facts.After, x.cause = classifyFailure(err)
