@@ -79,6 +79,9 @@ type job struct {
 	// client's qos, credit or receiver queue); the Python SDK takes one at a time.
 	Prefetch int           `json:"prefetch"`
 	Idle     time.Duration `json:"idle"`
+	// Fail makes the handler of every odd n fail (the Go SDK with max_attempts 3 and
+	// the dead-letter queue on): each is attempted three times, then dead-lettered.
+	Fail bool `json:"fail"`
 }
 
 // result is what a child reports.
@@ -321,6 +324,13 @@ func measureBroker(o options, broker, url string) error {
 					workers int
 				}{"batch", "batch", 1})
 			}
+			if impl == "go" {
+				plan = append(plan, struct {
+					op      string
+					pubOp   string
+					workers int
+				}{"fail", "batch", 1})
+			}
 			for _, p := range plan {
 				q := fmt.Sprintf("bqsdk-%s-%s-%d-%d", impl, p.op, round, time.Now().UnixNano()%1e9)
 				switch broker {
@@ -337,29 +347,39 @@ func measureBroker(o options, broker, url string) error {
 				if err != nil {
 					return fmt.Errorf("%s %s publish: %w", impl, p.op, err)
 				}
-				pubName := map[string]string{"1": "publish, 1 publisher", "8": "publish, 8 publishers", "batch": "publish, batches of 100"}[p.op]
-				samples[rowKey{impl, pubName}] = append(samples[rowKey{impl, pubName}], summarize(pub, n, false))
+				if pubName, ok := map[string]string{"1": "publish, 1 publisher", "8": "publish, 8 publishers", "batch": "publish, batches of 100"}[p.op]; ok {
+					samples[rowKey{impl, pubName}] = append(samples[rowKey{impl, pubName}], summarize(pub, n, checkNone))
+				}
 				workers := p.workers
-				if p.op == "batch" {
+				if p.op == "batch" || p.op == "fail" {
 					workers = 8
 				}
-				con, err := o.run(impl, job{Op: "consume", Broker: broker, URL: url, Queue: q, Count: n, Workers: workers, Group: q, Idle: o.idle, Prefetch: o.prefetch * workers})
+				con, err := o.run(impl, job{Op: "consume", Broker: broker, URL: url, Queue: q, Count: n, Workers: workers, Group: q,
+					Idle: o.idle, Prefetch: o.prefetch * workers, Fail: p.op == "fail"})
 				if err != nil {
 					return fmt.Errorf("%s consume: %w", impl, err)
 				}
-				s := summarize(con, n, true)
+				check := checkOnce
+				if p.op == "fail" {
+					check = checkHalfFailing
+				}
+				s := summarize(con, n, check)
 				conName := fmt.Sprintf("consume, %d worker%s", workers, map[bool]string{true: "s"}[workers > 1])
-				if p.op == "batch" {
+				switch p.op {
+				case "batch":
 					conName += " (batch-published queue)"
+				case "fail":
+					conName = failRow
 				}
 				samples[rowKey{impl, conName}] = append(samples[rowKey{impl, conName}], s)
 				if o.verbose {
-					fmt.Fprintf(os.Stderr, "%s round %d %s %s: publish %.0f msgs/s, consume %.0f msgs/s %s\n", broker, round, impl, p.op, summarize(pub, n, false).rate, s.rate, s.check)
+					fmt.Fprintf(os.Stderr, "%s round %d %s %s: publish %.0f msgs/s, consume %.0f msgs/s %s\n", broker, round, impl, p.op, summarize(pub, n, checkNone).rate, s.rate, s.check)
 				}
 			}
 		}
 	}
 	printTable(broker, n, o.rounds, samples)
+	printFailures(samples)
 	return nil
 }
 
@@ -496,8 +516,19 @@ func tail(s string) string {
 	return s
 }
 
-// summarize merges the results of one run's processes.
-func summarize(rs []result, n int, check bool) sample {
+// What summarize checks of the n handled in a run.
+const (
+	checkNone        = iota
+	checkOnce        // each of 0..N-1 handled exactly once
+	checkHalfFailing // each even n once, each odd n three times (attempted, then dead-lettered)
+)
+
+// failRow names the failure-heavy run in the table.
+const failRow = "consume, 8 workers, half the handlers failing (max_attempts 3, DLQ on)"
+
+// summarize merges the results of one run's processes. In a half-failing run the rate
+// is of messages finished (handled, or dead-lettered after their three attempts).
+func summarize(rs []result, n int, check int) sample {
 	var first, last int64
 	var cpu float64
 	count := 0
@@ -523,21 +554,29 @@ func summarize(rs []result, n int, check bool) sample {
 			seen[k]++
 		}
 	}
+	finished := count
+	if check == checkHalfFailing {
+		finished = n
+	}
 	s := sample{}
 	if span := float64(last-first) / 1e9; span > 0 {
-		s.rate = float64(count) / span
+		s.rate = float64(finished) / span
 	}
-	if count > 0 {
-		s.cpuPerMsg = cpu / float64(count) * 1e6
+	if finished > 0 {
+		s.cpuPerMsg = cpu / float64(finished) * 1e6
 	}
-	if check {
+	if check != checkNone {
 		var missing, dup int
-		for _, c := range seen {
+		for k, c := range seen {
+			want := 1
+			if check == checkHalfFailing && k%2 == 1 {
+				want = 3
+			}
 			switch {
-			case c == 0:
-				missing++
-			case c > 1:
-				dup += c - 1
+			case c < want:
+				missing += want - c
+			case c > want:
+				dup += c - want
 			}
 		}
 		if missing+dup+stray > 0 {
@@ -595,6 +634,37 @@ func printTable(broker string, n, rounds int, samples map[rowKey][]sample) {
 			ratio(gr, rr, gok && rok), ratio(gr, pr, gok && pok),
 			cell(rc, rok, "%.0f"), cell(gc, gok, "%.0f"), cell(pc, pok, "%.0f"), checks)
 	}
+}
+
+// printFailures prints the failure-heavy run of the Go SDK beside its all-success
+// consume with the same workers, per round.
+func printFailures(samples map[rowKey][]sample) {
+	fail, ok := samples[rowKey{"go", failRow}], len(samples[rowKey{"go", failRow}]) > 0
+	base := samples[rowKey{"go", "consume, 8 workers (batch-published queue)"}]
+	if !ok || len(base) != len(fail) {
+		return
+	}
+	var rates, ratios, cpus []float64
+	var bad []string
+	for i := range fail {
+		rates, cpus = append(rates, fail[i].rate), append(cpus, fail[i].cpuPerMsg)
+		if base[i].rate > 0 {
+			ratios = append(ratios, fail[i].rate/base[i].rate)
+		}
+		if fail[i].check != "" {
+			bad = append(bad, fail[i].check)
+		}
+	}
+	checks := "yes"
+	if len(bad) > 0 {
+		checks = "**NO**: " + strings.Join(bad, "; ")
+	}
+	rs := make([]string, len(ratios))
+	for i, r := range ratios {
+		rs[i] = fmt.Sprintf("%.2f", r)
+	}
+	fmt.Printf("\nGo SDK, %s: %.0f messages finished/s, %.0f CPU µs per message; **%.2f×** the all-success consume of the same round (rounds %s); every even message handled once and every odd one attempted three times: %s\n",
+		failRow, median(rates), median(cpus), median(ratios), strings.Join(rs, ", "), checks)
 }
 
 func median(v []float64) float64 {

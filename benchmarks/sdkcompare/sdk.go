@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,9 @@ import (
 )
 
 const urn = "urn:babel:bench:sdk"
+
+// errFailing is the error of the failing handlers of a half-failing run.
+var errFailing = errors.New("sdkcompare: this handler fails")
 
 type benchData struct {
 	N int `json:"n"`
@@ -40,6 +44,9 @@ func goSDK(ctx context.Context, j job) (result, error) {
 		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	if j.Prefetch > 0 {
 		opts = append(opts, babelqueue.WithPrefetch(j.Prefetch))
+	}
+	if j.Fail {
+		opts = append(opts, babelqueue.WithMaxAttempts(3), babelqueue.WithDeadLetter(true))
 	}
 	app, err := babelqueue.Open(ctx, raw, opts...)
 	if err != nil {
@@ -82,6 +89,9 @@ func goSDK(ctx context.Context, j job) (result, error) {
 		rec := newRecorder()
 		babelqueue.Handle(app, urn, func(_ context.Context, d benchData, _ *babelqueue.Message) error {
 			rec.add(d.N)
+			if j.Fail && d.N%2 == 1 {
+				return errFailing
+			}
 			return nil
 		})
 		runCtx, stop := context.WithCancel(ctx)
