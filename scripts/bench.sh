@@ -14,5 +14,6 @@ for d in transport/*/; do
   go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
 done
 go test -run '^$' -bench . -benchmem ./schema/...
+go test -run '^$' -bench Index -benchmem -benchtime 5x ./console/
 # The Go runtime beside the Python SDK and the raw clients, every broker (about 30 min).
 bash scripts/sdkbench.sh -rounds 3
