@@ -194,12 +194,17 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		ctx, cancel = context.WithTimeout(ctx, c.t.opts.confirmTimeout)
 		defer cancel()
 	}
-	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, s, e.AckFailed()))
 }
 
-func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement) error {
+// settle settles one delivery. A Rewind counts as a failed delivery (Artemis raises its
+// delivery-count), unless an Ack of it failed before (ackFailed): then a settle write
+// was refused, not its handling, and counting it would move the message to Artemis's
+// dead-letter address after max-delivery-attempts rewinds, which a dead-letter queue
+// refusing writes for three seconds was enough for (found by the fault suite, issue 16).
+func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement, ackFailed bool) error {
 	if s.Outcome == transport.Rewind {
-		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: true})
+		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: !ackFailed})
 		if err != nil && !linkGone(err) {
 			return fmt.Errorf("artemis: rewind: %w", err)
 		}

@@ -68,7 +68,10 @@
 // each to be accepted and only then accepts the delivery; when a write fails nothing is
 // accepted and the error matches [transport.ErrSettleWrite] (the writes accepted before
 // the failing one stay made). Rewind answers the delivery with the modified outcome and
-// delivery-failed set, so Artemis redelivers it with a higher delivery-count. A delivery
+// delivery-failed set, so Artemis redelivers it with a higher delivery-count; the Rewind
+// of a delivery whose Ack failed (a settle write refused) leaves delivery-failed unset,
+// so an outage of the dead-letter queue does not count against Artemis's redelivery
+// limit. A delivery
 // whose link is gone was taken back by the broker: its Ack fails with a
 // [transport.TakenBackError] wrapping [ErrDeliveryLost], which matches
 // [transport.ErrAlreadySettled]. The link credit of a consumer is its prefetch, and no
@@ -77,7 +80,8 @@
 //
 // Artemis keeps its own redelivery limit (the address setting max-delivery-attempts,
 // 10 by default) and moves a message rewound that often to its dead-letter address:
-// keep it above the runtime's max_attempts.
+// keep it above the runtime's max_attempts. Rewinds after a refused settle write do not
+// count.
 //
 // # Delays
 //
