@@ -140,12 +140,12 @@ func opsBrokers() []opsBroker {
 	return []opsBroker{
 		{name: "redis", env: "BQ_REDIS_URL", service: "redis", dlq: dotDLQ, reserved: redisReserved},
 		{name: "rabbitmq", env: "BQ_AMQP_URL", service: "rabbitmq", dlq: dotDLQ, settleAfterKill: time.Second, maxDuplicates: 1},
-		{name: "kafka", env: "BQ_KAFKA_URL", service: "kafka", dlq: dotDLQ, keys: true, maxDuplicates: 5,
+		{name: "kafka", env: "BQ_KAFKA_URL", service: "kafka", dlq: dotDLQ, keys: true, maxDuplicates: 1,
 			query: func(*testing.T) string { return "group=" + transporttest.UniqueName("bqops") }},
 		{name: "sqs", env: "BQ_SQS_URL", service: "sqs", dlq: func(q string) string { return q + "-dlq" }, keys: true,
 			prepare: sqsShortVisibility, settleAfterKill: 4 * time.Second, maxDuplicates: 1},
 		{name: "artemis", env: "BQ_ARTEMIS_URL", service: "artemis", dlq: dotDLQ, settleAfterKill: time.Second, maxDuplicates: 1},
-		{name: "pulsar", env: "BQ_PULSAR_URL", service: "pulsar", dlq: dotDLQ, keys: true, settleAfterKill: 2 * time.Second, maxDuplicates: 60},
+		{name: "pulsar", env: "BQ_PULSAR_URL", service: "pulsar", dlq: dotDLQ, keys: true, settleAfterKill: 2 * time.Second, maxDuplicates: 1},
 	}
 }
 
