@@ -26,7 +26,7 @@ func BenchmarkObserverHooks(b *testing.B) {
 	ctx := context.Background()
 	d := babelqueue.DeliveryInfo{Queue: "bench", URN: "urn:babel:orders:created", Lang: "python", CreatedAt: time.Now().UnixMilli()}
 	published := babelqueue.PublishedEvent{Queue: "bench", URN: "urn:babel:orders:created"}
-	handled := babelqueue.HandledEvent{Delivery: d, Duration: time.Millisecond}
+	handled := babelqueue.HandledEvent{Delivery: d, Start: time.Now(), Duration: time.Millisecond}
 	settled := babelqueue.SettledEvent{Delivery: d, Kind: babelqueue.KindHandled, Action: babelqueue.ActionAck}
 	b.ReportAllocs()
 	var ru0, ru1 syscall.Rusage

@@ -287,7 +287,11 @@ func (o *Observer) OnHandled(ctx context.Context, e babelqueue.HandledEvent) {
 	r := o.route(d.Queue, d.URN)
 	o.duration.Record(ctx, e.Duration.Seconds(), r.duration[handlerOutcome(e.Err)]...)
 	if d.CreatedAt > 0 {
-		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), r.age...)
+		start := e.Start
+		if start.IsZero() { // an event not made by the runtime
+			start = time.Now().Add(-e.Duration)
+		}
+		o.age.Record(ctx, ageAt(start, d.CreatedAt), r.age...)
 	}
 }
 

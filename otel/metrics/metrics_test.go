@@ -109,6 +109,7 @@ func newObserver(t *testing.T) (*metrics.Prometheus, *metrics.Observer) {
 // /metrics scraped after a run on Redis holds the counts the test published, handled
 // and dead-lettered.
 func TestScrapeAfterRedisRun(t *testing.T) {
+	began := time.Now()
 	url := transporttest.BrokerURL(t, "BQ_REDIS_URL", "redis")
 	queue := fmt.Sprintf("otel-metrics-%d", time.Now().UnixNano())
 	prom, obs := newObserver(t)
@@ -170,6 +171,14 @@ func TestScrapeAfterRedisRun(t *testing.T) {
 	} {
 		if got := value(fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// Every message was made during the test: its age when its handler started is
+	// between zero and the test's time so far.
+	for _, m := range fams["babelqueue_delivery_age_seconds"].GetMetric() {
+		h := m.GetHistogram()
+		if sum, n := h.GetSampleSum(), float64(h.GetSampleCount()); sum < 0 || sum > n*time.Since(began).Seconds() {
+			t.Errorf("%v ages add up to %vs", n, sum)
 		}
 	}
 }
