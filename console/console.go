@@ -90,8 +90,10 @@ func WithSampleInterval(d time.Duration) Option {
 }
 
 // WithStaleAfter sets how old the index of a dead-letter queue may grow while it is
-// looked at before it is read again in the background (default 10s). The page shows
-// the index it has at once, with its age.
+// looked at before it is read again in the background (default 10s): once the
+// broker's count of the queue moved, or, where the broker cannot count, at once (and
+// at the latest after two minutes). The page shows the index it has at once, with
+// its age.
 func WithStaleAfter(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {

@@ -585,3 +585,42 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexFollowsTheQueue: the page reads a dead-letter queue again once its index
+// is stale and the broker's count moved, not while the queue stays as it was.
+func TestIndexFollowsTheQueue(t *testing.T) {
+	srv, tr, s := memoryConsole(t, 10, console.WithStaleAfter(100*time.Millisecond), console.WithSampleInterval(20*time.Millisecond))
+	c := newClient(t, srv.URL)
+	status := func() (version float64, total float64) {
+		var st map[string]any
+		c.getJSON("/api/dlq?status=1&"+q("b", "0", "q", "orders.dlq"), &st)
+		v, _ := st["version"].(float64)
+		n, _ := st["total"].(float64)
+		return v, n
+	}
+	var v dlqView
+	c.getJSON("/api/dlq?wait=1&"+q("b", "0", "q", "orders.dlq"), &v)
+	first, _ := status()
+	for range 10 {
+		time.Sleep(50 * time.Millisecond)
+		if now, _ := status(); now != first {
+			t.Fatalf("the index was read again (version %v → %v) while the queue did not change", first, now)
+		}
+	}
+	more := dlqtest.Mixed("orders", "orders.dlq", 3, seedTime)
+	for _, m := range more.Messages() {
+		if err := tr.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if version, total := status(); version > first && int(total) == len(s.Items)+3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the index did not follow the queue: %v", fmt.Sprint(status()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -75,6 +75,11 @@ type snapshot struct {
 	built     time.Time
 	took      time.Duration
 	truncated bool
+	// started is when the read began, count the broker's last count of the queue
+	// then (counted: there was one).
+	started time.Time
+	count   sample
+	counted bool
 
 	viewMu sync.Mutex
 	views  map[filter]*filtered
@@ -192,13 +197,32 @@ type indexState struct {
 func (ix *index) current() indexState {
 	ix.mu.Lock()
 	ix.viewed = time.Now()
-	stale := ix.snap == nil || time.Since(ix.snap.built) > ix.c.o.stale
-	if stale && !ix.building && (ix.err == nil || time.Since(ix.errAt) > time.Second) {
+	if ix.stale() && !ix.building && (ix.err == nil || time.Since(ix.errAt) > time.Second) {
 		ix.startLocked()
 	}
 	st := indexState{snap: ix.snap, building: ix.building, read: ix.read.Load(), err: ix.err, errAt: ix.errAt}
 	ix.mu.Unlock()
 	return st
+}
+
+// maxAge is how old an index may grow while the broker's count of the queue says
+// it did not change (a count can stay the same while messages come and go).
+const maxAge = 2 * time.Minute
+
+// stale reports whether the index should be read again: there is none, or it is
+// older than the staleness bound and the queue changed since (by the broker's count;
+// always, where the broker cannot count), or it is older than maxAge. ix.mu is held.
+func (ix *index) stale() bool {
+	if ix.snap == nil {
+		return true
+	}
+	age := time.Since(ix.snap.built)
+	if age <= ix.c.o.stale {
+		return false
+	}
+	now, ok := ix.b.lastSample(ix.queue)
+	return age > maxAge || !ok || !ix.snap.counted || !now.at.After(ix.snap.started) ||
+		now.Ready != ix.snap.count.Ready || now.Appended != ix.snap.count.Appended
 }
 
 // ready returns a complete read, waiting for the first one (up to ctx).
@@ -235,6 +259,7 @@ type chunk struct {
 // messages on every core while the next page is fetched, and groups them.
 func (ix *index) build(ctx context.Context) (*snapshot, error) {
 	start := time.Now()
+	count, counted := ix.b.lastSample(ix.queue)
 	ix.read.Store(0)
 	ix.mu.Lock()
 	var prev map[refKey]*row
@@ -276,7 +301,8 @@ func (ix *index) build(ctx context.Context) (*snapshot, error) {
 	for _, p := range pages {
 		n += len(p.out)
 	}
-	s := &snapshot{entries: make([]entry, 0, n), byRef: make(map[refKey]*row, n), truncated: truncated}
+	s := &snapshot{entries: make([]entry, 0, n), byRef: make(map[refKey]*row, n), truncated: truncated,
+		started: start, count: count, counted: counted}
 	for _, p := range pages {
 		s.entries = append(s.entries, p.out...)
 	}

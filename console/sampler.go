@@ -40,6 +40,17 @@ func (r *ring) list() []sample {
 	return append(append([]sample(nil), r.buf[r.next:]...), r.buf[:r.next]...)
 }
 
+// lastSample returns the last count of a queue, if there is one.
+func (b *brokerState) lastSample(queue string) (sample, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.samples[queue]
+	if r == nil || (r.next == 0 && !r.full) {
+		return sample{}, false
+	}
+	return r.buf[(r.next+len(r.buf)-1)%len(r.buf)], true
+}
+
 // sampleLoop counts every queue now and then every sample interval, until Close.
 func (c *Console) sampleLoop() {
 	t := time.NewTicker(c.o.sample)
