@@ -3,7 +3,7 @@
 #               examples/demo is in the root module, so no broker client is compiled
 #   make test   every test, brokers included (starts them first)
 
-.PHONY: demo test brokers brokers-down bench fuzz
+.PHONY: demo test brokers brokers-down bench fuzz faults
 
 demo:
 	go run ./examples/demo
@@ -19,6 +19,13 @@ brokers-down:
 
 bench:
 	bash scripts/bench.sh
+
+# The fault suite's full form (issue 16): every broker through a worker SIGKILL, a
+# connection cut, a broker restart and refused dead-letter writes, 3,000 messages a run;
+# writes docs/reliability.json and the tables of docs/reliability.md. Its short form runs
+# in make test.
+faults:
+	bash scripts/faults.sh
 
 # transport/redis and transport/artemis are modules of their own: go.work lets these
 # run from the root with the package path.
