@@ -334,11 +334,11 @@ func testOperate(t *testing.T, b opsBroker) {
 	}
 	left := browse(t, tr, dq)
 	if len(left) != 1000-want {
-		t.Errorf("the DLQ holds %d after the redrive, want %d", len(left), 1000-want)
+		t.Fatalf("the DLQ holds %d after the redrive, want %d", len(left), 1000-want)
 	}
 	for _, d := range left {
 		if it, ok := byBody[string(d.Body)]; !ok || selected(it) {
-			t.Errorf("the DLQ holds a changed or a selected message: %.300s", d.Body)
+			t.Fatalf("the DLQ holds a changed or a selected message: %.300s", d.Body)
 		}
 	}
 
