@@ -1,0 +1,70 @@
+package faultsuite
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMarkdownAndUpdateDoc(t *testing.T) {
+	results := []*Result{
+		{Broker: "Redis", Scenario: DLQFailure, Published: 3000, Handled: 2700, DeadLettered: 300, Recovery: 1200 * time.Millisecond,
+			RecoveryOf: "from the heal", Bound: 5 * time.Second, Down: 5 * time.Second, Method: "a string | in its place", Settings: "retry_after=5"},
+		{Broker: "Kafka", Scenario: Kill, Published: 3000, Handled: 2700, DeadLettered: 300, Duplicates: 6, Recovery: 10 * time.Second,
+			RecoveryOf: "from the SIGKILL", Bound: 15 * time.Second, Down: 5 * time.Second},
+		{Broker: "Redis", Scenario: Kill, Published: 3000, Handled: 2699, DeadLettered: 300, Missing: 1, Stalled: true, RecoveryOf: "from the SIGKILL"},
+		{Broker: "SQS", Scenario: Kill, Published: 300, RecoveryOf: "the killed worker held no delivery"},
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := WriteResults(path, results); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResults(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := Markdown(back)
+	for _, want := range []string{
+		"| Kafka | worker SIGKILL | 3000 | 2700 | 300 | 0 | 6 | 10.0 s (≤ 15.0 s) | 5.00 s |",
+		"| Redis | worker SIGKILL | 3000 | 2699 | 300 | 1 | 0 | **stalled** |",
+		"| Redis | DLQ write failure | 3000 | 2700 | 300 | 0 | 0 | 1.20 s (≤ 5.00 s) | 5.00 s |",
+		"| SQS | worker SIGKILL | 300 | 0 | 0 | 0 | 0 | n/a (the killed worker held no delivery) |",
+		`a string \| in its place`, "| Redis | retry_after=5 |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+	// Rows by broker, then in the order of Scenarios.
+	if k, r1, r2 := strings.Index(table, "| Kafka | worker"), strings.Index(table, "| Redis | worker"), strings.Index(table, "| Redis | DLQ"); !(k < r1 && r1 < r2) {
+		t.Errorf("rows out of order:\n%s", table)
+	}
+
+	doc := "# Title\n\nprose\n\n" + BeginMarker + "\nold table\n" + EndMarker + "\n\nmore prose\n"
+	got, err := UpdateDoc(doc, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "old table") || !strings.Contains(got, table) || !strings.HasSuffix(got, EndMarker+"\n\nmore prose\n") {
+		t.Errorf("UpdateDoc =\n%s", got)
+	}
+	if _, err := UpdateDoc("no markers", table); !errors.Is(err, ErrNoMarkers) {
+		t.Errorf("UpdateDoc without markers = %v, want ErrNoMarkers", err)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	ok := &Result{Recovery: 6 * time.Second, Bound: 5 * time.Second}
+	if f := ok.Failures(2); len(f) != 0 {
+		t.Errorf("6 s within twice a 5 s bound: %q", f)
+	}
+	if f := ok.Failures(1); len(f) != 1 || !strings.Contains(f[0], "past 5s") {
+		t.Errorf("6 s past a 5 s bound: %q", f)
+	}
+	bad := &Result{Missing: 2, MissingN: []int{4, 9}, Stalled: true, RecoveryOf: "x", Problems: []string{"p"}}
+	if f := bad.Failures(1); len(f) != 3 || !strings.Contains(f[0], "[4 9]") || !strings.HasPrefix(f[1], "stalled") || f[2] != "p" {
+		t.Errorf("Failures = %q", f)
+	}
+}
