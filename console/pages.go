@@ -418,8 +418,12 @@ func (c *Console) dlqAPI(w http.ResponseWriter, r *http.Request) error {
 		defer cancel()
 		ix := c.indexOf(b, q)
 		if v.Get("refresh") == "1" {
+			asked := time.Now()
 			if err := ix.waitFor(ctx, ix.refresh()); err != nil {
 				return err
+			}
+			if st := ix.current(); st.err != nil && st.errAt.After(asked) {
+				return st.err // the read asked for failed: the index is the one before
 			}
 		}
 		if _, err := ix.ready(ctx); err != nil {
