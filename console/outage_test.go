@@ -104,6 +104,3 @@ func TestSurvivesBrokerOutage(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-
-
