@@ -25,10 +25,8 @@ import (
 const rabbitBin = "/usr/lib/rabbitmq/bin"
 
 var amqpBroker = broker{
-	name: "RabbitMQ",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return amqpBinding(t, transporttest.BrokerURL(t, "BQ_AMQP_URL", "rabbitmq"), sharedRabbit(t))
-	},
+	name: "RabbitMQ", urlEnv: "BQ_AMQP_URL", gate: "rabbitmq",
+	bind:      func(t *testing.T, raw string) *faultsuite.Binding { return amqpBinding(t, raw, sharedRabbit(t)) },
 	private:   privateRabbit,
 	open:      openProxied,
 	sharedCut: true,

@@ -26,20 +26,14 @@ import (
 )
 
 var artemisBroker = broker{
-	name: "Artemis",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return artemisBinding(t, transporttest.BrokerURL(t, "BQ_ARTEMIS_URL", "artemis"))
-	},
+	name: "Artemis", urlEnv: "BQ_ARTEMIS_URL", gate: "artemis", bind: artemisBinding,
 	private:   privateArtemis,
 	open:      openProxied,
 	sharedCut: true,
 }
 
 func artemisBinding(t *testing.T, raw string) *faultsuite.Binding {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := parseURL(t, raw)
 	manage := func(ctx context.Context, op string, params ...any) error { return artemisManage(ctx, u, op, params...) }
 	return &faultsuite.Binding{
 		Name: "Artemis",

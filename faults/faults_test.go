@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // A worker process is this test binary run again: TestMain hands it to the engine.
@@ -29,9 +31,11 @@ func TestMain(m *testing.M) {
 // broker is one broker of the suite.
 type broker struct {
 	name string
-	// shared returns the binding on the broker the test suites share (kill, cut and
-	// dead-letter refusal never stop it).
-	shared func(t *testing.T) *faultsuite.Binding
+	// urlEnv names the variable of the shared broker's URL (scripts/brokers.sh env),
+	// gate the broker as scripts/brokers.sh names it.
+	urlEnv, gate string
+	// bind returns the binding on the broker at raw.
+	bind func(t *testing.T, raw string) *faultsuite.Binding
 	// private starts a private broker with persistence on and returns the binding on
 	// it, with Stop and Start, for the restart scenario (and for a cut the shared
 	// broker cannot carry).
@@ -48,6 +52,23 @@ type broker struct {
 }
 
 var brokers = []broker{redisBroker, amqpBroker, kafkaBroker, sqsBroker, artemisBroker, pulsarBroker}
+
+// shared returns the binding on the broker the test suites share (kill, cut and
+// dead-letter refusal never stop it): under CI=true a broker that does not answer fails
+// the test, elsewhere it skips it.
+func (b broker) shared(t *testing.T) *faultsuite.Binding {
+	return b.bind(t, transporttest.BrokerURL(t, b.urlEnv, b.gate))
+}
+
+// parseURL parses a broker URL of the test.
+func parseURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
 
 func openWorker(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
 	for _, b := range brokers {
@@ -196,28 +217,81 @@ func withParams(raw string, kv ...string) string {
 	return u.String()
 }
 
-// openProxied opens rawURL with its host replaced by a loopback proxy to it when spec
-// asks for a cut; the proxy is the switch.
-func openProxied(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
-	if !spec.Cut {
-		tr, err := transport.Open(ctx, spec.URL)
-		return tr, nil, err
+// openThrough returns an opener of a worker's URL that, for a cut, puts a loopback
+// proxy in front of the address target finds in the URL (set puts the proxy's address
+// in its place); the proxy is the switch.
+func openThrough(target func(u *url.URL) (addr string, set func(proxy string), err error)) faultsuite.Opener {
+	return func(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
+		if !spec.Cut {
+			return openPlain(ctx, spec)
+		}
+		u, err := url.Parse(spec.URL)
+		if err != nil {
+			return nil, nil, err
+		}
+		addr, set, err := target(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := faultproxy.New(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		set(p.Addr())
+		tr, err := transport.Open(ctx, u.String())
+		if err != nil {
+			_ = p.Close()
+			return nil, nil, err
+		}
+		return tr, p, nil
 	}
-	u, err := url.Parse(spec.URL)
+}
+
+// openPlain opens a worker's URL as it is, without a switch.
+func openPlain(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
+	tr, err := transport.Open(ctx, spec.URL)
+	return tr, nil, err
+}
+
+// openProxied proxies the URL's host.
+var openProxied = openThrough(func(u *url.URL) (string, func(string), error) {
+	return u.Host, func(proxy string) { u.Host = proxy }, nil
+})
+
+// javaDist finds java (BQ_JAVA, else on PATH) and the distribution scripts/brokers.sh
+// caches in ${BQ_CACHE_DIR}/<name>-<version> (version from versionEnv, else def), which
+// must hold a file matching probe; without either the test skips, or fails under
+// CI=true, with hint.
+func javaDist(t *testing.T, name, versionEnv, def, probe, hint string) (java, dist string) {
+	t.Helper()
+	java = os.Getenv("BQ_JAVA")
+	if java == "" {
+		var err error
+		if java, err = exec.LookPath("java"); err != nil {
+			brokerproc.Require(t, "no java on PATH and BQ_JAVA unset%s", hint)
+		}
+	}
+	version := os.Getenv(versionEnv)
+	if version == "" {
+		version = def
+	}
+	dist = filepath.Join(cacheDir(), name+"-"+version)
+	if m, _ := filepath.Glob(filepath.Join(dist, probe)); len(m) == 0 {
+		brokerproc.Require(t, "no cached %s distribution in %s (no %s)%s", name, dist, probe, hint)
+	}
+	return java, dist
+}
+
+// cacheDir is where scripts/brokers.sh caches the broker distributions.
+func cacheDir() string {
+	if d := os.Getenv("BQ_CACHE_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
 	if err != nil {
-		return nil, nil, err
+		home = "/root"
 	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		return nil, nil, err
-	}
-	u.Host = p.Addr()
-	tr, err := transport.Open(ctx, u.String())
-	if err != nil {
-		_ = p.Close()
-		return nil, nil, err
-	}
-	return tr, p, nil
+	return filepath.Join(home, ".cache", "babelqueue")
 }
 
 // privateDir returns a directory for a private broker's data: under BQ_FAULTS_LOGS when

@@ -31,21 +31,14 @@ import (
 const kafkaSessionTimeout = 10 * time.Second
 
 var kafkaBroker = broker{
-	name: "Kafka",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return kafkaBinding(t, transporttest.BrokerURL(t, "BQ_KAFKA_URL", "kafka"))
-	},
+	name: "Kafka", urlEnv: "BQ_KAFKA_URL", gate: "kafka", bind: kafkaBinding,
 	private:   privateKafka,
 	open:      openKafka,
 	sharedCut: true,
 }
 
 func kafkaBinding(t *testing.T, raw string) *faultsuite.Binding {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seeds := strings.Split(u.Host, ",")
+	seeds := strings.Split(parseURL(t, raw).Host, ",")
 	admin := func(ctx context.Context, f func(*kadm.Client) error) error {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 		if err != nil {
@@ -116,8 +109,7 @@ func kafkaBinding(t *testing.T, raw string) *faultsuite.Binding {
 // addresses the cluster's metadata names, so a listening proxy would not carry them.
 func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
 	if !spec.Cut {
-		tr, err := transport.Open(ctx, spec.URL)
-		return tr, nil, err
+		return openPlain(ctx, spec)
 	}
 	u, err := url.Parse(spec.URL)
 	if err != nil {
@@ -147,22 +139,9 @@ func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Trans
 // on the same data.
 func privateKafka(t *testing.T) *faultsuite.Binding {
 	transporttest.BrokerURL(t, "BQ_KAFKA_URL", "kafka")
-	const hint = "; run `scripts/brokers.sh up kafka` (it installs java and caches the Kafka distribution)"
-	java := os.Getenv("BQ_JAVA")
-	if java == "" {
-		var err error
-		if java, err = exec.LookPath("java"); err != nil {
-			brokerproc.Require(t, "no java on PATH and BQ_JAVA unset%s", hint)
-		}
-	}
-	version := os.Getenv("BQ_KAFKA_VERSION")
-	if version == "" {
-		version = "4.1.1"
-	}
-	libs := filepath.Join(cacheDir(), "kafka-"+version, "libs")
-	if jars, _ := filepath.Glob(filepath.Join(libs, "kafka_2.13-*.jar")); len(jars) == 0 {
-		brokerproc.Require(t, "no cached Kafka distribution in %s%s", libs, hint)
-	}
+	java, dist := javaDist(t, "kafka", "BQ_KAFKA_VERSION", "4.1.1", "libs/kafka_2.13-*.jar",
+		"; run `scripts/brokers.sh up kafka` (it installs java and caches the Kafka distribution)")
+	libs := filepath.Join(dist, "libs")
 	dir := privateDir(t, "kafka")
 	port := brokerproc.FreePort(t)
 	ctrl := brokerproc.FreePort(t, port)
@@ -229,16 +208,4 @@ func kafkaReady(seed string) error {
 		err = errors.New("no broker in the metadata")
 	}
 	return err
-}
-
-// cacheDir is where scripts/brokers.sh caches the broker distributions.
-func cacheDir() string {
-	if d := os.Getenv("BQ_CACHE_DIR"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".cache", "babelqueue")
 }

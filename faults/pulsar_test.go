@@ -31,10 +31,8 @@ import (
 const pulsarSendTimeout = 5 * time.Second
 
 var pulsarBroker = broker{
-	name: "Pulsar",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return pulsarBinding(t, transporttest.BrokerURL(t, "BQ_PULSAR_URL", "pulsar"), "")
-	},
+	name: "Pulsar", urlEnv: "BQ_PULSAR_URL", gate: "pulsar",
+	bind:    func(t *testing.T, raw string) *faultsuite.Binding { return pulsarBinding(t, raw, "") },
 	private: privatePulsar,
 	open:    openPulsar,
 }
@@ -54,8 +52,7 @@ func openPulsar(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Tran
 	q := u.Query()
 	listener := q.Get(pulsarListenerParam)
 	if listener == "" {
-		tr, err := transport.Open(ctx, spec.URL)
-		return tr, nil, err
+		return openPlain(ctx, spec)
 	}
 	q.Del(pulsarListenerParam)
 	u.RawQuery = q.Encode()
@@ -77,12 +74,8 @@ func openPulsar(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Tran
 // pulsarBinding is the binding on the Pulsar at raw, whose admin REST API is admin
 // (http://<host>:8080 when empty).
 func pulsarBinding(t *testing.T, raw, admin string) *faultsuite.Binding {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if admin == "" {
-		admin = "http://" + u.Hostname() + ":8080"
+		admin = "http://" + parseURL(t, raw).Hostname() + ":8080"
 	}
 	policy := func(ctx context.Context, method, dlq, body string) error {
 		endpoint := admin + "/admin/v2/persistent/public/default/" + url.PathEscape(dlq) + "/maxMessageSize"

@@ -24,10 +24,7 @@ import (
 const redisRetryAfter = 5 * time.Second
 
 var redisBroker = broker{
-	name: "Redis",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return redisBinding(t, transporttest.BrokerURL(t, "BQ_REDIS_URL", "redis"))
-	},
+	name: "Redis", urlEnv: "BQ_REDIS_URL", gate: "redis", bind: redisBinding,
 	private:      privateRedis,
 	open:         openProxied,
 	sharedCut:    true,

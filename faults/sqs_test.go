@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
-	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -30,22 +29,14 @@ import (
 const sqsVisibility = 5 * time.Second
 
 var sqsBroker = broker{
-	name: "SQS (ElasticMQ)",
-	shared: func(t *testing.T) *faultsuite.Binding {
-		return sqsBinding(t, transporttest.BrokerURL(t, "BQ_SQS_URL", "sqs"))
-	},
-	private:      privateElasticMQ,
-	open:         openSQS,
-	sharedCut:    true,
-	shortRestart: true,
+	name: "SQS (ElasticMQ)", urlEnv: "BQ_SQS_URL", gate: "sqs", bind: sqsBinding,
+	private:   privateElasticMQ,
+	open:      openSQS,
+	sharedCut: true,
 }
 
 func sqsBinding(t *testing.T, raw string) *faultsuite.Binding {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := u.Query().Get("endpoint")
+	endpoint := parseURL(t, raw).Query().Get("endpoint")
 	if endpoint == "" {
 		t.Fatalf("%s has no endpoint: the suite runs against ElasticMQ", transport.Redact(raw))
 	}
@@ -119,57 +110,28 @@ func sqsCall(ctx context.Context, endpoint, action string, kv ...string) (string
 	return "", nil
 }
 
-// openSQS opens a worker's transport, for a cut with its endpoint through a proxy.
-func openSQS(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
-	if !spec.Cut {
-		tr, err := transport.Open(ctx, spec.URL)
-		return tr, nil, err
-	}
-	u, err := url.Parse(spec.URL)
-	if err != nil {
-		return nil, nil, err
-	}
+// openSQS proxies the endpoint parameter's host.
+var openSQS = openThrough(func(u *url.URL) (string, func(string), error) {
 	q := u.Query()
 	ep, err := url.Parse(q.Get("endpoint"))
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
-	p, err := faultproxy.New(ep.Host)
-	if err != nil {
-		return nil, nil, err
-	}
-	ep.Host = p.Addr()
-	q.Set("endpoint", ep.String())
-	u.RawQuery = q.Encode()
-	tr, err := transport.Open(ctx, u.String())
-	if err != nil {
-		_ = p.Close()
-		return nil, nil, err
-	}
-	return tr, p, nil
-}
+	return ep.Host, func(proxy string) {
+		ep.Host = proxy
+		q.Set("endpoint", ep.String())
+		u.RawQuery = q.Encode()
+	}, nil
+})
 
 // privateElasticMQ starts an ElasticMQ of its own from the class path scripts/brokers.sh
 // caches, with its queues and messages persisted (queues-storage, messages-storage in
 // H2); the restart is SIGTERM and a start on the same files.
 func privateElasticMQ(t *testing.T) *faultsuite.Binding {
 	transporttest.BrokerURL(t, "BQ_SQS_URL", "sqs")
-	const hint = "; run `scripts/brokers.sh up sqs` (it installs java and caches ElasticMQ)"
-	java := os.Getenv("BQ_JAVA")
-	if java == "" {
-		var err error
-		if java, err = exec.LookPath("java"); err != nil {
-			brokerproc.Require(t, "no java on PATH and BQ_JAVA unset%s", hint)
-		}
-	}
-	version := os.Getenv("BQ_ELASTICMQ_VERSION")
-	if version == "" {
-		version = "1.7.1"
-	}
-	libs := filepath.Join(cacheDir(), "elasticmq-"+version, "libs")
-	if jars, _ := filepath.Glob(filepath.Join(libs, "elasticmq-persistence-sql*.jar")); len(jars) == 0 {
-		brokerproc.Require(t, "no cached ElasticMQ with its SQL persistence in %s%s", libs, hint)
-	}
+	java, dist := javaDist(t, "elasticmq", "BQ_ELASTICMQ_VERSION", "1.7.1", "libs/elasticmq-persistence-sql*.jar",
+		"; run `scripts/brokers.sh up sqs` (it installs java and caches ElasticMQ with its SQL persistence)")
+	libs := filepath.Join(dist, "libs")
 	dir := privateDir(t, "elasticmq")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
