@@ -536,7 +536,9 @@ type Result struct {
 	// fault: settlements that failed and were rewound, receives that failed.
 	// DeadLetteredAgain counts messages dead-lettered more than once (a pipelined
 	// dead-letter write that failed after Settle returned); Pause is the longest time
-	// in the fault in which no worker settled anything.
+	// in the fault in which no worker settled anything (a whole fault long when every
+	// worker stopped; for a refused dead-letter queue, how far the messages that
+	// cannot be dead-lettered held up the rest).
 	FailedSettles     map[string]int `json:"failed_settles,omitempty"`
 	ReceiveErrors     int            `json:"receive_errors,omitempty"`
 	DeadLetteredAgain int            `json:"dead_lettered_again,omitempty"`
@@ -641,9 +643,7 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	res.FailedSettles, res.ReceiveErrors = c.FailedSettles, c.ReceiveErrors
 	// A fault the workers never noticed proves nothing.
 	res.DeadLetteredAgain = c.DeadLetteredAgain
-	if r.p.Scenario == Cut || r.p.Scenario == Restart {
-		res.Pause = r.led.LongestPause(r.injected, r.healed)
-	}
+	res.Pause = r.led.LongestPause(r.injected, r.healed)
 	switch failed := sum(c.FailedSettles); {
 	case r.p.Scenario == DLQFailure && c.FailedSettles[string(babelqueue.ActionDeadLetter)]+c.DeadLetteredAgain == 0:
 		res.Problems = append(res.Problems, "no dead-letter write failed: the fault did not bite")

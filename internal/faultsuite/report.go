@@ -60,9 +60,9 @@ func Markdown(results []*Result) string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %d | %s | %s |\n", r.Broker, r.Scenario, r.Published, r.Handled,
 			dead, r.Missing, r.Duplicates, recoveryCell(r), seconds(r.Down))
 	}
-	b.WriteString("\n| Broker | Scenario | How the fault was made | What the recovery time measures |\n|---|---|---|---|\n")
+	b.WriteString("\n| Broker | Scenario | How the fault was made | What the recovery time measures | Longest pause in settlements during the fault |\n|---|---|---|---|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Broker, r.Scenario, cell(r.Method), cell(r.RecoveryOf))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Broker, r.Scenario, cell(r.Method), cell(r.RecoveryOf), seconds(r.Pause))
 	}
 	var brokers []string
 	settings := map[string]string{}
