@@ -254,9 +254,9 @@ func brokerName(b Broker) string {
 // page cannot reach it by rebinding a name of its own to 127.0.0.1).
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 
-// Close stops the sampling, the index builds and the redrives under way (each
-// settles the message in hand and stops) and waits for them. It does not close the
-// brokers' transports.
+// Close stops the sampling, the index builds, the live tails and the redrives under
+// way (each settles the message in hand and stops) and waits for them. It does not
+// close the brokers' transports. A second call does nothing.
 func (c *Console) Close() error {
 	c.bgMu.Lock()
 	c.closed = true
@@ -282,10 +282,11 @@ func (c *Console) background(f func()) bool {
 	return true
 }
 
-// ListenAndServe serves the console on addr until ctx ends, then shuts the server
-// down. An address beyond loopback is refused with [ErrAuthRequired] unless the
-// console has a token or basic auth. ready, when not nil, is called with the
-// address listened on (useful with port 0).
+// ListenAndServe serves the console on addr until ctx ends, then closes the console
+// (as [Console.Close]: live tails end, a redrive under way settles the message in
+// hand and stops) and shuts the server down. An address beyond loopback is refused
+// with [ErrAuthRequired] unless the console has a token or basic auth. ready, when
+// not nil, is called with the address listened on (useful with port 0).
 func (c *Console) ListenAndServe(ctx context.Context, addr string, ready func(net.Addr)) error {
 	if !c.auth.enabled() && !IsLoopback(addr) {
 		return fmt.Errorf("%w (address %q)", ErrAuthRequired, addr)
@@ -294,7 +295,8 @@ func (c *Console) ListenAndServe(ctx context.Context, addr string, ready func(ne
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(c.o.log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(c.o.log.Handler(), slog.LevelWarn)}
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -305,9 +307,9 @@ func (c *Console) ListenAndServe(ctx context.Context, addr string, ready func(ne
 		return err
 	case <-ctx.Done():
 	}
+	_ = c.Close() // ends the live tails, which would hold Shutdown up
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.cancel() // ends the live tails, which would hold Shutdown up
 	if err := srv.Shutdown(sctx); err != nil {
 		_ = srv.Close()
 	}

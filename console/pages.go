@@ -275,20 +275,23 @@ type dlqData struct {
 // maxGroupRows bounds the rows a group table shows.
 const maxGroupRows = 12
 
-func (c *Console) dlqData(r *http.Request) (dlqData, error) {
+// dlqOf returns the broker and dead-letter queue of a request's b and q.
+func (c *Console) dlqOf(r *http.Request) (*brokerState, string, queueRole, error) {
 	b, q, role, err := c.queue(r)
+	if err == nil && !role.dlq {
+		err = &requestError{status: http.StatusNotFound, msg: fmt.Sprintf("%q is not a dead-letter queue the console knows on %s", q, b.name)}
+	}
+	return b, q, role, err
+}
+
+func (c *Console) dlqData(r *http.Request) (dlqData, error) {
+	b, q, role, err := c.dlqOf(r)
 	if err != nil {
 		return dlqData{}, err
 	}
-	if !role.dlq && b.leavesMarks() {
-		return dlqData{}, &requestError{status: http.StatusForbidden, msg: b.marksWarning() + "; the console browses its dead-letter queues only"}
-	}
 	dq := readDLQQuery(r)
-	d := dlqData{layout: c.layout(r, "dlq", "Dead letters of "+q), BrokerID: b.id, Broker: b.name, Queue: q, Work: role.work,
+	d := dlqData{layout: c.layout(r, "dlq", "Dead letters of "+role.work), BrokerID: b.id, Broker: b.name, Queue: q, Work: role.work,
 		MaxIndexed: c.o.maxIndexed, Depth: transport.UnknownCount}
-	if d.Work == "" {
-		d.Work = q
-	}
 	b.mu.Lock()
 	if ss := b.samples[q].list(); len(ss) > 0 {
 		d.Depth = ss[len(ss)-1].Ready
@@ -395,7 +398,7 @@ func (c *Console) dlqPage(_ http.ResponseWriter, r *http.Request) (string, any, 
 // with status=1 it says only how the read of the queue stands.
 func (c *Console) dlqAPI(w http.ResponseWriter, r *http.Request) error {
 	if r.URL.Query().Get("status") == "1" {
-		b, q, _, err := c.queue(r)
+		b, q, _, err := c.dlqOf(r)
 		if err != nil {
 			return err
 		}
@@ -410,7 +413,7 @@ func (c *Console) dlqAPI(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusOK, out)
 	}
 	if v := r.URL.Query(); v.Get("wait") == "1" || v.Get("refresh") == "1" {
-		b, q, _, err := c.queue(r)
+		b, q, _, err := c.dlqOf(r)
 		if err != nil {
 			return err
 		}
