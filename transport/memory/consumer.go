@@ -37,21 +37,23 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			return nil, transport.ErrClosed
 		}
 		q := t.q(c.queue)
-		now := t.now()
 		var next time.Time
-		kept := q.delayed[:0]
-		for _, s := range q.delayed {
-			if !s.DueAt.After(now) {
-				q.ready = append(q.ready, s)
-				continue
+		if len(q.delayed) > 0 {
+			now := t.now()
+			kept := q.delayed[:0]
+			for _, s := range q.delayed {
+				if !s.DueAt.After(now) {
+					q.ready = append(q.ready, s)
+					continue
+				}
+				if next.IsZero() || s.DueAt.Before(next) {
+					next = s.DueAt
+				}
+				kept = append(kept, s)
 			}
-			if next.IsZero() || s.DueAt.Before(next) {
-				next = s.DueAt
-			}
-			kept = append(kept, s)
+			clear(q.delayed[len(kept):])
+			q.delayed = kept
 		}
-		clear(q.delayed[len(kept):])
-		q.delayed = kept
 		if len(q.ready) > 0 {
 			s := q.ready[0]
 			e, err := c.book.Hand(s) // never fails: the book closes with t.mu held
@@ -64,7 +66,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			q.inflight[s.id] = s
 			d := &transport.Delivery{
 				Queue:             c.queue,
-				Body:              append([]byte(nil), s.Body...),
+				Body:              s.Body[:len(s.Body):len(s.Body)], // never changed: a write stores a copy
 				Key:               cloneKey(s.Key),
 				Headers:           cloneHeaders(s.Headers),
 				Redeliveries:      s.Redeliveries,

@@ -7,6 +7,9 @@
 // is lost. Each memory:// URL opened is a new, empty broker; share one by building it
 // with [New] and handing it to babelqueue.New.
 //
+// A delivery's body is the stored message's bytes, not a copy (a publish stores a copy of
+// what it is given): treat it as read-only, as the runtime does.
+//
 // The memory broker keeps no attempts header of its own beyond [transport.Message.Attempts],
 // which it stores beside the body so a poison body's count survives a re-publish.
 package memory
