@@ -206,3 +206,137 @@ func (c cpuClock) report(b *testing.B) {
 	b.ReportMetric(float64((processCPU()-c.start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/msg")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// benchLine is one order line of the large bodies.
+type benchLine struct {
+	SKU        string  `json:"sku"`
+	Title      string  `json:"title"`
+	Qty        int     `json:"qty"`
+	PriceCents int     `json:"price_cents"`
+	Ratio      float64 `json:"ratio"`
+	Active     bool    `json:"active"`
+	Note       *string `json:"note"`
+}
+
+type benchBig struct {
+	OrderID int         `json:"order_id"`
+	Items   []benchLine `json:"items"`
+}
+
+// bigBodies makes n envelopes whose data holds about kib KiB of order lines.
+func bigBodies(n, kib int) [][]byte {
+	var data benchBig
+	for i := 0; ; i++ {
+		data.Items = append(data.Items, benchLine{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042", Title: "Café item — naïve", Qty: i % 7, PriceCents: 1299 + i, Ratio: 0.25, Active: true})
+		if len(data.Items)*100 >= kib*1024 {
+			break
+		}
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		data.OrderID = i
+		env, err := envelope.Make("urn:babel:orders:created", data, envelope.WithQueue("bench"))
+		if err != nil {
+			panic(err)
+		}
+		if out[i], err = env.Encode(); err != nil {
+			panic(err)
+		}
+	}
+	return out
+}
+
+// BenchmarkLargeBodyConsume is the runtime's cost per KiB of body on memory:// with 64
+// KiB envelopes waiting on the queue, one worker: "raw" hands the handler the message
+// (the data left as bytes), "typed" binds the data into a struct (babelqueue.Handle);
+// the baseline decodes the same bodies on a bare channel (and, "baseline-bind", binds
+// them too). cpu-µs/KiB is the process's CPU per KiB of body.
+func BenchmarkLargeBodyConsume(b *testing.B) {
+	const kib = 64
+	report := func(b *testing.B, cpu cpuClock, bodies [][]byte) {
+		size := 0
+		for _, body := range bodies {
+			size += len(body)
+		}
+		b.SetBytes(int64(size / len(bodies)))
+		used := float64((processCPU() - cpu.start).Nanoseconds()) / 1e3
+		b.ReportMetric(used/(float64(size)/1024), "cpu-µs/KiB")
+	}
+	for _, mode := range []string{"raw", "typed"} {
+		b.Run("runtime/"+mode, func(b *testing.B) {
+			bodies := bigBodies(b.N, kib)
+			tr := memory.New()
+			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"),
+				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, body := range bodies {
+				tr.Inject("bench", memory.Stored{Body: body})
+			}
+			var n atomic.Int64
+			done := make(chan struct{})
+			target := int64(b.N)
+			count := func() {
+				if n.Add(1) == target {
+					close(done)
+				}
+			}
+			if mode == "raw" {
+				app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { count(); return nil })
+			} else {
+				babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, d benchBig, _ *babelqueue.Message) error {
+					if len(d.Items) == 0 {
+						b.Error("no items")
+					}
+					count()
+					return nil
+				})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			cpu := startCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { errc <- app.Run(ctx) }()
+			<-done
+			b.StopTimer()
+			report(b, cpu, bodies)
+			cancel()
+			<-errc
+		})
+	}
+	for _, mode := range []string{"decode", "bind"} {
+		b.Run("baseline-"+mode, func(b *testing.B) {
+			bodies := bigBodies(b.N, kib)
+			cpu := startCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			ch := make(chan []byte, 64)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for body := range ch {
+					env, err := envelope.Decode(body)
+					if err != nil {
+						panic(err)
+					}
+					if mode == "bind" {
+						var d benchBig
+						if err := env.Bind(&d); err != nil {
+							panic(err)
+						}
+					}
+				}
+			}()
+			for _, body := range bodies {
+				ch <- body
+			}
+			close(ch)
+			<-done
+			b.StopTimer()
+			report(b, cpu, bodies)
+		})
+	}
+}
