@@ -100,7 +100,8 @@ const Scheme = "sb"
 
 func init() {
 	transport.Register(Scheme, func(ctx context.Context, u *url.URL) (transport.Transport, error) {
-		return openURL(ctx, u)
+		// Opened by the runtime from a URL: log through the application's logger.
+		return openURL(ctx, u, WithLogger(transport.LoggerFrom(ctx)))
 	})
 }
 
