@@ -203,8 +203,29 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Errorf("the refused redrive changed the DLQ: %d messages", len(got))
 	}
 
-	// Dark, and a phone.
+	// The keyboard: j j x selects the second row, r opens the redrive of it, Esc
+	// closes the dialog, / goes to the search box.
 	dlqURL := fmt.Sprintf("%s/dlq?%s", srv.URL, q("b", "0", "q", redis.dlq))
+	b.run("keyboard", chromedp.Navigate(dlqURL), chromedp.WaitVisible(chromedp.CSS(`#index-status[data-ready="true"]`)),
+		chromedp.KeyEvent("j"), chromedp.KeyEvent("j"), chromedp.KeyEvent("x"))
+	second := eval[string](b, `document.querySelectorAll("table.rows tbody tr[data-ref]")[1].dataset.ref`)
+	if got := eval[[]string](b, `[...document.querySelectorAll("input.pick:checked")].map(c => c.value)`); len(got) != 1 || got[0] != second {
+		t.Errorf("j j x selected %v, want the second row %s", got, second)
+	}
+	b.run("r", chromedp.KeyEvent("r"), chromedp.WaitVisible(chromedp.CSS(`#rd-summary`)))
+	if got := eval[string](b, `document.querySelector("#rd-summary").dataset.moves`); got != "1" {
+		t.Errorf("r: the dry run would move %s, want 1", got)
+	}
+	b.run("Esc and /", chromedp.KeyEvent("\x1b"), chromedp.WaitNotVisible(chromedp.CSS(`#redrive-dialog`)), chromedp.KeyEvent("/"))
+	if id := eval[string](b, `document.activeElement.id`); id != "search-box" {
+		t.Errorf("/ focused %q, want the search box", id)
+	}
+	if got := ids(t, redis.tr, redis.dlq); len(got) != 27 {
+		t.Errorf("the keyboard's dry run changed the DLQ: %d messages", len(got))
+	}
+	b.noErrors("keyboard")
+
+	// Dark, and a phone.
 	b.run("dark", chromedp.Navigate(dlqURL), chromedp.WaitVisible(chromedp.CSS(`#index-status[data-ready="true"]`)),
 		chromedp.Evaluate[chromedp.Void](`localStorage.setItem("bq-console-theme", "dark")`), chromedp.Reload(),
 		chromedp.WaitVisible(chromedp.CSS(`#index-status[data-ready="true"]`)))
