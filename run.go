@@ -31,7 +31,7 @@ const (
 // Then it stops receiving, lets in-flight handlers finish within the shutdown grace,
 // settles them, and returns nil. Deliveries whose handler is still running after the
 // grace are given back to the broker. A receive that fails (the broker went away) is
-// logged and retried with a backoff of up to 5 s; Run returns an error only when the
+// logged and retried with a backoff of up to 2 s; Run returns an error only when the
 // consumer is closed under it.
 func (a *App) Run(ctx context.Context) error {
 	a.mu.Lock()
@@ -189,7 +189,8 @@ func (w *worker) loop() error {
 		}
 	}()
 	a := w.a
-	const minBackoff, maxBackoff = 50 * time.Millisecond, 5 * time.Second
+	// At most 2 s: the workers resume within about 2 s of the broker coming back.
+	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
 	backoff := minBackoff
 	for w.ctx.Err() == nil {
 		d, err := w.c.Receive(w.ctx)
