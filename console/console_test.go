@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 func TestDLQGroupsAndPages(t *testing.T) {
@@ -296,7 +299,8 @@ func TestActionsRefused(t *testing.T) {
 		}
 	})
 	t.Run("token", func(t *testing.T) {
-		srv, tr, _ := memoryConsole(t, 10, console.WithToken("open-sesame"))
+		var logs transporttest.LogBuffer
+		srv, tr, _ := memoryConsole(t, 10, console.WithToken("open-sesame"), console.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		c := newClient(t, srv.URL)
 		if resp, _ := c.get("/dlq?b=0&q=orders.dlq"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
 			t.Errorf("a page before login: %d %s", resp.StatusCode, resp.Header.Get("Location"))
@@ -340,6 +344,12 @@ func TestActionsRefused(t *testing.T) {
 		}
 		if j := waitJob(t, c, out["job"].(string)); j["user"] != "ada" {
 			t.Errorf("the job was made by %v, want ada", j["user"])
+		}
+		// The audit log says who moved what; the token is in no line.
+		audit := regexp.MustCompile(`msg="console: redrive" user=ada remote=127\.0\.0\.1:\d+ broker=memory:\\S* dlq=orders\.dlq .*moved=\d+`)
+		if !audit.MatchString(logs.String()) || !strings.Contains(logs.String(), `msg="console: login refused" user=mallory`) ||
+			strings.Contains(logs.String(), "open-sesame") {
+			t.Errorf("audit log:\n%s", logs.String())
 		}
 		if len(tr.Messages("orders.dlq")) == 10 {
 			t.Errorf("the redrive after login moved nothing")
