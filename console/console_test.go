@@ -346,7 +346,7 @@ func TestActionsRefused(t *testing.T) {
 			t.Errorf("the job was made by %v, want ada", j["user"])
 		}
 		// The audit log says who moved what; the token is in no line.
-		audit := regexp.MustCompile(`msg="console: redrive" user=ada remote=127\.0\.0\.1:\d+ broker=memory:\\S* dlq=orders\.dlq .*moved=\d+`)
+		audit := regexp.MustCompile(`msg="console: redrive" user=ada remote=127\.0\.0\.1:\d+ broker=memory:\S* dlq=orders\.dlq .*moved=\d+`)
 		if !audit.MatchString(logs.String()) || !strings.Contains(logs.String(), `msg="console: login refused" user=mallory`) ||
 			strings.Contains(logs.String(), "open-sesame") {
 			t.Errorf("audit log:\n%s", logs.String())
