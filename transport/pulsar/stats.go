@@ -1,0 +1,67 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+var _ transport.QueueStatter = (*Transport)(nil)
+
+// QueueStats asks the admin REST API ([WithAdminURL]) for the topic's stats. Once the
+// transport's subscription exists: Ready is its backlog without the delayed messages
+// and without those dispatched to a consumer and not acknowledged, which are InFlight;
+// Delayed is the subscription's delayed messages (Pulsar counts them once a consumer
+// of a Shared subscription has been handed them). Before the subscription exists, a
+// consumer would read the topic from its earliest retained message, so Ready is the
+// topic's stored entries (one per message, with batching off, the default; one per
+// batch with [WithBatching]), InFlight 0 and Delayed [transport.UnknownCount].
+// Appended is [transport.UnknownCount]: the broker's counter of messages in starts
+// again when it loads the topic. A topic that does not exist has Exists false.
+// Without an admin URL QueueStats returns a [transport.CannotCountError].
+func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
+	s := transport.QueueStats{Appended: transport.UnknownCount}
+	if t.opts.adminURL == "" {
+		return s, &transport.CannotCountError{Transport: "pulsar", Reason: "no admin URL: the counts come from the admin REST API (pulsar.WithAdminURL, or admin= in the URL)"}
+	}
+	if queue == "" {
+		return s, errors.New("pulsar: stats: empty queue name")
+	}
+	name, err := utils.GetTopicName(queue)
+	if err != nil {
+		return s, fmt.Errorf("pulsar: stats: %w", err)
+	}
+	adm, err := admin.New(&config.Config{WebServiceURL: t.opts.adminURL})
+	if err != nil {
+		return s, fmt.Errorf("pulsar: stats: admin client for %s: %w", t.opts.adminURL, err)
+	}
+	st, err := adm.Topics().GetStatsWithContext(ctx, *name)
+	var re rest.Error
+	if errors.As(err, &re) && re.Code == http.StatusNotFound {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("pulsar: stats %q from %s: %w", queue, t.opts.adminURL, err)
+	}
+	s.Exists = true
+	if sub, ok := st.Subscriptions[t.opts.subscription]; ok {
+		s.InFlight = sub.UnAckedMessages
+		s.Ready = max(sub.MsgBacklogNoDelayed-sub.UnAckedMessages, 0)
+		s.Delayed = sub.MsgDelayed
+		return s, nil
+	}
+	in, err := adm.Topics().GetInternalStatsWithContext(ctx, *name)
+	if err != nil {
+		return s, fmt.Errorf("pulsar: stats %q: internal stats from %s: %w", queue, t.opts.adminURL, err)
+	}
+	s.Ready, s.Delayed = in.NumberOfEntries, transport.UnknownCount
+	return s, nil
+}
