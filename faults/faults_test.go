@@ -151,8 +151,12 @@ func TestFaults(t *testing.T) {
 					for _, n := range res.Notes {
 						t.Log("  " + n)
 					}
-					for _, f := range res.Failures(slack) {
+					failures := res.Failures(slack)
+					for _, f := range failures {
 						t.Error(f)
+					}
+					if len(failures) > 0 && logDir == "" {
+						t.Log("run again with BQ_FAULTS_LOGS=<dir> to keep the workers' logs")
 					}
 					mu.Lock()
 					results = append(results, res)
