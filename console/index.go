@@ -221,7 +221,7 @@ func (ix *index) stale() bool {
 		return false
 	}
 	now, ok := ix.b.lastSample(ix.queue)
-	return age > maxAge || !ok || !ix.snap.counted || !now.at.After(ix.snap.started) ||
+	return age > maxAge || !ok || !ix.snap.counted || now.at.Before(ix.snap.started) ||
 		now.Ready != ix.snap.count.Ready || now.Appended != ix.snap.count.Appended
 }
 
@@ -259,7 +259,12 @@ type chunk struct {
 // messages on every core while the next page is fetched, and groups them.
 func (ix *index) build(ctx context.Context) (*snapshot, error) {
 	start := time.Now()
-	count, counted := ix.b.lastSample(ix.queue)
+	// The broker's count as the read begins: the page reads the queue again once
+	// the count moves.
+	count, counted := sample{}, false
+	if st, err := transport.Stats(ctx, ix.b.tr, ix.queue); err == nil {
+		count, counted = sample{at: start, QueueStats: st}, true
+	}
 	ix.read.Store(0)
 	ix.mu.Lock()
 	var prev map[refKey]*row
