@@ -24,9 +24,9 @@ import (
 // and counts of its seed; a redrive of three selected messages previews them in a
 // dry run that moves nothing (checked on the broker), then moves exactly those three
 // (checked on the broker); the message, tail and search pages show what they should;
-// an action without the CSRF token is refused; the login page logs in. It writes a
-// screenshot of each page to testdata/screenshots (and, with BQ_UPDATE_SCREENSHOT=1,
-// the README's docs/console.png).
+// an action without the CSRF token is refused; the login page logs in; the keyboard
+// works. It writes a screenshot of each page (see browser.screenshotDir: with
+// BQ_UPDATE_SCREENSHOT=1, to testdata/screenshots and the README's docs/console.png).
 func TestConsoleInChromium(t *testing.T) {
 	b := newBrowser(t)
 	now := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
@@ -62,7 +62,7 @@ func TestConsoleInChromium(t *testing.T) {
 			if lb.name == "redis" {
 				b.screenshot("dlq")
 				if os.Getenv("BQ_UPDATE_SCREENSHOT") == "1" {
-					copyFile(t, filepath.Join(screenshotDir, "dlq.png"), filepath.Join("..", "docs", "console.png"))
+					copyFile(t, filepath.Join(b.screenshotDir(), "dlq.png"), filepath.Join("..", "docs", "console.png"))
 				}
 			}
 			b.noErrors(lb.name + " dead-letter page")

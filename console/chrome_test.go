@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -41,6 +42,9 @@ func chromiumPath(t *testing.T) string {
 type browser struct {
 	t   *testing.T
 	ctx context.Context
+
+	dirOnce sync.Once
+	dir     string
 
 	mu     sync.Mutex
 	errors []string
@@ -132,10 +136,21 @@ func eval[T any](b *browser, expr string) T {
 	return v
 }
 
-// screenshotDir is where the test writes a screenshot of each page.
-const screenshotDir = "testdata/screenshots"
+// screenshotDir is where the test writes a screenshot of each page: the committed
+// set in testdata/screenshots with BQ_UPDATE_SCREENSHOT=1 (which also rewrites the
+// README's docs/console.png), else a directory of the test's own, so that a test run
+// leaves the working tree as it was.
+func (b *browser) screenshotDir() string {
+	b.dirOnce.Do(func() {
+		b.dir = filepath.Join("testdata", "screenshots")
+		if os.Getenv("BQ_UPDATE_SCREENSHOT") != "1" {
+			b.dir = b.t.TempDir()
+		}
+	})
+	return b.dir
+}
 
-// screenshot writes the viewport to testdata/screenshots/name.png.
+// screenshot writes the viewport to name.png in the screenshot directory.
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
 	b.run("settle before screenshot "+name, chromedp.Sleep(150*time.Millisecond))
@@ -145,10 +160,14 @@ func (b *browser) screenshot(name string) {
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
-	if err := os.MkdirAll(screenshotDir, 0o755); err != nil {
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		b.t.Fatalf("screenshot %s is not a PNG", name)
+	}
+	dir := b.screenshotDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.t.Fatal(err)
 	}
-	path := filepath.Join(screenshotDir, name+".png")
+	path := filepath.Join(dir, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
