@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 func TestConsoleCommandErrors(t *testing.T) {
@@ -34,30 +35,12 @@ func TestConsoleCommandErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer the command writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestConsoleCommandServes runs the command on a free loopback port, loads the
 // overview, and stops it with its context.
 func TestConsoleCommandServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr transporttest.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"console", "-listen", "127.0.0.1:0", "-interval", "100ms", "memory://#orders,payments"}, io.Discard, &stderr)
