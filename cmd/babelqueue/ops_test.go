@@ -197,7 +197,7 @@ func browse(t *testing.T, tr transport.Transport, queue string) []*transport.Del
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out []*transport.Delivery
-	if err := transport.BrowseAll(ctx, tr, queue, 500, func(d *transport.Delivery) bool {
+	if err := transport.BrowseAll(ctx, tr, queue, 5000, func(d *transport.Delivery) bool {
 		out = append(out, d)
 		return true
 	}); err != nil {
@@ -352,11 +352,12 @@ func testKill(t *testing.T, b opsBroker, raw string, tr transport.Transport, s d
 	before := len(browse(t, tr, q))
 	// The redrive's progress bar, on a terminal, says how far it got.
 	run := startOnTerminal(t, "dlq", "redrive", "-queue", q, raw)
-	if !run.waitFor(90*time.Second, func(screen string) bool { return lastMoved(screen) >= 20 }) {
+	if !run.waitFor(90*time.Second, func(screen string) bool { return lastMoved(screen) >= 1 }) {
 		_ = run.cmd.Process.Kill()
 		_ = run.cmd.Wait()
 		t.Fatalf("the redrive moved nothing in 90s: %s", run.screen())
 	}
+	time.Sleep(20 * time.Millisecond) // well into the run, on the slowest broker as on the fastest
 	if err := run.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
