@@ -64,21 +64,36 @@ func RemoteParent(traceID string) trace.SpanContext {
 // uuidBytes decodes s into id when it is 32 hex digits once hyphens are removed (how
 // the family reads a UUID), without allocating.
 func uuidBytes(s string, id *trace.TraceID) bool {
-	var digits [32]byte
-	n := 0
+	n := 0 // hex digits read
 	for i := 0; i < len(s); i++ {
-		if s[i] == '-' {
+		c := s[i]
+		if c == '-' {
 			continue
 		}
-		if n == len(digits) {
+		v := unhex[c]
+		if v > 0xf || n == 2*len(id) {
 			return false
 		}
-		digits[n] = s[i]
+		if n%2 == 0 {
+			id[n/2] = v << 4
+		} else {
+			id[n/2] |= v
+		}
 		n++
 	}
-	if n != len(digits) {
-		return false
-	}
-	_, err := hex.Decode(id[:], digits[:])
-	return err == nil
+	return n == 2*len(id)
 }
+
+// unhex is the value of each hex digit (either case); 0xff for every other byte.
+var unhex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	for i, c := range "ABCDEF" {
+		t[c] = byte(10 + i)
+	}
+	return t
+}()

@@ -318,3 +318,45 @@ func TestInjectW3CAsPropagator(t *testing.T) {
 		}
 	}
 }
+
+// traceIDOfReference is TraceIDOf as SPEC §8.4 words it, through the standard library.
+func traceIDOfReference(s string) trace.TraceID {
+	var id trace.TraceID
+	if b, err := hex.DecodeString(strings.ReplaceAll(s, "-", "")); err == nil && len(b) == len(id) {
+		copy(id[:], b)
+		if id.IsValid() {
+			return id
+		}
+	}
+	sum := sha256.Sum256([]byte(s))
+	copy(id[:], sum[:16])
+	if !id.IsValid() {
+		id[15] = 1
+	}
+	return id
+}
+
+// TraceIDOf reads a UUID as the reference does, whatever byte is put anywhere in it.
+func TestTraceIDOfEveryByte(t *testing.T) {
+	const uuid = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8B"
+	for i := 0; i <= len(uuid); i++ {
+		for c := range 256 {
+			for _, s := range []string{uuid[:i] + string(rune(c)) + uuid[i:], uuid[:i] + string([]byte{byte(c)}) + uuid[min(i+1, len(uuid)):]} {
+				if got, want := bqotel.TraceIDOf(s), traceIDOfReference(s); got != want {
+					t.Fatalf("TraceIDOf(%q) = %s, want %s", s, got, want)
+				}
+			}
+		}
+	}
+}
+
+func FuzzTraceIDOf(f *testing.F) {
+	for _, s := range []string{"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b", "7B3F9C2AE41D4F889B2A1C0D5E6F7A8B", "order-1042", "", "--", "0000000000000000000000000000000g"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := bqotel.TraceIDOf(s), traceIDOfReference(s); got != want {
+			t.Fatalf("TraceIDOf(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
