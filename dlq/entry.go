@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
@@ -302,7 +303,7 @@ func (e *Entry) Redriven(to string, poison, bypass bool) (*transport.Message, er
 	if to == "" {
 		return nil, &NotRedrivableError{Why: "the message names no queue it failed on; choose a target queue"}
 	}
-	m := &transport.Message{Queue: to, Key: e.Delivery.Key, Headers: cloneHeaders(e.Delivery.Headers)}
+	m := &transport.Message{Queue: to, Key: e.Delivery.Key, Headers: maps.Clone(e.Delivery.Headers)}
 	switch {
 	case e.Poison && !poison:
 		return nil, &NotRedrivableError{Why: "poison (redrive poison only when asked)"}
@@ -339,7 +340,7 @@ const ReplayBypassHeader = "bq-replay-bypass"
 // keep returns the write that puts the delivery back on its own queue unchanged: body,
 // key, headers and attempts header as received.
 func keep(d *transport.Delivery, env *envelope.Envelope) *transport.Message {
-	m := &transport.Message{Queue: d.Queue, Body: d.Body, Key: d.Key, Headers: cloneHeaders(d.Headers)}
+	m := &transport.Message{Queue: d.Queue, Body: d.Body, Key: d.Key, Headers: maps.Clone(d.Headers)}
 	if env != nil {
 		m.Attempts = env.Attempts
 		m.Projection = projection.Of(env)
@@ -348,15 +349,4 @@ func keep(d *transport.Delivery, env *envelope.Envelope) *transport.Message {
 		m.Attempts = d.AttemptsHeader
 	}
 	return m
-}
-
-func cloneHeaders(h map[string]string) map[string]string {
-	if h == nil {
-		return nil
-	}
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		out[k] = v
-	}
-	return out
 }

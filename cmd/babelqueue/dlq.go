@@ -96,6 +96,21 @@ func openDLQ(ctx context.Context, o *out, fs *flag.FlagSet, args []string, q *qu
 	return b, q.name(b), pos, nil
 }
 
+// openSelected is openDLQ for the subcommands that take -select: it parses the
+// selection too, and closes the broker when the selection is wrong.
+func openSelected(ctx context.Context, o *out, fs *flag.FlagSet, args []string, q *queueFlags, sel *selectFlag) (*broker, string, dlq.Select, error) {
+	b, name, _, err := openDLQ(ctx, o, fs, args, q, 1, "one broker URL")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	s, err := sel.parse()
+	if err != nil {
+		b.close()
+		return nil, "", nil, err
+	}
+	return b, name, s, nil
+}
+
 // statsView is what dlq stats writes with -json.
 type statsView struct {
 	Broker string `json:"broker"`
@@ -109,15 +124,11 @@ func dlqStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var sel selectFlag
 	q.register(fs)
 	registerSelect(fs, &sel)
-	b, name, _, err := openDLQ(ctx, o, fs, args, &q, 1, "one broker URL")
+	b, name, s, err := openSelected(ctx, o, fs, args, &q, &sel)
 	if err != nil {
 		return o.finish(err)
 	}
 	defer b.close()
-	s, err := sel.parse()
-	if err != nil {
-		return o.finish(err)
-	}
 	st, err := dlq.Collect(ctx, b.tr, name, s)
 	if err != nil {
 		return o.finish(b.wrap(err))
@@ -248,15 +259,11 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	registerSelect(fs, &sel)
 	limit := fs.Int("limit", 50, "list at most this many messages")
 	cursor := fs.String("cursor", "", "start where an earlier listing's next page begins (its \"next\")")
-	b, name, _, err := openDLQ(ctx, o, fs, args, &q, 1, "one broker URL")
+	b, name, s, err := openSelected(ctx, o, fs, args, &q, &sel)
 	if err != nil {
 		return o.finish(err)
 	}
 	defer b.close()
-	s, err := sel.parse()
-	if err != nil {
-		return o.finish(err)
-	}
 	if *limit < 1 {
 		return o.finish(usageError{"-limit must be at least 1"})
 	}
@@ -454,15 +461,11 @@ func dlqRedrive(ctx context.Context, cmd string, args []string, stdout, stderr i
 	bypass := fs.Bool("bypass", false, "stamp bq-replay-bypass: 1, so handlers can skip side effects that already happened (babelqueue.IsReplay)")
 	poison := fs.Bool("poison", false, "redrive poison messages too, as their original bytes")
 	idle := fs.Duration("idle", 2*time.Second, "stop once the dead-letter queue gave nothing for this long")
-	b, name, _, err := openDLQ(ctx, o, fs, args, &q, 1, "one broker URL")
+	b, name, s, err := openSelected(ctx, o, fs, args, &q, &sel)
 	if err != nil {
 		return o.finish(err)
 	}
 	defer b.close()
-	s, err := sel.parse()
-	if err != nil {
-		return o.finish(err)
-	}
 	if *maxN < 0 {
 		return o.finish(usageError{"-max must not be negative"})
 	}
