@@ -226,10 +226,12 @@ journalSyncData=false
 }
 
 // pulsarReady reports whether a standalone serves: its admin API lists the standalone
-// cluster and the namespace public/default, and its broker port takes a connection.
+// cluster and the namespace public/default, its health check (a write and a read of a
+// topic of its own) passes, and its broker port takes a connection. A broker that
+// merely answers may not serve topics yet (its bundles load after a restart).
 func pulsarReady(admin string, port int) error {
 	get := func(path, want string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+path, nil)
 		if err != nil {
@@ -250,6 +252,9 @@ func pulsarReady(admin string, port int) error {
 		return err
 	}
 	if err := get("/admin/v2/namespaces/public", "public/default"); err != nil {
+		return err
+	}
+	if err := get("/admin/v2/brokers/health", "ok"); err != nil {
 		return err
 	}
 	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
