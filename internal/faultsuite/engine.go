@@ -406,6 +406,9 @@ func (r *run) inject(ctx context.Context) error {
 			}
 			sleep(ctx, 5*time.Millisecond)
 		}
+		if victim == nil {
+			return errors.New("no worker is running")
+		}
 		r.injected = time.Now()
 		victim.kill()
 		<-victim.exited // every line it wrote is read
