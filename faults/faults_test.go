@@ -70,6 +70,7 @@ func parseURL(t *testing.T, raw string) *url.URL {
 	return u
 }
 
+// openWorker is the Opener of every worker process: the binding's, by its name.
 func openWorker(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
 	for _, b := range brokers {
 		if b.name == spec.Broker {
@@ -82,9 +83,9 @@ func openWorker(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Tran
 // full is the full form of the suite: make faults.
 func full() bool { return os.Getenv("BQ_FAULTS") == "full" }
 
-// TestFaults runs every scenario the form includes on every broker and fails a run that lost a message, stalled, recovered past its bound or
-// saw anything that must not happen (a good message dead-lettered, a wrong reason, a
-// worker that crashed). BQ_FAULTS_OUT names a file for the results as JSON (make
+// TestFaults runs every scenario the form includes on every broker and fails a run
+// that lost a message, stalled, recovered past its bound or saw anything that must not
+// happen (a good message dead-lettered, a wrong reason, a worker that crashed). BQ_FAULTS_OUT names a file for the results as JSON (make
 // faults renders it into docs/reliability.md); BQ_FAULTS_ONLY=name[,name] limits the
 // brokers and BQ_FAULTS_SCENARIOS=kill,cut,restart,dlq the scenarios.
 func TestFaults(t *testing.T) {
@@ -116,10 +117,10 @@ func TestFaults(t *testing.T) {
 				t.Parallel()
 			}
 			for _, sc := range faultsuite.Scenarios {
-				if !selected("BQ_FAULTS_SCENARIOS", slug(sc)) || !b.runs(sc) {
+				if !selected("BQ_FAULTS_SCENARIOS", sc.Slug()) || !b.runs(sc) {
 					continue
 				}
-				t.Run(slug(sc), func(t *testing.T) {
+				t.Run(sc.Slug(), func(t *testing.T) {
 					var binding *faultsuite.Binding
 					if sc == faultsuite.Restart || sc == faultsuite.Cut && !b.sharedCut {
 						binding = b.private(t)
@@ -176,20 +177,6 @@ func (b broker) runs(s faultsuite.Scenario) bool {
 		return b.sharedCut || full() && b.private != nil
 	}
 	return true
-}
-
-func slug(s faultsuite.Scenario) string {
-	switch s {
-	case faultsuite.Kill:
-		return "kill"
-	case faultsuite.Cut:
-		return "cut"
-	case faultsuite.Restart:
-		return "restart"
-	case faultsuite.DLQFailure:
-		return "dlq"
-	}
-	return string(s)
 }
 
 // selected reports whether name is in the comma-separated list of env (an unset env

@@ -47,7 +47,8 @@ const (
 // Scenarios lists every scenario, in the order of the report.
 var Scenarios = []Scenario{Kill, Cut, Restart, DLQFailure}
 
-func (s Scenario) slug() string {
+// Slug is the scenario's short name: kill, cut, restart or dlq.
+func (s Scenario) Slug() string {
 	switch s {
 	case Kill:
 		return "kill"
@@ -191,7 +192,7 @@ func Run(ctx context.Context, b *Binding, p Plan, env Env) (*Result, error) {
 	}
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
-	r := &run{b: b, p: p, env: env, queue: "bqfaults-" + p.Scenario.slug() + "-" + hex.EncodeToString(suffix[:])}
+	r := &run{b: b, p: p, env: env, queue: "bqfaults-" + p.Scenario.Slug() + "-" + hex.EncodeToString(suffix[:])}
 	r.led = NewLedger(r.queue)
 	return r.run(ctx)
 }
