@@ -19,8 +19,9 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 // [DeliveryError] values. Records of one key go to one partition in the order given, and
 // the idempotent producer keeps that order through its retries. A record whose wait ended
 // at the timeout stays in the producer's buffer and may still be written later: reported
-// as failed, it may then arrive twice, never not at all. Each call waits at least the
-// producer's linger (franz-go's default is 10 ms), so confirm records in batches.
+// as failed, it may then arrive twice, never not at all. The call does not wait out the
+// producer's linger: the producer flushes while the batch is in flight (records other
+// goroutines produce meanwhile are sent without lingering too).
 func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
 	if len(msgs) == 0 {
 		return nil

@@ -597,6 +597,12 @@ func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs
 			done <- result{i, err}
 		})
 	}
+	// A write awaited for its acknowledgement does not wait out the producer's linger:
+	// a Flush sends what is buffered at once and keeps new records from lingering until
+	// it returns, which is once these records are acknowledged (hurried is called then).
+	hctx, hurried := context.WithCancel(ctx)
+	defer hurried()
+	go func() { _ = t.prod.Flush(hctx) }()
 	queueOf := func(i int) string {
 		if msgs != nil {
 			return msgs[i].Queue
@@ -646,6 +652,12 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 			done <- result{i, err}
 		})
 	}
+	// A write awaited for its acknowledgement does not wait out the producer's linger:
+	// a Flush sends what is buffered at once and keeps new records from lingering until
+	// it returns, which is once these records are acknowledged (hurried is called then).
+	hctx, hurried := context.WithCancel(ctx)
+	defer hurried()
+	go func() { _ = t.prod.Flush(hctx) }()
 	got := make([]bool, len(recs))
 	for range recs {
 		select {
