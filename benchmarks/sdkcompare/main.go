@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -45,7 +46,18 @@ func main() {
 		if err := json.Unmarshal([]byte(os.Args[2]), &j); err != nil {
 			fatal(err)
 		}
+		if path := os.Getenv("SDKCOMPARE_CPUPROFILE"); path != "" {
+			// A child's CPU profile, to see where its time goes.
+			f, err := os.Create(path)
+			if err != nil {
+				fatal(err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fatal(err)
+			}
+		}
 		res, err := runChild(j)
+		pprof.StopCPUProfile()
 		if err != nil {
 			fatal(err)
 		}

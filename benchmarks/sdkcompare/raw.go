@@ -248,6 +248,12 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 		if err := cl.Ping(ctx); err != nil {
 			return result{}, err
 		}
+		// publish: every record produced, one flush at the end (as the SDKs' Kafka
+		// publish is fire-and-forget, flushed once); batch: a flush every 100 records.
+		per := j.Count
+		if j.Op == "batch" {
+			per = 100
+		}
 		var failed sync.Map
 		res, err := publishAll(j, func(_, from, to int) error {
 			for i := from; i < to; i++ {
@@ -257,6 +263,11 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 							failed.Store(i, err)
 						}
 					})
+				if (i-from+1)%per == 0 {
+					if err := cl.Flush(ctx); err != nil {
+						return err
+					}
+				}
 			}
 			return cl.Flush(ctx)
 		})
