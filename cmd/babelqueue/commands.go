@@ -13,11 +13,20 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-func version(w io.Writer) error {
+func version(w io.Writer, args []string) error {
+	o := newOut("version", w, w)
+	fs := o.flags()
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.json {
+		return o.emit(map[string]any{"version": babelqueue.Version, "schema_version": envelope.SchemaVersion, "lang": envelope.Lang, "schemes": transport.Schemes()})
+	}
 	fmt.Fprintf(w, "babelqueue %s (envelope schema_version %d, lang %s)\nschemes: %s\n",
 		babelqueue.Version, envelope.SchemaVersion, envelope.Lang, strings.Join(transport.Schemes(), ", "))
 	return nil
@@ -45,8 +54,8 @@ func urlArg(fs *flag.FlagSet) (string, error) {
 }
 
 func publish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	o := newOut("publish", stdout, stderr)
+	fs := o.flags()
 	queue := fs.String("queue", "default", "queue to publish to")
 	urn := fs.String("urn", "", "the message URN (required), e.g. urn:babel:orders:created")
 	data := fs.String("data", "{}", "the data object, as JSON")
@@ -87,13 +96,16 @@ func publish(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if o.json {
+		return o.emit(map[string]string{"urn": *urn, "queue": *queue, "id": id})
+	}
 	fmt.Fprintf(stdout, "published %s to %s (meta.id %s)\n", *urn, *queue, id)
 	return nil
 }
 
 func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	o := newOut("consume", stdout, stderr)
+	fs := o.flags()
 	queue := fs.String("queue", "default", "queue to read")
 	count := fs.Int("n", 0, "stop after this many messages (0: until interrupted or idle)")
 	idle := fs.Duration("idle", 0, "stop once no message came for this long (0: wait forever)")
@@ -139,7 +151,18 @@ func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			return err
 		}
-		printDelivery(stdout, d)
+		if o.json {
+			e := dlq.Read(d)
+			v := view(e, n+1)
+			if e.Envelope != nil {
+				v.Data = e.Envelope.Data
+			}
+			if err := o.emit(v); err != nil {
+				return err
+			}
+		} else {
+			printDelivery(stdout, d)
+		}
 		outcome := transport.Ack
 		if *keep {
 			outcome = transport.Rewind

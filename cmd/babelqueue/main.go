@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "outbox":
 		err = outboxCmd(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
-		err = version(stdout)
+		err = version(stdout, args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -489,3 +489,38 @@ func handleInGo(t *testing.T, tr transport.Transport, queue string, n int) []han
 	defer mu.Unlock()
 	return append([]handled(nil), seen...)
 }
+
+// TestJSONOnTheOtherCommands: version, publish and consume take -json too.
+func TestJSONOnTheOtherCommands(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"version", "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("version -json: %d %s", code, errb.String())
+	}
+	var v struct {
+		Version string   `json:"version"`
+		Schemes []string `json:"schemes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Version == "" || len(v.Schemes) == 0 {
+		t.Errorf("version -json: %s (%v)", out.String(), err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"publish", "-json", "-urn", "urn:babel:x", "-data", `{"a":1}`, "memory://"}, &out, &errb); code != 0 {
+		t.Fatalf("publish -json: %d %s", code, errb.String())
+	}
+	var p map[string]string
+	if err := json.Unmarshal(out.Bytes(), &p); err != nil || p["urn"] != "urn:babel:x" || p["id"] == "" {
+		t.Errorf("publish -json: %s (%v)", out.String(), err)
+	}
+	out.Reset()
+	raw, tr, s := seedRedis(t, 3)
+	if code := run(context.Background(), []string{"consume", "-json", "-keep", "-n", "3", "-queue", s.DLQ, raw}, &out, &errb); code != 0 {
+		t.Fatalf("consume -json: %d %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"id":"`+s.Items[0].ID+`"`) || !strings.Contains(lines[0], `"dead_letter":{"reason":"failed"`) {
+		t.Errorf("consume -json:\n%s", out.String())
+	}
+	if n := len(browse(t, tr, s.DLQ)); n != 3 {
+		t.Errorf("consume -keep took messages: %d left", n)
+	}
+}
