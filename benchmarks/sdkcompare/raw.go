@@ -24,10 +24,26 @@ import (
 )
 
 // The raw clients do the same work with the broker's own client and nothing else: the
-// same envelope bytes, each publish confirmed as the broker confirms it, each consumed
-// message read for its data.n and acknowledged.
+// same envelope bytes with the same metadata the SDKs project beside it (the URN, trace
+// id, message id, schema version, language and attempts as headers, properties or
+// attributes), each publish confirmed as the broker confirms it, each consumed message
+// read for its data.n and acknowledged.
 var raws = map[string]func(context.Context, job) (result, error){
 	"redis": rawRedis, "amqp": rawAMQP, "kafka": rawKafka, "sqs": rawSQS, "artemis": rawArtemis, "pulsar": rawPulsar,
+}
+
+// The projected metadata of message n, as the raw clients write it.
+const (
+	metaURN     = "urn:babel:bench:sdk"
+	metaTraceID = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b"
+)
+
+func metaID(n int) string { return fmt.Sprintf("f1e2d3c4-b5a6-4789-90ab-%012d", n) }
+
+// metaStrings is the metadata as string headers (Kafka, Pulsar, Artemis).
+func metaStrings(n int) map[string]string {
+	return map[string]string{"bq-job": metaURN, "bq-trace-id": metaTraceID, "bq-message-id": metaID(n),
+		"bq-schema-version": "1", "bq-source-lang": "go", "bq-attempts": "0"}
 }
 
 // consumeWith runs work on j.Workers goroutines until the recorder is idle, then cancels
@@ -153,8 +169,10 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 			for i := from; i < to; i += per {
 				dcs = dcs[:0]
 				for k := i; k < min(i+per, to); k++ {
-					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false,
-						amqp091.Publishing{DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: body(k)})
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp091.Publishing{
+						Headers:      amqp091.Table{"x-schema-version": int32(1), "x-source-lang": "go", "x-attempts": int32(0)},
+						DeliveryMode: amqp091.Persistent, ContentType: "application/json", CorrelationId: metaTraceID,
+						MessageId: metaID(k), Type: metaURN, AppId: "babelqueue", Body: body(k)})
 					if err != nil {
 						return err
 					}
@@ -257,7 +275,11 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 		var failed sync.Map
 		res, err := publishAll(j, func(_, from, to int) error {
 			for i := from; i < to; i++ {
-				cl.Produce(ctx, &kgo.Record{Value: body(i), Headers: []kgo.RecordHeader{{Key: "bq-attempts", Value: []byte("0")}}},
+				var hs []kgo.RecordHeader
+				for k, v := range metaStrings(i) {
+					hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+				}
+				cl.Produce(ctx, &kgo.Record{Value: body(i), Headers: hs, Timestamp: time.UnixMilli(1749132727000)},
 					func(_ *kgo.Record, err error) {
 						if err != nil {
 							failed.Store(i, err)
@@ -366,6 +388,18 @@ func createSQSQueue(raw, name string) error {
 	return err
 }
 
+// sqsAttributes is the metadata as SQS message attributes.
+func sqsAttributes(n int) map[string]sqstypes.MessageAttributeValue {
+	str := func(v string) sqstypes.MessageAttributeValue {
+		return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	num := func(v string) sqstypes.MessageAttributeValue {
+		return sqstypes.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(v)}
+	}
+	return map[string]sqstypes.MessageAttributeValue{"bq-job": str(metaURN), "bq-trace-id": str(metaTraceID),
+		"bq-message-id": str(metaID(n)), "bq-schema-version": num("1"), "bq-source-lang": str("go"), "bq-created-at": num("1749132727000")}
+}
+
 func rawSQS(ctx context.Context, j job) (result, error) {
 	c, err := sqsClient(ctx, j.URL)
 	if err != nil {
@@ -380,7 +414,7 @@ func rawSQS(ctx context.Context, j job) (result, error) {
 	case "publish":
 		return publishAll(j, func(_, from, to int) error {
 			for i := from; i < to; i++ {
-				if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: qurl, MessageBody: aws.String(string(body(i)))}); err != nil {
+				if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: qurl, MessageBody: aws.String(string(body(i))), MessageAttributes: sqsAttributes(i)}); err != nil {
 					return err
 				}
 			}
@@ -391,7 +425,8 @@ func rawSQS(ctx context.Context, j job) (result, error) {
 			for i := from; i < to; i += 10 {
 				var entries []sqstypes.SendMessageBatchRequestEntry
 				for k := i; k < min(i+10, to); k++ {
-					entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k - i)), MessageBody: aws.String(string(body(k)))})
+					entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k - i)),
+						MessageBody: aws.String(string(body(k))), MessageAttributes: sqsAttributes(k)})
 				}
 				out, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: qurl, Entries: entries})
 				if err != nil {
@@ -406,7 +441,9 @@ func rawSQS(ctx context.Context, j job) (result, error) {
 	}
 	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
 		for ctx.Err() == nil {
-			out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+			out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: qurl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+				MessageAttributeNames:       []string{"All"},
+				MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount}})
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -464,7 +501,14 @@ func rawArtemis(ctx context.Context, j job) (result, error) {
 			for i := from; i < to; i += per {
 				rs = rs[:0]
 				for k := i; k < min(i+per, to); k++ {
-					r, err := s.SendWithReceipt(ctx, &amqp1.Message{Header: &amqp1.MessageHeader{Durable: true}, Value: string(body(k))}, nil)
+					urn, ts := metaURN, time.UnixMilli(1749132727000)
+					r, err := s.SendWithReceipt(ctx, &amqp1.Message{
+						Header:                &amqp1.MessageHeader{Durable: true},
+						Annotations:           amqp1.Annotations{"x-opt-jms-type": urn, "x-opt-jms-dest": int8(0)},
+						Properties:            &amqp1.MessageProperties{Subject: &urn, CorrelationID: metaTraceID, MessageID: metaID(k), CreationTime: &ts},
+						ApplicationProperties: map[string]any{"bq_schema_version": "1", "bq_source_lang": "go", "bq_attempts": "0", "bq_app_id": "babelqueue"},
+						Value:                 string(body(k)),
+					}, nil)
 					if err != nil {
 						return err
 					}
@@ -538,7 +582,7 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 		if j.Op == "publish" {
 			return publishAll(j, func(_, from, to int) error {
 				for i := from; i < to; i++ {
-					if _, err := p.Send(ctx, &pc.ProducerMessage{Payload: body(i)}); err != nil {
+					if _, err := p.Send(ctx, &pc.ProducerMessage{Payload: body(i), Properties: metaStrings(i)}); err != nil {
 						return err
 					}
 				}
@@ -552,7 +596,7 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 				var first error
 				for k := i; k < min(i+100, to); k++ {
 					wg.Add(1)
-					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k)}, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
+					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k), Properties: metaStrings(k)}, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
 						if err != nil {
 							mu.Lock()
 							first = err
