@@ -1,9 +1,14 @@
 // Command babelqueue is the BabelQueue command-line tool: a demo of the runtime on
-// memory://, publish and consume on any broker URL, and the SDK version.
+// memory://, publish and consume on any broker URL, the operator's dead-letter tools
+// (docs/operations.md), and the SDK version.
 //
 //	babelqueue demo
 //	babelqueue publish -queue orders -urn urn:babel:orders:created -data '{"order_id":1042}' redis://127.0.0.1:6379/0
 //	babelqueue consume -queue orders -n 10 amqp://guest:guest@127.0.0.1:5672/
+//	babelqueue dlq stats -queue orders redis://127.0.0.1:6379/0
+//	babelqueue dlq redrive -queue orders -select reason=failed -dry-run redis://127.0.0.1:6379/0
+//	babelqueue bridge -queue orders amqp://guest:guest@127.0.0.1:5672/ kafka://127.0.0.1:9092
+//	babelqueue tail -trace 8f0e… redis://127.0.0.1:6379/0#orders,orders.dlq
 //	babelqueue version
 package main
 
