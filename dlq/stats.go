@@ -154,7 +154,7 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // PageSize is how many messages a walk over a queue reads per browse call.
-const PageSize = 500
+const PageSize = 1000
 
 // Collect browses queue without consuming it and counts the messages sel selects (all
 // of them when sel is nil). A transport that cannot browse gives an error matching
