@@ -14,9 +14,9 @@ require (
 	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/servicebus v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/sqs v0.0.0-00010101000000-000000000000
-	github.com/jackc/pgx/v5 v5.13.0
 	github.com/creack/pty v1.1.24
-	golang.org/x/term v0.45.0
+	github.com/jackc/pgx/v5 v5.13.0
+	golang.org/x/term v0.46.0
 )
 
 replace (
