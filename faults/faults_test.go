@@ -296,5 +296,9 @@ func privateDir(t *testing.T, name string) string {
 		}
 		return dir
 	}
-	return filepath.Join(t.TempDir(), name)
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
