@@ -308,20 +308,28 @@ func (l *Ledger) LongestPause(from, to time.Time) time.Duration {
 }
 
 // TakenBack returns when the last of ids was settled (and held) by a worker other than
-// victim after t: how long the deliveries a killed worker held stayed out of reach.
-// It reports false when one of them was never settled so.
+// victim after t: how long the deliveries a killed worker held stayed out of reach. A
+// delivery the victim settled itself (its event still in the pipe when it was killed)
+// was never out of reach. It reports false when one of them was never settled.
 func (l *Ledger) TakenBack(victim int, ids []string, t time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var last time.Time
 	for _, id := range ids {
 		var first time.Time
+		byVictim := false
 		for _, s := range l.settles {
+			if s.id == id && s.worker == victim {
+				byVictim = true // it settled the delivery itself; the event was still in the pipe at the kill
+			}
 			if s.id == id && s.worker != victim && s.at.After(t) && (first.IsZero() || s.at.Before(first)) {
 				first = s.at
 			}
 		}
 		if first.IsZero() {
+			if byVictim {
+				continue
+			}
 			return time.Time{}, false
 		}
 		if first.After(last) {
