@@ -175,8 +175,14 @@ func TestSettleTopicsAtStart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	for _, topic := range []string{dlq, tier} {
-		if !topicExists(t, topic) {
-			t.Errorf("Consume did not create %s", topic)
+		// The broker's metadata answers may lag a creation by a moment on a loaded machine.
+		deadline := time.Now().Add(15 * time.Second)
+		for !topicExists(t, topic) {
+			if time.Now().After(deadline) {
+				t.Errorf("Consume did not create %s", topic)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	publishOK(t, on, &transport.Message{Queue: q, Body: []byte(`{"n":1}`)})
