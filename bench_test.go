@@ -106,37 +106,52 @@ func BenchmarkChannelBaseline(b *testing.B) {
 func BenchmarkRuntimeConsume(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
-			tr := memory.New()
-			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
-				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, body := range benchBodies(b.N) {
-				tr.Inject("bench", memory.Stored{Body: body})
-			}
-			var n atomic.Int64
-			done := make(chan struct{})
-			target := int64(b.N)
-			app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
-				if n.Add(1) == target {
-					close(done)
-				}
-				return nil
-			})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			errc := make(chan error, 1)
-			cpu := startCPU()
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { errc <- app.Run(ctx) }()
-			<-done
-			b.StopTimer()
-			cpu.report(b)
-			cancel()
-			<-errc
+			consumePreloaded(b, workers, benchBodies(b.N), func(app *babelqueue.App, handled func()) {
+				app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+					handled()
+					return nil
+				})
+			}, func(cpu cpuClock) { cpu.report(b) })
 		})
+	}
+}
+
+// consumePreloaded puts bodies on memory:// and times an app with workers workers
+// consuming them: register installs the handlers, which call handled once per message.
+// Once all are handled the timer stops and measure gets the CPU clock started with it,
+// before the app stops.
+func consumePreloaded(b *testing.B, workers int, bodies [][]byte, register func(app *babelqueue.App, handled func()), measure func(cpuClock)) {
+	b.Helper()
+	tr := memory.New()
+	app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, body := range bodies {
+		tr.Inject("bench", memory.Stored{Body: body})
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	target := int64(len(bodies))
+	register(app, func() {
+		if n.Add(1) == target {
+			close(done)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	cpu := startCPU()
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { errc <- app.Run(ctx) }()
+	<-done
+	b.StopTimer()
+	measure(cpu)
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -265,46 +280,19 @@ func BenchmarkLargeBodyConsume(b *testing.B) {
 	for _, mode := range []string{"raw", "typed"} {
 		b.Run("runtime/"+mode, func(b *testing.B) {
 			bodies := bigBodies(b.N, kib)
-			tr := memory.New()
-			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"),
-				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, body := range bodies {
-				tr.Inject("bench", memory.Stored{Body: body})
-			}
-			var n atomic.Int64
-			done := make(chan struct{})
-			target := int64(b.N)
-			count := func() {
-				if n.Add(1) == target {
-					close(done)
+			consumePreloaded(b, 1, bodies, func(app *babelqueue.App, handled func()) {
+				if mode == "raw" {
+					app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { handled(); return nil })
+					return
 				}
-			}
-			if mode == "raw" {
-				app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { count(); return nil })
-			} else {
 				babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, d benchBig, _ *babelqueue.Message) error {
 					if len(d.Items) == 0 {
 						b.Error("no items")
 					}
-					count()
+					handled()
 					return nil
 				})
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			errc := make(chan error, 1)
-			cpu := startCPU()
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { errc <- app.Run(ctx) }()
-			<-done
-			b.StopTimer()
-			report(b, cpu, bodies)
-			cancel()
-			<-errc
+			}, func(cpu cpuClock) { report(b, cpu, bodies) })
 		})
 	}
 	for _, mode := range []string{"decode", "bind"} {

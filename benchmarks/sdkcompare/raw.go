@@ -21,6 +21,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/internal/benchpair"
 )
 
 // The raw clients do the same work with the broker's own client and nothing else: the
@@ -591,26 +593,17 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 		}
 		return publishAll(j, func(_, from, to int) error {
 			for i := from; i < to; i += 100 {
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				var first error
+				var cbs benchpair.Callbacks
 				for k := i; k < min(i+100, to); k++ {
-					wg.Add(1)
-					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k), Properties: metaStrings(k)}, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
-						if err != nil {
-							mu.Lock()
-							first = err
-							mu.Unlock()
-						}
-						wg.Done()
-					})
+					cbs.Add(1)
+					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k), Properties: metaStrings(k)},
+						func(_ pc.MessageID, _ *pc.ProducerMessage, err error) { cbs.Done(err) })
 				}
 				if err := p.FlushWithCtx(ctx); err != nil {
 					return err
 				}
-				wg.Wait()
-				if first != nil {
-					return first
+				if err := cbs.Wait(); err != nil {
+					return err
 				}
 			}
 			return nil

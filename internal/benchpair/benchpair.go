@@ -6,6 +6,7 @@ package benchpair
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -56,4 +57,35 @@ func medianF(fs []float64) float64 {
 	s := slices.Clone(fs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// Callbacks waits for asynchronous completions (a producer's promises) and keeps the
+// first error they report.
+type Callbacks struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+// Add expects n more completions.
+func (c *Callbacks) Add(n int) { c.wg.Add(n) }
+
+// Done records one completion and its error.
+func (c *Callbacks) Done(err error) {
+	if err != nil {
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = err
+		}
+		c.mu.Unlock()
+	}
+	c.wg.Done()
+}
+
+// Wait returns once every expected completion came, with the first error.
+func (c *Callbacks) Wait() error {
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }

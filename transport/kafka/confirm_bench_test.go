@@ -2,8 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,26 +28,14 @@ func BenchmarkPublishConfirmedBatch(b *testing.B) {
 	}
 	b.ReportAllocs()
 	benchpair.Run(b, batch, func() error {
-		var (
-			wg    sync.WaitGroup
-			mu    sync.Mutex
-			first error
-		)
-		wg.Add(batch)
+		var cbs benchpair.Callbacks
+		cbs.Add(batch)
 		for range batch {
-			cl.Produce(ctx, rawRecord(qr), func(_ *kgo.Record, err error) {
-				if err != nil {
-					mu.Lock()
-					first = errors.Join(first, err)
-					mu.Unlock()
-				}
-				wg.Done()
-			})
+			cl.Produce(ctx, rawRecord(qr), func(_ *kgo.Record, err error) { cbs.Done(err) })
 		}
 		if err := cl.Flush(ctx); err != nil {
 			return err
 		}
-		wg.Wait()
-		return first
+		return cbs.Wait()
 	}, func() error { return tr.PublishConfirmed(ctx, msgs) })
 }

@@ -2,7 +2,6 @@ package pulsar_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
@@ -28,26 +27,15 @@ func BenchmarkPublishConfirmedBatch(b *testing.B) {
 	}
 	b.ReportAllocs()
 	benchpair.Run(b, batch, func() error {
-		var (
-			wg    sync.WaitGroup
-			mu    sync.Mutex
-			first error
-		)
-		wg.Add(batch)
+		var cbs benchpair.Callbacks
+		cbs.Add(batch)
 		for range batch {
-			p.SendAsync(ctx, &pc.ProducerMessage{Payload: benchBody, Properties: benchProps}, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
-				if err != nil {
-					mu.Lock()
-					first = err
-					mu.Unlock()
-				}
-				wg.Done()
-			})
+			p.SendAsync(ctx, &pc.ProducerMessage{Payload: benchBody, Properties: benchProps},
+				func(_ pc.MessageID, _ *pc.ProducerMessage, err error) { cbs.Done(err) })
 		}
 		if err := p.FlushWithCtx(ctx); err != nil {
 			return err
 		}
-		wg.Wait()
-		return first
+		return cbs.Wait()
 	}, func() error { return tr.PublishConfirmed(ctx, msgs) })
 }
