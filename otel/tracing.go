@@ -205,7 +205,7 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 			ctx, span := t.tracer.Start(t.consumerParent(ctx, m), t.processNames.of(m.URN()), consumerStart...)
 			if span.IsRecording() {
 				env := m.Envelope
-				span.SetAttributes(append(messagingAttrs("process", semconv.MessagingOperationTypeProcess, m.Queue, env, env.Meta.Lang, m.Attempts),
+				span.SetAttributes(messagingAttrs("process", semconv.MessagingOperationTypeProcess, m.Queue, env, env.Meta.Lang, m.Attempts,
 					semconv.MessagingMessageBodySize(len(env.Raw())))...)
 				if t.observed.Load() {
 					t.kept.Add(1)
@@ -227,9 +227,9 @@ func (t *Tracing) Middleware() babelqueue.Middleware {
 }
 
 // messagingAttrs are the attributes of a recorded PRODUCER or CONSUMER span: the
-// messaging semantic conventions and the family's own.
-func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *envelope.Envelope, lang string, attempts int) []attribute.KeyValue {
-	return append(make([]attribute.KeyValue, 0, 11), // room for the body size
+// messaging semantic conventions and the family's own, then extra.
+func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *envelope.Envelope, lang string, attempts int, extra ...attribute.KeyValue) []attribute.KeyValue {
+	return append(append(make([]attribute.KeyValue, 0, 10+len(extra)),
 		semconv.MessagingSystemKey.String(System),
 		opType,
 		semconv.MessagingDestinationName(queue),
@@ -240,7 +240,7 @@ func messagingAttrs(op string, opType attribute.KeyValue, queue string, env *env
 		AttrURN.String(env.Job),
 		AttrLang.String(lang),
 		AttrAttempts.Int(attempts),
-	)
+	), extra...)
 }
 
 // consumerParent is ctx with the remote parent of a delivery's CONSUMER span.
