@@ -53,7 +53,7 @@ func TestReceiveErrorIsReturnedAndRecovered(t *testing.T) {
 // runs out, so a short outage does not cost the lock.
 func TestRenewalSurvivesTransientFailures(t *testing.T) {
 	b := newFakeBroker()
-	b.lockDuration = 400 * time.Millisecond
+	b.lockDuration = 1500 * time.Millisecond // room for two failed renewals and a retry under -race on a loaded machine
 	var renewCalls atomic.Int32
 	b.failSettle = func(op string, _ *azservicebus.ReceivedMessage) error {
 		if op == "renew" && renewCalls.Add(1) <= 2 {
@@ -69,7 +69,7 @@ func TestRenewalSurvivesTransientFailures(t *testing.T) {
 	}
 	defer c.Close(context.Background())
 	d := transporttest.Receive(t, c, 5*time.Second)
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(4 * time.Second) // well past the first lock: only renewals keep it
 	if err := c.Settle(context.Background(), d, transport.Settlement{Outcome: transport.Ack}); err != nil {
 		t.Fatalf("Ack after two failed renewals: %v", err)
 	}
