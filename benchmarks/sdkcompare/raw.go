@@ -566,7 +566,7 @@ func rawArtemis(ctx context.Context, j job) (result, error) {
 	})
 }
 
-// ---- Pulsar: Send (SendAsync + Flush); a Shared subscription, Receive + Ack ----
+// ---- Pulsar: Send (SendAsync + Flush); a Shared subscription, Receive + Ack awaited ----
 
 func rawPulsar(ctx context.Context, j job) (result, error) {
 	c, err := pc.NewClient(pc.ClientOptions{URL: j.URL, Logger: pclog.DefaultNopLogger()})
@@ -609,8 +609,11 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 			return nil
 		})
 	}
+	// Acks awaited for the broker's answer, as the transport's are (a grouped ack is lost
+	// on a crash and the message comes back).
 	cons, err := c.Subscribe(pc.ConsumerOptions{Topic: topic, SubscriptionName: "babelqueue", Type: pc.Shared,
-		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest, ReceiverQueueSize: max(j.Prefetch, j.Workers)})
+		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest, ReceiverQueueSize: max(j.Prefetch, j.Workers),
+		AckWithResponse: true})
 	if err != nil {
 		return result{}, err
 	}
