@@ -586,13 +586,13 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	}
 	switch r.p.Scenario {
 	case Kill:
-		res.Method = "SIGKILL, replacement started after " + r.p.Down.String()
+		res.Method = fmt.Sprintf("SIGKILL of the worker holding the most deliveries; a replacement started %s later", seconds(r.p.Down))
 		res.Down = r.healed.Sub(r.injected)
 		if len(r.orphans) == 0 {
 			res.RecoveryOf = "the killed worker held no delivery"
 			break
 		}
-		res.RecoveryOf = fmt.Sprintf("from the SIGKILL until the %d deliveries the killed worker held were settled by others", len(r.orphans))
+		res.RecoveryOf = fmt.Sprintf("from the SIGKILL until every delivery the killed worker held (%d) was settled by another worker", len(r.orphans))
 		if at, ok := r.led.TakenBack(r.victim.idx, r.orphans, r.injected); ok {
 			res.Recovery = at.Sub(r.injected)
 		} else {
@@ -626,7 +626,7 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	case DLQFailure:
 		res.Method = r.b.DLQMethod
 		last, n, never := r.led.Refused(r.healed)
-		res.RecoveryOf = fmt.Sprintf("from the dead-letter queue taking writes again until the %d messages whose dead-letter write it refused were dead-lettered", n)
+		res.RecoveryOf = fmt.Sprintf("from the dead-letter queue taking writes again until every message whose dead-letter write it refused (%d) was dead-lettered", n)
 		switch {
 		case never > 0:
 			res.Stalled = true
