@@ -319,6 +319,13 @@ func measureBroker(o options, broker, url string) error {
 	if n == 0 {
 		n = defaultN[broker]
 	}
+	if broker == "kafka" {
+		// A consumer group's rebalance (eight Python processes joining one after the
+		// other) stops every member for seconds: waiting longer before calling a consumer
+		// done keeps it from stopping mid-run. The rate runs from the first message to
+		// the last, so the wait does not count.
+		o.idle = max(o.idle, 12*time.Second)
+	}
 	samples := map[rowKey][]sample{}
 	impls := []string{"raw", "go", "python"}
 	for round := range o.rounds {
