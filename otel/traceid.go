@@ -64,6 +64,16 @@ func RemoteParent(traceID string) trace.SpanContext {
 // uuidBytes decodes s into id when it is 32 hex digits once hyphens are removed (how
 // the family reads a UUID), without allocating.
 func uuidBytes(s string, id *trace.TraceID) bool {
+	if len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' {
+		// The canonical layout: the digit pairs are at fixed places.
+		var bad byte
+		for i, at := range canonicalPairs {
+			hi, lo := unhex[s[at]], unhex[s[at+1]]
+			id[i] = hi<<4 | lo
+			bad |= hi | lo
+		}
+		return bad <= 0xf
+	}
 	n := 0 // hex digits read
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -83,6 +93,9 @@ func uuidBytes(s string, id *trace.TraceID) bool {
 	}
 	return n == 2*len(id)
 }
+
+// canonicalPairs are where the 16 digit pairs of a canonical UUID start.
+var canonicalPairs = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
 
 // unhex is the value of each hex digit (either case); 0xff for every other byte.
 var unhex = func() (t [256]byte) {
