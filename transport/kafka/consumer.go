@@ -265,6 +265,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.ConsiderMissingTopicDeletedAfter(time.Minute),
 		kgo.SessionTimeout(t.cfg.sessionTimeout),
 		kgo.HeartbeatInterval(t.cfg.heartbeatInterval),
+		kgo.RetryBackoffFn(retryBackoff),
 		kgo.WithLogger(clientLogger(t.log)),
 	)
 	if err != nil {

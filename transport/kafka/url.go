@@ -218,7 +218,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
 	}
-	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout))
+	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout), kgo.RetryBackoffFn(retryBackoff))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: building the producer for %s: %w", transport.RedactURL(u), err)
