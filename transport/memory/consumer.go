@@ -63,7 +63,8 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			}
 			q.ready[0] = nil
 			q.ready = q.ready[1:]
-			q.inflight[s.id] = s
+			s.inFlight = true
+			q.inflight++
 			d := &transport.Delivery{
 				Queue:             c.queue,
 				Body:              s.Body[:len(s.Body):len(s.Body)], // never changed: a write stores a copy
@@ -153,7 +154,7 @@ func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
 		stored.Redeliveries++
 		q.handedOff = append(q.handedOff, stored)
 	}
-	delete(q.inflight, stored.id)
+	q.settled(stored)
 	return nil
 }
 
@@ -168,7 +169,7 @@ func (c *consumer) Close(context.Context) error {
 	q := t.q(c.queue)
 	for i := len(back) - 1; i >= 0; i-- {
 		s := back[i]
-		delete(q.inflight, s.id)
+		q.settled(s)
 		s.Redeliveries++
 		q.ready = append([]*Stored{s}, q.ready...)
 	}

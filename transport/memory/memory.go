@@ -91,12 +91,13 @@ type Stored struct {
 	SchemaVersion any // what Delivery.SchemaVersion reports, when set
 	DueAt         time.Time
 	id            uint64
+	inFlight      bool // handed out and not settled
 }
 
 type queue struct {
 	ready     []*Stored
 	delayed   []*Stored
-	inflight  map[uint64]*Stored
+	inflight  int // messages handed out and not settled
 	handedOff []*Stored
 	wake      chan struct{} // closed and replaced whenever the queue changes
 }
@@ -129,10 +130,18 @@ func (t *Transport) Capabilities() transport.Capabilities { return t.caps }
 func (t *Transport) q(name string) *queue {
 	q, ok := t.queues[name]
 	if !ok {
-		q = &queue{inflight: map[uint64]*Stored{}, wake: make(chan struct{})}
+		q = &queue{wake: make(chan struct{})}
 		t.queues[name] = q
 	}
 	return q
+}
+
+// settled counts s out of the messages in flight, once.
+func (q *queue) settled(s *Stored) {
+	if s.inFlight {
+		s.inFlight = false
+		q.inflight--
+	}
 }
 
 func (q *queue) notify() {
@@ -247,7 +256,7 @@ func (t *Transport) InFlight(queue string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if q, ok := t.queues[queue]; ok {
-		return len(q.inflight)
+		return q.inflight
 	}
 	return 0
 }

@@ -24,7 +24,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	s := transport.QueueStats{Appended: transport.UnknownCount}
 	if q, ok := t.queues[queue]; ok {
 		s.Exists = true
-		s.Ready, s.InFlight, s.Delayed = int64(len(q.ready)), int64(len(q.inflight)), int64(len(q.delayed))
+		s.Ready, s.InFlight, s.Delayed = int64(len(q.ready)), int64(q.inflight), int64(len(q.delayed))
 	}
 	return s, nil
 }
