@@ -36,7 +36,7 @@ const memberBuf = 16
 // do not modify body afterwards.
 func Decode(body []byte) (*Envelope, error) {
 	var buf [memberBuf]member
-	s := scanner{b: body}
+	s := scanner{b: body, nestMeta: true}
 	members, _, ok := s.scanTop(buf[:0])
 	if !ok {
 		return nil, s.poison()
@@ -49,6 +49,9 @@ func Decode(body []byte) (*Envelope, error) {
 	var job, urn *member
 	for i := range members {
 		m := &members[i]
+		if m.nested {
+			continue // a meta object's member, read with its meta
+		}
 		name := keyName(body, m)
 		switch name {
 		case "job":
@@ -82,7 +85,7 @@ func Decode(body []byte) (*Envelope, error) {
 			e.Meta, e.hasMeta = Meta{}, false
 			strs.drop(&e.Meta.ID, &e.Meta.Queue, &e.Meta.Lang) // a later meta replaces an earlier one whole
 			if m.kind == kindObject {
-				if err := decodeMeta(body[m.valStart:m.valEnd], &e.Meta, &strs); err != nil {
+				if err := decodeMeta(body, members[m.subStart:m.subEnd], &e.Meta, &strs); err != nil {
 					return nil, err
 				}
 				e.hasMeta = true
@@ -311,9 +314,9 @@ func membersOf(obj []byte, buf []member) []member {
 	return out
 }
 
-func decodeMeta(obj []byte, meta *Meta, strs *stringBatch) error {
-	var buf [8]member
-	for i, ms := 0, membersOf(obj, buf[:0]); i < len(ms); i++ {
+// decodeMeta reads the members ms of a meta object of b (recorded by the scan of b).
+func decodeMeta(obj []byte, ms []member, meta *Meta, strs *stringBatch) error {
+	for i := range ms {
 		m := &ms[i]
 		switch name := keyName(obj, m); name {
 		case "id", "queue", "lang":

@@ -49,6 +49,11 @@ type member struct {
 	keyEsc           bool // the key holds escapes
 	valEsc           bool // a string value holds escapes
 	intLit           bool // a number with no fraction and no exponent
+	// A top-level "meta" object's members, when the scanner nests: recorded in the
+	// same list, just before the meta member itself, from subStart to subEnd, each
+	// marked nested.
+	nested           bool
+	subStart, subEnd int
 }
 
 // scanner is a single-pass JSON validator. It checks structure, strings
@@ -60,6 +65,10 @@ type scanner struct {
 	depth int
 	// maxDepth is the deepest nesting allowed (MaxDepth unless a test lowers it).
 	maxDepth int
+
+	// nestMeta makes the scan record the members of each top-level "meta" object too
+	// (Decode reads them without a second scan of the object).
+	nestMeta bool
 
 	nonFinite     bool // a NaN/Infinity literal was seen
 	loneSurrogate bool // an unpaired \uD800-\uDFFF escape was seen
@@ -477,6 +486,15 @@ func (s *scanner) object(members []member, record bool) ([]member, bool) {
 		if record {
 			if s.i < len(s.b) {
 				switch c := s.b[s.i]; {
+				case c == '{' && s.nestMeta && m.keyIs(s.b, "meta"):
+					m.kind, m.subStart = kindObject, len(members)
+					s.nestMeta = false // only the top level's meta
+					members, ok = s.object(members, true)
+					s.nestMeta = true
+					m.subEnd = len(members)
+					for k := m.subStart; k < m.subEnd; k++ {
+						members[k].nested = true
+					}
 				case c == '"':
 					m.kind = kindString
 					m.valEsc, ok = s.str()
