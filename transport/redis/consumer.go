@@ -149,7 +149,9 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 			return c.delivery(e), nil
 		}
 		if room := c.prefetch - c.book.Held() - len(c.buf) - c.reserving; room > 0 && c.fetchers < maxFetchers {
-			n := min(1+len(c.waiting), room, c.t.batch)
+			// Up to the prefetch: what the waiting workers need now, and what a prefetch
+			// larger than the concurrency asks to hold ahead (one round trip for several).
+			n := min(room, c.t.batch)
 			c.fetchers++
 			c.reserving += n
 			acks := c.takeAcksLocked()

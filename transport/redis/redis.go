@@ -251,8 +251,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithBatch bounds how many messages one reserve script takes at once for waiting
-// workers of one consumer (never more than the consumer's prefetch). Default 16.
+// WithBatch bounds how many messages one reserve script takes at once for one consumer
+// (never more than the room its prefetch leaves). Default 16.
 func WithBatch(n int) Option {
 	return func(t *Transport) {
 		if n > 0 {
