@@ -21,8 +21,8 @@ func TestSummarizeChecksEachMessageOnce(t *testing.T) {
 func TestSummarizeHalfFailing(t *testing.T) {
 	ok := result{First: 1e9, Last: 2e9, Count: 8, Handled: []int{0, 1, 1, 1, 2, 3, 3, 3}}
 	s := summarize([]result{ok}, 4, checkHalfFailing)
-	if s.check != "" || s.rate != 4 {
-		t.Fatalf("even once and odd three times: check %q, rate %v (want 4 finished over 1 s)", s.check, s.rate)
+	if s.check != "" || s.rate != 4 || s.deliveryRate != 8 {
+		t.Fatalf("even once and odd three times: check %q, rate %v (want 4 finished over 1 s), deliveries %v/s (want 8)", s.check, s.rate, s.deliveryRate)
 	}
 	short := result{First: 1e9, Last: 2e9, Count: 6, Handled: []int{0, 1, 1, 2, 3, 3}}
 	if s := summarize([]result{short}, 4, checkHalfFailing); s.check != "missing 2, duplicates 0, strays 0" {
