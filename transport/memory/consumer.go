@@ -69,7 +69,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 				Queue:             c.queue,
 				Body:              s.Body[:len(s.Body):len(s.Body)], // never changed: a write stores a copy
 				Key:               cloneKey(s.Key),
-				Headers:           cloneHeaders(s.Headers),
+				Headers:           s.Headers, // shared and read-only: see the package doc
 				Redeliveries:      s.Redeliveries,
 				AttemptsHeader:    s.Attempts,
 				HasAttemptsHeader: true,

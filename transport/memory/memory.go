@@ -8,7 +8,11 @@
 // with [New] and handing it to babelqueue.New.
 //
 // A delivery's body is the stored message's bytes, not a copy (a publish stores a copy of
-// what it is given): treat it as read-only, as the runtime does.
+// what it is given): treat it as read-only, as the runtime does. Headers are not copied
+// at all: a publish keeps the message's header map as the stored message's, and each
+// delivery of it carries that same map. Change neither the map given to a publish (or a
+// settlement's write) once it is handed over nor a delivery's map, as the runtime never
+// does; copy a map to change it ([maps.Clone]).
 //
 // The memory broker keeps no attempts header of its own beyond [transport.Message.Attempts],
 // which it stores beside the body so a poison body's count survives a re-publish.
@@ -174,7 +178,7 @@ func (t *Transport) writeLocked(m *transport.Message) error {
 	s := &Stored{
 		Body:     append([]byte(nil), m.Body...),
 		Key:      cloneKey(m.Key),
-		Headers:  cloneHeaders(m.Headers),
+		Headers:  m.Headers, // kept, not copied: see the package doc
 		Attempts: m.Attempts,
 	}
 	if t.caps.SchemaGate {
