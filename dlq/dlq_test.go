@@ -425,3 +425,36 @@ func TestBrowseCursors(t *testing.T) {
 		t.Errorf("empty queue: %+v %v", p, err)
 	}
 }
+
+// optsRecorder records the options of its consumers and hides whether they settle
+// atomically.
+type optsRecorder struct {
+	transport.Transport
+	opts []transport.ConsumeOptions
+}
+
+type opaqueConsumer struct{ transport.Consumer }
+
+func (r *optsRecorder) Consume(ctx context.Context, q string, o transport.ConsumeOptions) (transport.Consumer, error) {
+	r.opts = append(r.opts, o)
+	c, err := r.Transport.Consume(ctx, q, o)
+	return opaqueConsumer{c}, err
+}
+
+// A redrive asks for a transactional consumer and reports whether its moves were
+// atomic: the memory broker's are, a consumer that does not say is not.
+func TestRedriveAsksForAtomicMoves(t *testing.T) {
+	tr, _ := seeded(t, 10)
+	res, err := dlq.Redrive(context.Background(), tr, "orders.dlq", dlq.WithMax(3), dlq.WithIdle(50*time.Millisecond))
+	if err != nil || !res.Atomic || res.Moved != 3 {
+		t.Fatalf("memory: %+v %v, want 3 moved atomically", res, err)
+	}
+	rec := &optsRecorder{Transport: tr}
+	res, err = dlq.Redrive(context.Background(), rec, "orders.dlq", dlq.WithMax(3), dlq.WithIdle(50*time.Millisecond))
+	if err != nil || res.Atomic || res.Moved != 3 {
+		t.Fatalf("opaque consumer: %+v %v, want 3 moved, not atomically", res, err)
+	}
+	if len(rec.opts) != 1 || !rec.opts[0].Transactional {
+		t.Fatalf("consume options %+v, want one transactional consumer", rec.opts)
+	}
+}

@@ -163,16 +163,26 @@ type Result struct {
 	To map[string]int `json:"to"`
 	// Stopped says why the redrive ended.
 	Stopped Stop `json:"stopped"`
+	// Atomic reports that each move was one atomic step on the broker (a Redis script;
+	// a RabbitMQ, Kafka or Pulsar transaction): a redrive killed at any point leaves
+	// every message in exactly one of the two queues. When false, a kill between a
+	// move's confirmed write and its acknowledgement leaves that one message in both.
+	Atomic bool `json:"atomic"`
 }
 
 // Redrive moves dead-lettered messages from the queue from back to work: each to the
 // queue it failed on (dead_letter.original_queue) or to [WithTarget]'s, with attempts
 // reset to 0 and the dead_letter block removed, every other byte, the key and the
 // headers kept, the replay-bypass header added with [WithBypass]. Each move is a
-// settlement of the dead-letter delivery: the write is confirmed by the broker before
-// the dead-letter copy is acknowledged, so nothing is lost when a write fails or the
-// process dies (on brokers that cannot make the write and the acknowledgement one
-// step, a process killed between the two leaves the one message in both queues).
+// settlement of the dead-letter delivery made in one broker transaction where the
+// transport offers one ([transport.ConsumeOptions.Transactional]; Redis moves with one
+// script): the write and the acknowledgement happen together or not at all, so a
+// redrive killed at any point leaves every message in exactly one of the two queues
+// ([Result.Atomic]). Elsewhere (SQS, Artemis) the write is confirmed by the broker
+// before the dead-letter copy is acknowledged, so nothing is lost when a write fails or
+// the process dies, but a process killed between the two leaves the one message in
+// hand in both queues (the copy keeps the message's meta.id, so an idempotent handler
+// runs it once).
 //
 // Messages that are not moved (not selected, poison without [WithPoison], no queue to
 // go to) stay on the dead-letter queue with their bytes, key and headers: a consumer
@@ -314,10 +324,11 @@ func (r *run) move(ctx context.Context) error {
 	if r.o.to != "" {
 		settleQueues = append(settleQueues, r.o.to)
 	}
-	c, err := r.tr.Consume(ctx, r.from, transport.ConsumeOptions{Prefetch: 1, SettleQueues: settleQueues})
+	c, err := r.tr.Consume(ctx, r.from, transport.ConsumeOptions{Prefetch: 1, SettleQueues: settleQueues, Transactional: true})
 	if err != nil {
 		return fmt.Errorf("dlq: redrive: consume %q: %w", r.from, err)
 	}
+	r.res.Atomic = transport.SettlesAtomically(c)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.settle)
 		defer cancel()

@@ -85,6 +85,14 @@ type ConsumeOptions struct {
 	// A transport that parks delayed messages on a queue per delay (Kafka) checks or
 	// creates those queues in Consume too.
 	SettleDelays []time.Duration
+	// Transactional asks for a consumer whose Ack settlements make their writes and
+	// the acknowledgement in one broker transaction, where the broker offers one
+	// (RabbitMQ tx channels, Kafka and Pulsar transactions): a process killed between
+	// them leaves neither. Each settlement then costs a commit, so this is for tools
+	// that move messages between queues (a DLQ redrive), not for the runtime. A
+	// transport that cannot ignores it; [SettlesAtomically] tells which the consumer
+	// does.
+	Transactional bool
 }
 
 // Consumer receives deliveries from one queue.
