@@ -32,6 +32,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		prefetch: prefetch,
 		tag:      "babelqueue-go-" + randomHex(8),
 		changed:  make(chan struct{}),
+		tx:       newTxSettle(opts), // move.go
 		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	s, err := c.open(ctx)
@@ -69,6 +70,9 @@ type consumer struct {
 	book      *ledger.Ledger[handle]
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+
+	// tx is set on a consumer opened with ConsumeOptions.Transactional (move.go).
+	tx *txSettle
 }
 
 // session is one channel consuming the queue.
@@ -103,6 +107,10 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	if err := ch.Qos(c.prefetch, 0, false); err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: set prefetch %d: %w", c.prefetch, err)
+	}
+	if err := c.txSelect(ch); err != nil { // move.go
+		_ = ch.Close()
+		return nil, err
 	}
 	s.cancelled = ch.NotifyCancel(make(chan string, 1))
 	s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil)
@@ -372,6 +380,9 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transpo
 }
 
 func (c *consumer) settle(ctx context.Context, h handle, st transport.Settlement) error {
+	if c.tx != nil {
+		return c.settleTx(ctx, h, st) // move.go
+	}
 	if h.s.ch.IsClosed() {
 		if st.Outcome == transport.Rewind {
 			return nil // the broker redelivers it: that is what a rewind asks for

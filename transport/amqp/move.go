@@ -1,0 +1,139 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// A consumer opened with [transport.ConsumeOptions.Transactional] puts its channel in
+// AMQP transaction mode (tx.select) and settles every delivery in a transaction of its
+// own on that channel: the writes are published on it, the delivery is acknowledged on
+// it, and tx.commit makes them all at once. A process killed before the commit leaves
+// none of them: the broker rolls the transaction back when the channel closes, and the
+// delivery goes back to its queue. Each settlement costs a commit round trip and the
+// settlements of one consumer are made one at a time, so the runtime's consumers do
+// not use it; a DLQ redrive does.
+
+// txSettle is the transaction state of a transactional consumer.
+type txSettle struct {
+	// mu makes one transaction at a time on the channel: the publishes and the ack of
+	// one settlement must not be committed by another's tx.commit.
+	mu sync.Mutex
+}
+
+// txBeforeCommit, set by tests, runs between the acknowledgement and the commit.
+var txBeforeCommit func()
+
+// newTxSettle returns the transaction state for a consumer opened with opts, or nil.
+func newTxSettle(opts transport.ConsumeOptions) *txSettle {
+	if !opts.Transactional {
+		return nil
+	}
+	return &txSettle{}
+}
+
+// txSelect puts a consumer channel in transaction mode when the consumer is
+// transactional.
+func (c *consumer) txSelect(ch *amqp091.Channel) error {
+	if c.tx == nil {
+		return nil
+	}
+	if err := ch.Tx(); err != nil {
+		return fmt.Errorf("amqp: transaction mode (tx.select): %w", err)
+	}
+	return nil
+}
+
+// SettlesAtomically reports whether the consumer settles in AMQP transactions: it was
+// opened with [transport.ConsumeOptions.Transactional].
+func (c *consumer) SettlesAtomically() bool { return c.tx != nil }
+
+// settleTx settles one delivery in a transaction on its own channel.
+func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settlement) error {
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	ch := h.s.ch
+	if ch.IsClosed() {
+		if st.Outcome == transport.Rewind {
+			return nil // the broker requeued it when the channel closed
+		}
+		return c.lost(nil)
+	}
+	if st.Outcome == transport.Rewind {
+		if err := ch.Nack(h.tag, false, true); err == nil {
+			_ = c.commit(ctx, ch) // a commit that fails closes the channel: requeued too
+		}
+		return nil
+	}
+	queue := c.queue
+	if len(st.Writes) > 0 {
+		queue = st.Writes[0].Queue
+	}
+	conn, gen, err := c.t.connection(ctx)
+	if err != nil {
+		return &transport.SettleWriteError{Queue: queue, Err: err}
+	}
+	pc := &pubChan{ch: ch, conn: conn, gen: gen}
+	for _, m := range st.Writes {
+		if m == nil || m.Queue == "" {
+			c.rollback(ch)
+			return &transport.SettleWriteError{Err: errors.New("amqp: settle write has no queue")}
+		}
+		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), c.t.s.maxSize); err != nil {
+			c.rollback(ch)
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+		if _, err := c.t.send(ctx, pc, m); err != nil {
+			c.rollback(ch)
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+	}
+	if err := ch.Ack(h.tag, false); err != nil {
+		c.rollback(ch)
+		return c.lost(err)
+	}
+	if txBeforeCommit != nil {
+		txBeforeCommit()
+	}
+	if err := c.commit(ctx, ch); err != nil {
+		// Rolled back, or (the connection lost after the broker committed) made: either
+		// way each message is in one queue, never in both and never in none.
+		return &transport.SettleWriteError{Queue: queue, Err: err}
+	}
+	return nil
+}
+
+// commit sends tx.commit and waits for it until ctx ends; a commit that does not
+// answer closes the channel, which rolls the transaction back.
+func (c *consumer) commit(ctx context.Context, ch *amqp091.Channel) error {
+	done := make(chan error, 1)
+	go func() { done <- ch.TxCommit() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("amqp: tx.commit: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = ch.Close()
+		<-done
+		return fmt.Errorf("amqp: tx.commit: %w (channel closed: rolled back unless the broker had committed)", ctx.Err())
+	}
+}
+
+// rollback undoes what the open transaction holds; when it fails the channel is
+// closed, which rolls back too.
+func (c *consumer) rollback(ch *amqp091.Channel) {
+	if ch.IsClosed() {
+		return
+	}
+	if err := ch.TxRollback(); err != nil {
+		_ = ch.Close()
+	}
+}

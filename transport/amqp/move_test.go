@@ -1,0 +1,120 @@
+package amqp
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// ready counts the messages ready on queue (a passive declare).
+func ready(t *testing.T, tr *Transport, queue string) int64 {
+	t.Helper()
+	s, err := tr.QueueStats(ctxT(t), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Ready
+}
+
+// A transactional consumer moves a message (write and ack in one commit): it is on
+// the target queue once and gone from its own.
+func TestTransactionalMoveCommits(t *testing.T) {
+	ctx := ctxT(t)
+	tr := openT(t)
+	from, to := newQueue(t), newQueue(t)
+	body := []byte(`{"job":"urn:babel:t:move","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
+	if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Consume(ctx, from, transport.ConsumeOptions{Prefetch: 1, Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if !transport.SettlesAtomically(c) {
+		t.Fatal("a transactional consumer does not report atomic settlements")
+	}
+	d := receive(t, c, 10*time.Second)
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: to, Body: body}}}); err != nil {
+		t.Fatal(err)
+	}
+	// A rewound delivery comes back (its nack is committed too).
+	if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, c, 10*time.Second)
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, c, 10*time.Second)
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close(ctx)
+	if n := ready(t, tr, to); n != 1 {
+		t.Fatalf("%d messages on the target queue, want 1", n)
+	}
+	if n := ready(t, tr, from); n != 0 {
+		t.Fatalf("%d messages left on the source queue, want 0", n)
+	}
+	plain, err := tr.Consume(ctx, from, transport.ConsumeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close(ctx)
+	if transport.SettlesAtomically(plain) {
+		t.Fatal("a plain consumer reports atomic settlements")
+	}
+}
+
+// The connection dies after the write and the ack were sent and before the commit
+// (what a killed process looks like to the broker): the broker rolls both back, so
+// the message is on its own queue only.
+func TestTransactionalMoveKilledBeforeCommit(t *testing.T) {
+	ctx := ctxT(t)
+	k := &killer{}
+	tr := openT(t, WithDialer(k.dial))
+	check := openT(t)
+	from, to := newQueue(t), newQueue(t)
+	body := []byte(`{"job":"urn:babel:t:kill","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
+	if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Consume(ctx, from, transport.ConsumeOptions{Prefetch: 1, Transactional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	d := receive(t, c, 10*time.Second)
+	txBeforeCommit = k.killAll
+	t.Cleanup(func() { txBeforeCommit = nil })
+	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: to, Body: body}}})
+	txBeforeCommit = nil
+	if !errors.Is(err, transport.ErrSettleWrite) {
+		t.Fatalf("Settle with the connection cut before the commit: %v, want ErrSettleWrite", err)
+	}
+	if n := ready(t, check, to); n != 0 {
+		t.Fatalf("%d messages on the target queue after a rolled-back move, want 0", n)
+	}
+	// A failed Ack is followed by a Rewind (the runtime's rule); the consumer resumes
+	// on a new connection and gets the message again.
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, c, 30*time.Second)
+	if string(d.Body) != string(body) {
+		t.Fatalf("redelivered %q", d.Body)
+	}
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: to, Body: body}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close(ctx)
+	if n := ready(t, check, to); n != 1 {
+		t.Fatalf("%d messages on the target queue, want 1", n)
+	}
+	if n := ready(t, check, from); n != 0 {
+		t.Fatalf("%d messages on the source queue, want 0", n)
+	}
+}
