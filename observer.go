@@ -133,7 +133,9 @@ type SettledEvent struct {
 	// not confirmed (or the acknowledgement failed) and the delivery was rewound so the
 	// broker redelivers it: nothing is lost.
 	Err error
-	// Duration is how long the settlement took.
+	// Duration is how long the settlement took: from the handler's return when a
+	// handler ran (the clock is read once there for both events), else from when the
+	// settlement started.
 	Duration time.Duration
 }
 

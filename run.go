@@ -175,7 +175,7 @@ func (w *worker) abandon() {
 		"queue", x.d.Queue, "urn", x.route, "id", x.env.Meta.ID)
 	ctx, cancel := context.WithTimeout(w.detached, a.cfg.settleTimeout)
 	defer cancel()
-	a.settle(ctx, w.c, x, settle.Decision{Action: settle.ActRewind}, x.info()) // hooks see the delivery given back
+	a.settle(ctx, w.c, x, settle.Decision{Action: settle.ActRewind}, x.info(), time.Time{}) // hooks see the delivery given back
 }
 
 func (w *worker) loop() error {
@@ -360,6 +360,7 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 			h.OnReceive(hookCtx, di)
 		}
 	}
+	var settleStart time.Time // when the handler returned, if a hook timed it
 	if x.env != nil {
 		h, ok := a.handler(x.env.Job)
 		if !ok {
@@ -381,15 +382,20 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 			if abandoned {
 				return false
 			}
-			for _, hk := range a.hooks.handled {
-				hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Start: start, Duration: time.Since(start), Err: err})
+			if len(a.hooks.handled) > 0 {
+				// One clock read ends the handler's time and starts the settlement's.
+				took := time.Since(start)
+				settleStart = start.Add(took)
+				for _, hk := range a.hooks.handled {
+					hk.OnHandled(hookCtx, HandledEvent{Delivery: di, Start: start, Duration: took, Err: err})
+				}
 			}
 			if err != nil {
 				x.facts.Kind, x.facts.After, x.cause = classifyFailure(err)
 			}
 		}
 	}
-	a.settle(w.settleContext(now), w.c, x, settle.Decide(x.facts, a.pol, a.caps), di)
+	a.settle(w.settleContext(now), w.c, x, settle.Decide(x.facts, a.pol, a.caps), di, settleStart)
 	return true
 }
 
@@ -443,10 +449,11 @@ func callHandler(ctx context.Context, h Handler, m *Message) (err error) {
 }
 
 // settle carries out a decision. A settlement whose writes were not confirmed is
-// rewound, so the broker delivers the message again: nothing is lost.
-func (a *App) settle(sctx context.Context, c transport.Consumer, x delivery, dec settle.Decision, di DeliveryInfo) {
-	var start time.Time
-	if len(a.hooks.settled) > 0 {
+// rewound, so the broker delivers the message again: nothing is lost. start is when the
+// settlement began for the settle hooks' Duration (the handler's end, already read for
+// the handle hooks); zero reads the clock here when a settle hook wants it.
+func (a *App) settle(sctx context.Context, c transport.Consumer, x delivery, dec settle.Decision, di DeliveryInfo, start time.Time) {
+	if len(a.hooks.settled) > 0 && start.IsZero() {
 		start = time.Now()
 	}
 	s, dec := a.buildSettlement(x, dec)
