@@ -64,6 +64,7 @@ type settings struct {
 	redial         func(ctx context.Context) (*amqp091.Connection, error)
 	maxIdleChans   int
 	maxSize        int
+	pipeline       bool // pipelined settle writes (WithPipelinedSettles)
 }
 
 func defaultSettings() settings {
@@ -73,6 +74,7 @@ func defaultSettings() settings {
 		connTimeout:    30 * time.Second,
 		maxIdleChans:   16,
 		maxSize:        DefaultMaxMessageSize,
+		pipeline:       true,
 	}
 }
 
@@ -94,6 +96,21 @@ func WithConfirmTimeout(d time.Duration) Option {
 // written to the socket, without waiting for the broker's confirm. Settle writes are
 // always confirmed.
 func WithoutPublishConfirms() Option { return func(s *settings) { s.noUserConfirm = true } }
+
+// WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
+// letter) are pipelined (default true; pipeline_settles in the URL). Pipelined, Settle
+// publishes the writes in confirm mode and returns without waiting for their confirms;
+// the delivery is acknowledged only once every write is confirmed, and a write that is
+// nacked, lost with its channel or not confirmed within the confirm timeout makes the
+// transport rewind the delivery itself (a nack with requeue, logged with its cause), so
+// it is delivered again: nothing is lost, and a worker never waits for its own write. A
+// delivery waiting for its writes still counts against the channel's prefetch
+// (basic.qos), so the workers go on meanwhile only as far as the prefetch is above the
+// deliveries they hold: give the runtime a prefetch above its concurrency. Not
+// pipelined, Settle waits for the confirms and returns a failed write as a
+// [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
+// worker a publisher confirm (a journal flush on the broker) per settlement with writes.
+func WithPipelinedSettles(on bool) Option { return func(s *settings) { s.pipeline = on } }
 
 // WithoutDeclare stops the transport from declaring work and dead-letter queues, for a
 // topology managed elsewhere (quorum queues, policies). Publishing to a queue that
@@ -151,7 +168,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 
 // ownParams are the query parameters this package reads itself; they are not passed
 // on to amqp091.
-var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare"}
+var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles"}
 
 // clientParams are the RabbitMQ URI query parameters amqp091 reads.
 var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism",
@@ -235,6 +252,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", err
 	} else if ok {
 		s.noDeclare = !b
+	}
+	if b, ok, err := pq.Bool("pipeline_settles"); err != nil {
+		return "", err
+	} else if ok {
+		s.pipeline = b
 	}
 	if d, ok, err := pq.Duration("confirm_timeout", time.Second, time.Millisecond, 0); err != nil {
 		return "", err

@@ -35,6 +35,9 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		tx:       newTxSettle(opts), // move.go
 		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
+	if t.s.pipeline && c.tx == nil { // a transactional consumer commits each settlement (move.go)
+		c.pipe = newPipeline(prefetch)
+	}
 	s, err := c.open(ctx)
 	if err != nil {
 		return nil, err
@@ -68,6 +71,7 @@ type consumer struct {
 	// the dead one are still held) and their settle state. Closing it stops the
 	// consumer.
 	book      *ledger.Ledger[handle]
+	pipe      *pipeline // pipelined settlements in flight; nil when not pipelined
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
@@ -209,6 +213,11 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 }
 
 func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
+	if c.pipe != nil {
+		if err := c.pipe.pause(ctx, c.book.Done()); err != nil {
+			return nil, err
+		}
+	}
 	var stale *session
 	for {
 		s, err := c.current(ctx, stale)
@@ -370,11 +379,17 @@ func headerInt(v any) (int, bool) {
 // Settle finishes a delivery: Ack after the writes are confirmed, or Rewind (a nack with
 // requeue). HandOff is not offered: RabbitMQ has no redrive of its own for it. A
 // delivery whose channel died fails an Ack with a [transport.TakenBackError] wrapping
-// [ErrDeliveryLost]; its Rewind succeeds, as the broker requeued it already.
+// [ErrDeliveryLost]; its Rewind succeeds, as the broker requeued it already. With
+// pipelined settle writes (the default) an Ack with writes returns once they are
+// published, and the delivery is acked or rewound when their confirms come
+// ([WithPipelinedSettles]).
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transport.Settlement) error {
 	e, err := c.book.Begin(d, st)
 	if err != nil {
 		return err
+	}
+	if c.pipe != nil && st.Outcome == transport.Ack && len(st.Writes) > 0 {
+		return c.book.Finish(e, st, c.settlePipelined(ctx, e.Value, st.Writes))
 	}
 	return c.book.Finish(e, st, c.settle(ctx, e.Value, st))
 }
@@ -414,10 +429,16 @@ func (c *consumer) lost(err error) error {
 }
 
 // Close cancels the consumer and closes its channel: deliveries handed out and not
-// settled, and those prefetched and not handed out, go back to the broker.
-func (c *consumer) Close(context.Context) error {
+// settled, and those prefetched and not handed out, go back to the broker. It first
+// waits, until ctx ends, for the pipelined settlements in flight to be acked (or
+// rewound) once their writes are confirmed (or fail); those still waiting then go back
+// to the broker with the channel, and their writes may stay (a duplicate, never a loss).
+func (c *consumer) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.book.Close() // the channel's close gives the deliveries back
+		if c.pipe != nil && !c.pipe.wait(ctx) {
+			c.t.log.Warn("amqp: consumer closed before the confirms of its pipelined settle writes came; those deliveries are delivered again", "queue", c.queue)
+		}
 		c.wg.Wait()
 		c.mu.Lock()
 		s := c.sess

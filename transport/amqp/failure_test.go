@@ -17,7 +17,8 @@ import (
 
 // TestNackedSettleWriteAcksNothing: a settle write the broker refuses (a queue that
 // rejects publishes when full) returns a SettleWriteError naming that queue, the
-// original stays unacknowledged, and a Rewind gives it back.
+// original stays unacknowledged, and a Rewind gives it back. Settle writes are not
+// pipelined here (pipeline_settles=0); TestPipelinedNackedWriteRewinds is the default.
 func TestNackedSettleWriteAcksNothing(t *testing.T) {
 	ctx := ctxT(t)
 	q, full := newQueue(t), newQueue(t)
@@ -27,10 +28,10 @@ func TestNackedSettleWriteAcksNothing(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tr := openT(t)
+	tr := openT(t, WithPipelinedSettles(false))
 	// The transport would try to redeclare "full" without arguments and be refused;
 	// with WithoutDeclare the publish reaches the queue and is nacked.
-	trNoDeclare := openT(t, WithoutDeclare())
+	trNoDeclare := openT(t, WithoutDeclare(), WithPipelinedSettles(false))
 	body := []byte(`{"job":"urn:babel:t:nack","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -9,8 +10,9 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// TestTransport runs the behavioural kit against the real RabbitMQ.
-func TestTransport(t *testing.T) {
+// kitConfig is the behavioural kit's configuration, with settle writes pipelined (the
+// default) or awaited (pipeline_settles=0).
+func kitConfig(t *testing.T, pipelined bool) transporttest.Config {
 	cfg := transporttest.Config{
 		NewQueue: func(t *testing.T) string { return newQueue(t) },
 		NoKeys:   true,
@@ -22,7 +24,7 @@ func TestTransport(t *testing.T) {
 	}
 	// Breaking the settle writes takes the connection away: the consumer's channel dies
 	// with it, so RabbitMQ requeues the delivery, and the consumer resumes once it is back.
-	cfg.OpenThroughProxy(brokerURL(t), func(t *testing.T, u string) transport.Transport {
+	cfg.OpenThroughProxy(withPipeline(t, brokerURL(t), pipelined), func(t *testing.T, u string) transport.Transport {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		tr, err := Dial(ctx, u, WithLogger(testLogger(t)))
@@ -31,14 +33,50 @@ func TestTransport(t *testing.T) {
 		}
 		return tr
 	})
-	transporttest.Run(t, cfg)
+	if pipelined {
+		// The case wants Settle itself to return the failed write; pipelined, Settle
+		// returns once the write is published and the transport rewinds the delivery
+		// when the write fails (TestPipelinedWritesConnectionCut,
+		// TestPipelinedNackedWriteRewinds).
+		cfg.BreakSettleWrites = nil
+	}
+	return cfg
 }
 
-// TestRuntime runs the runtime's settlement cases end to end through RabbitMQ.
+// withPipeline sets pipeline_settles on rawURL.
+func withPipeline(t *testing.T, rawURL string, on bool) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pipeline_settles", map[bool]string{true: "1", false: "0"}[on])
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestTransport runs the behavioural kit against the real RabbitMQ, settle writes
+// pipelined (the default).
+func TestTransport(t *testing.T) {
+	transporttest.Run(t, kitConfig(t, true))
+}
+
+// TestTransportAwaitedSettles runs the kit with pipeline_settles=0: Settle waits for
+// the confirms of its writes.
+func TestTransportAwaitedSettles(t *testing.T) {
+	transporttest.Run(t, kitConfig(t, false))
+}
+
+// TestRuntime runs the runtime's settlement cases end to end through RabbitMQ, settle
+// writes pipelined and awaited.
 func TestRuntime(t *testing.T) {
-	transporttest.RunRuntime(t, transporttest.Config{
-		Open:     func(t *testing.T) transport.Transport { return openT(t) },
-		NewQueue: func(t *testing.T) string { return newQueue(t) },
-		NoKeys:   true,
-	})
+	for _, pipelined := range []bool{true, false} {
+		t.Run(map[bool]string{true: "pipelined", false: "awaited"}[pipelined], func(t *testing.T) {
+			transporttest.RunRuntime(t, transporttest.Config{
+				Open:     func(t *testing.T) transport.Transport { return openT(t, WithPipelinedSettles(pipelined)) },
+				NewQueue: func(t *testing.T) string { return newQueue(t) },
+				NoKeys:   true,
+			})
+		})
+	}
 }

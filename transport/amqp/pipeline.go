@@ -1,0 +1,253 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Pipelined settle writes (the default; WithPipelinedSettles, ?pipeline_settles=0 to
+// turn off). A settlement with writes publishes them in confirm mode and returns: the
+// delivery stays unacknowledged until every write is confirmed, then it is acked; a
+// write that is nacked, lost with its channel, or not confirmed within the confirm
+// timeout makes the transport nack the delivery with requeue (a rewind) instead. The
+// worker is free for the next delivery meanwhile, so the confirms of many settlements
+// share the broker's journal flushes instead of each worker waiting for its own.
+//
+// For the ledger the delivery is settled when Settle returns (its slot is free, a second
+// Settle fails with ErrAlreadySettled); the broker still counts it against the channel's
+// prefetch until the ack or nack. A channel that dies meanwhile requeues the delivery by
+// itself: nothing is acked on it, and the writes made for it may stay (a duplicate at
+// worst, never a loss).
+
+// pipeline bounds and counts one consumer's pipelined settlements in flight.
+type pipeline struct {
+	slots chan struct{} // a token per settlement in flight
+
+	mu   sync.Mutex
+	n    int           // settlements in flight
+	idle chan struct{} // closed when n drops to 0, while someone waits for it
+
+	// The backoff after failed pipelined writes: the next receive waits until
+	// pauseUntil (Unix ns), doubling from minPause to maxPause while writes keep
+	// failing, so a write that cannot succeed never spins the handler.
+	failures   int // guarded by mu
+	pauseUntil atomic.Int64
+}
+
+const (
+	minPause = 50 * time.Millisecond
+	maxPause = 2 * time.Second
+)
+
+func newPipeline(size int) *pipeline {
+	return &pipeline{slots: make(chan struct{}, max(size, 1))}
+}
+
+// acquire takes a slot for one settlement, waiting while the pipeline is full.
+func (p *pipeline) acquire(ctx context.Context) error {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+	return nil
+}
+
+// release frees the slot of one settlement that finished.
+func (p *pipeline) release() {
+	p.mu.Lock()
+	p.n--
+	if p.n == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.mu.Unlock()
+	<-p.slots
+}
+
+// wait waits until no settlement is in flight or ctx ends; it reports whether the
+// pipeline drained.
+func (p *pipeline) wait(ctx context.Context) bool {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.mu.Unlock()
+		return true
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// failed records a failed settlement and returns the failures in a row and the pause
+// the next receive waits.
+func (p *pipeline) failed() (int, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failures++
+	pause := min(minPause<<min(p.failures-1, 20), maxPause)
+	p.pauseUntil.Store(time.Now().Add(pause).UnixNano())
+	return p.failures, pause
+}
+
+// succeeded records a settlement whose writes were confirmed and returns the failures
+// that went before it (0 in the common case).
+func (p *pipeline) succeeded() int {
+	if p.pauseUntil.Load() == 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.failures
+	p.failures = 0
+	p.pauseUntil.Store(0)
+	return n
+}
+
+// pause waits out the backoff after failed pipelined writes.
+func (p *pipeline) pause(ctx context.Context, done <-chan struct{}) error {
+	until := p.pauseUntil.Load()
+	if until == 0 {
+		return nil
+	}
+	wait := time.Until(time.Unix(0, until))
+	if wait <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return transport.ErrClosed
+	}
+}
+
+// settlePipelined is an Ack with writes when settle writes are pipelined: it publishes
+// the writes and returns; awaitWrites acks or rewinds the delivery once they are
+// confirmed or failed. An error returned here acknowledged nothing and left nothing in
+// flight (writes published before a failed publish may stay: a duplicate at worst).
+func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transport.Message) error {
+	if h.s.ch.IsClosed() {
+		return c.lost(nil)
+	}
+	for _, m := range ws {
+		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), c.t.s.maxSize); err != nil {
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+	}
+	if err := c.pipe.acquire(ctx); err != nil {
+		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
+	}
+	dcs, err := c.t.publishWrites(ctx, ws)
+	if err != nil {
+		c.pipe.release()
+		return err
+	}
+	go c.awaitWrites(h, ws, dcs)
+	return nil
+}
+
+// publishWrites publishes ms on one confirm channel, which goes back to the idle list
+// at once for other writers, and returns their deferred confirms. Any failure is a
+// *transport.SettleWriteError.
+func (t *Transport) publishWrites(ctx context.Context, ms []*transport.Message) ([]*amqp091.DeferredConfirmation, error) {
+	pc, err := t.getPub(ctx)
+	if err != nil {
+		return nil, &transport.SettleWriteError{Queue: ms[0].Queue, Err: err}
+	}
+	defer t.putPub(pc)
+	dcs := make([]*amqp091.DeferredConfirmation, len(ms))
+	for i, m := range ms {
+		dc, err := t.send(ctx, pc, m)
+		if err != nil {
+			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+		if dc == nil {
+			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: errors.New("amqp: channel is not in confirm mode")}
+		}
+		dcs[i] = dc
+	}
+	return dcs, nil
+}
+
+// awaitWrites waits for the confirms of one pipelined settlement, up to the confirm
+// timeout, then acks the delivery (every write confirmed) or nacks it with requeue.
+func (c *consumer) awaitWrites(h handle, ws []*transport.Message, dcs []*amqp091.DeferredConfirmation) {
+	defer c.pipe.release()
+	err := c.t.confirmed(ws, dcs)
+	if err == nil {
+		if ackErr := h.s.ch.Ack(h.tag, false); ackErr != nil {
+			// The channel died after the writes were made: the broker redelivers the
+			// delivery, and its writes stay (a duplicate, never a loss).
+			c.t.log.Warn("amqp: settle writes made for a delivery whose channel closed; the broker redelivers it",
+				"queue", c.queue, "err", ackErr)
+			return
+		}
+		if n := c.pipe.succeeded(); n > 0 {
+			c.t.log.Info("amqp: settle writes confirmed again", "queue", c.queue, "failed_before", n)
+		}
+		return
+	}
+	// A channel that died meanwhile requeued the delivery by itself; the nack then fails
+	// and changes nothing.
+	if nackErr := h.s.ch.Nack(h.tag, false, true); nackErr != nil {
+		return // the channel (and most likely the connection) went: the consumer resumes
+	}
+	n, pause := c.pipe.failed()
+	if n&(n-1) == 0 { // at the first failure of a run and at each doubling
+		c.t.log.Warn("amqp: settle write failed; the delivery is delivered again and receiving backs off while settle writes fail",
+			"queue", c.queue, "failures", n, "backoff", pause, "err", err)
+	}
+}
+
+// confirmed waits for every confirm of dcs under one deadline (the confirm timeout) and
+// returns the first failure as a *transport.SettleWriteError.
+func (t *Transport) confirmed(ws []*transport.Message, dcs []*amqp091.DeferredConfirmation) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for i, dc := range dcs {
+		select {
+		case <-dc.Done():
+		default:
+			if timer == nil {
+				timer = time.NewTimer(t.s.confirmTimeout)
+			}
+			select {
+			case <-dc.Done():
+			case <-timer.C:
+				return &transport.SettleWriteError{Queue: ws[i].Queue,
+					Err: fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", ws[i].Queue, context.DeadlineExceeded)}
+			}
+		}
+		if !dc.Acked() {
+			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: errNacked}
+		}
+	}
+	return nil
+}
