@@ -47,6 +47,7 @@ type options struct {
 	confirmTimeout time.Duration
 	maxBackoff     time.Duration
 	maxSize        int
+	pipeline       bool
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -97,8 +98,23 @@ func WithMaxBackoff(d time.Duration) Option {
 	}
 }
 
+// WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
+// letter) are pipelined (default true). Pipelined, Settle sends the writes and returns
+// without waiting for Artemis's outcomes; the delivery is accepted only once every
+// write is accepted, and a write that is refused, fails, or is not accepted within the
+// confirm timeout makes the transport give the delivery back to the broker itself
+// (modified, not counted as a failed delivery; logged with its cause), so it is
+// delivered again: nothing is lost, and a worker never waits for its own write. Not
+// pipelined, Settle waits for the outcomes and returns a failed write as a
+// [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
+// worker a round trip and the broker's journal sync per write. An Option given to
+// [Open] or [OpenURL] overrides the URL's pipeline_settles.
+func WithPipelinedSettles(on bool) Option {
+	return func(o *options) { o.pipeline = on }
+}
+
 func buildOptions(opts []Option) options {
-	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second}
+	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -122,6 +138,9 @@ type Config struct {
 	ContainerID string
 	// TLS is set for artemis+ssl.
 	TLS *tls.Config
+	// PipelineSettles is the URL's pipeline_settles: true unless it is 0 (see
+	// [WithPipelinedSettles]).
+	PipelineSettles bool
 }
 
 // String describes the configuration without the password.
@@ -139,7 +158,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	bad := func(param, reason string) (Config, error) {
 		return Config{}, &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
 	}
-	var c Config
+	c := Config{PipelineSettles: true}
 	var secure bool
 	switch scheme {
 	case "artemis":
@@ -151,7 +170,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Opaque != "" {
 		return bad("host", "want artemis://host:port")
 	}
-	if err := transport.CheckParams(u, "idle_timeout", "container_id", "server_name"); err != nil {
+	if err := transport.CheckParams(u, "idle_timeout", "container_id", "server_name", "pipeline_settles"); err != nil {
 		return Config{}, err
 	}
 	host := u.Hostname()
@@ -189,6 +208,11 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	} else if ok {
 		c.ContainerID = id
+	}
+	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
+		return Config{}, err
+	} else if ok {
+		c.PipelineSettles = on
 	}
 	serverName, ok, err := q.NonEmpty("server_name")
 	if err != nil {
@@ -268,7 +292,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	o := buildOptions(opts)
+	o := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles)}, opts...))
 	if o.dial == nil {
 		o.dial = func(ctx context.Context) (*amqp.Conn, error) {
 			return amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
@@ -305,6 +329,10 @@ type Transport struct {
 	closed   bool
 	failures int // consecutive failed dials, for the back-off
 	lastDial time.Time
+
+	// pending counts the pipelined settlements of every consumer whose writes are not
+	// yet answered; Close waits for them.
+	pending inflight
 }
 
 // Capabilities reports binding §7: attempts are the larger of the body's and the
@@ -518,8 +546,11 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return t.write(ctx, m)
 }
 
-// Close closes the connection. Deliveries not yet settled go back to the broker.
+// Close waits, until ctx ends, for the pipelined settlements in flight (their
+// deliveries are accepted once their writes are), then closes the connection.
+// Deliveries not yet settled go back to the broker.
 func (t *Transport) Close(ctx context.Context) error {
+	t.pending.wait(ctx)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

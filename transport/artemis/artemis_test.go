@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
@@ -39,8 +40,9 @@ func openTransport(t testing.TB, opts ...artemis.Option) *artemis.Transport {
 }
 
 // kitConfig runs the shared kits against the test broker, opening through the
-// artemis:// scheme as a user would.
-func kitConfig(t *testing.T) transporttest.Config {
+// artemis:// scheme as a user would, with the settle writes pipelined (the default) or,
+// with pipelined false, with pipeline_settles=0.
+func kitConfig(t *testing.T, pipelined bool) transporttest.Config {
 	cfg := transporttest.Config{
 		NoKeys:                true,
 		NativeRedeliveries:    true,
@@ -51,7 +53,11 @@ func kitConfig(t *testing.T) transporttest.Config {
 	// Breaking the settle writes takes the connection away: the receiver's link goes
 	// with it, so Artemis gives the delivery back, and the consumer attaches again once
 	// the broker is back.
-	cfg.OpenThroughProxy(brokerURL(t), func(t *testing.T, u string) transport.Transport {
+	raw := brokerURL(t)
+	if !pipelined {
+		raw = withQuery(t, raw, "pipeline_settles", "0")
+	}
+	cfg.OpenThroughProxy(raw, func(t *testing.T, u string) transport.Transport {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		tr, err := transport.Open(ctx, u)
@@ -63,10 +69,32 @@ func kitConfig(t *testing.T) transporttest.Config {
 	return cfg
 }
 
+// withQuery returns raw with the query parameter name set to value.
+func withQuery(t testing.TB, raw, name, value string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 func TestTransportKit(t *testing.T) {
-	transporttest.Run(t, kitConfig(t))
+	transporttest.Run(t, kitConfig(t, true))
 }
 
 func TestRuntimeKit(t *testing.T) {
-	transporttest.RunRuntime(t, kitConfig(t))
+	transporttest.RunRuntime(t, kitConfig(t, true))
+}
+
+// The kits again with pipeline_settles=0: Settle waits for its writes.
+func TestTransportKitNotPipelined(t *testing.T) {
+	transporttest.Run(t, kitConfig(t, false))
+}
+
+func TestRuntimeKitNotPipelined(t *testing.T) {
+	transporttest.RunRuntime(t, kitConfig(t, false))
 }

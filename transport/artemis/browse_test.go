@@ -9,5 +9,5 @@ import (
 // TestBrowseKit runs the browse kit against the real Artemis: a copy-mode receiver
 // shows the queue in order and takes nothing.
 func TestBrowseKit(t *testing.T) {
-	transporttest.RunBrowse(t, kitConfig(t), transporttest.BrowseOptions{})
+	transporttest.RunBrowse(t, kitConfig(t, true), transporttest.BrowseOptions{})
 }

@@ -21,8 +21,11 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, errors.New("artemis: consume: empty queue name")
 	}
 	credit := int32(min(max(opts.Prefetch, 1), math.MaxInt32))
-	c := &consumer{t: t, queue: queue, credit: credit,
+	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline,
 		book: ledger.New[handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
+	if c.manual {
+		c.pipe = make(chan struct{}, max(pipeDepth, int(credit)))
+	}
 	if _, err := c.link(ctx); err != nil {
 		return nil, err
 	}
@@ -39,10 +42,22 @@ type consumer struct {
 	// old one are still held) and their settle state. Closing it stops the consumer.
 	book *ledger.Ledger[handle]
 
-	mu     sync.Mutex // guards sess, recv, closed; held while attaching
+	mu     sync.Mutex // guards sess, recv, closed, granted; held while attaching
 	sess   *amqp.Session
 	recv   *amqp.Receiver
 	closed bool
+
+	// manual is set when settle writes are pipelined: the receiver's link credit is
+	// then issued by receive (see pipeline.go), and granted counts the credit issued on
+	// recv and not yet used by a delivery received from it (in flight or buffered).
+	manual  bool
+	granted int
+
+	pipe    chan struct{} // a slot per pipelined settlement in flight
+	pending inflight      // pipelined settlements in flight; Close waits for them
+
+	holdMu   sync.Mutex
+	failures int // pipelined settle writes failed in a row; guarded by holdMu
 }
 
 // handle is the consumer's bookkeeping for one delivery.
@@ -65,8 +80,12 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	credit := c.credit
+	if c.manual {
+		credit = -1 // issued by receive
+	}
 	r, err := sess.NewReceiver(ctx, c.queue, &amqp.ReceiverOptions{
-		Credit:             c.credit,
+		Credit:             credit,
 		SourceCapabilities: []string{capabilityQueue},
 	})
 	if err != nil {
@@ -76,8 +95,46 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 		c.t.mu.Unlock()
 		return nil, fmt.Errorf("artemis: attach receiver to %q: %w", c.queue, err)
 	}
-	c.sess, c.recv = sess, r
+	c.sess, c.recv, c.granted = sess, r, 0
 	return r, nil
+}
+
+// topUp issues link credit on r, when the credit is managed here, so that the
+// deliveries held (handed out and not finished in the ledger) and the credit granted
+// and unused add up to the prefetch: what go-amqp's automatic credit gives, less the
+// deliveries whose pipelined writes are in flight. The caller holds a prefetch slot, so
+// at least one credit is granted.
+func (c *consumer) topUp(r *amqp.Receiver) {
+	if !c.manual {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.recv != r {
+		return
+	}
+	want := int(c.credit) - c.book.Held() - c.granted
+	if c.granted == 0 {
+		want = max(want, 1)
+	}
+	if want <= 0 {
+		return
+	}
+	if err := r.IssueCredit(uint32(want)); err == nil {
+		c.granted += want
+	} // else the link is closing: its Receive fails and the link is attached again
+}
+
+// used records a delivery received on r, which used a credit topUp granted.
+func (c *consumer) used(r *amqp.Receiver) {
+	if !c.manual {
+		return
+	}
+	c.mu.Lock()
+	if c.recv == r && c.granted > 0 {
+		c.granted--
+	}
+	c.mu.Unlock()
 }
 
 func closeQuietly(s *amqp.Session) error {
@@ -121,8 +178,10 @@ func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 		r, err := c.link(ctx)
 		if err == nil {
 			var msg *amqp.Message
+			c.topUp(r)
 			msg, err = r.Receive(ctx, nil)
 			if err == nil {
+				c.used(r)
 				e, herr := c.book.Hand(handle{recv: r, msg: msg})
 				if herr != nil { // closed meanwhile: detaching gives it back
 					return nil, herr
@@ -210,6 +269,9 @@ func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement,
 		}
 		return nil // a lost link already gave the delivery back to the broker
 	}
+	if len(s.Writes) > 0 && c.manual {
+		return c.settlePipelined(ctx, h, s.Writes)
+	}
 	if err := ledger.SendAll(ctx, s.Writes, c.t.write); err != nil {
 		return err
 	}
@@ -224,10 +286,12 @@ func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement,
 	return nil
 }
 
-// Close detaches the receiver; deliveries handed out and not settled go back to the
-// broker, which redelivers them.
+// Close waits, until ctx ends, for the pipelined settlements in flight (their
+// deliveries are accepted once their writes are), then detaches the receiver;
+// deliveries handed out and not settled go back to the broker, which redelivers them.
 func (c *consumer) Close(ctx context.Context) error {
 	c.book.Close() // detaching gives the deliveries back
+	c.pending.wait(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

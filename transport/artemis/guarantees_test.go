@@ -69,11 +69,12 @@ func fullQueue(t *testing.T, tr transport.Transport, queue string) {
 	}
 }
 
-// A settle write Artemis refuses acknowledges nothing: Settle fails with a
-// SettleWriteError naming the queue, the delivery can then be rewound, and it comes
-// back with a higher delivery-count.
+// Not pipelined (pipeline_settles=0), a settle write Artemis refuses acknowledges
+// nothing: Settle fails with a SettleWriteError naming the queue, the delivery can then
+// be rewound, and it comes back without a higher delivery-count. Pipelined:
+// TestPipelinedRefusedSettleWriteGivesBack.
 func TestRefusedSettleWriteAcksNothing(t *testing.T) {
-	tr := openTransport(t)
+	tr := openTransport(t, artemis.WithPipelinedSettles(false))
 	q := transporttest.UniqueName("bqtest-src")
 	ok := transporttest.UniqueName("bqtest-ok")
 	dlq := transporttest.UniqueName("bqtest-full")

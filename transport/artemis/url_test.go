@@ -24,6 +24,7 @@ func TestParseURL(t *testing.T) {
 		idle     time.Duration
 		tls      bool
 		sni      string
+		noPipe   bool
 	}{
 		{url: "artemis://127.0.0.1:5673", addr: "amqp://127.0.0.1:5673"},
 		{url: "artemis://broker", addr: "amqp://broker:5672"},
@@ -36,6 +37,9 @@ func TestParseURL(t *testing.T) {
 		{url: "artemis://h?idle_timeout=0", addr: "amqp://h:5672", idle: -1},
 		{url: "artemis://h?idle_timeout=30", addr: "amqp://h:5672", idle: 30 * time.Second},
 		{url: "artemis://h?idle_timeout=1500ms", addr: "amqp://h:5672", idle: 1500 * time.Millisecond},
+		{url: "artemis://h?pipeline_settles=0", addr: "amqp://h:5672", noPipe: true},
+		{url: "artemis://h?pipeline_settles=false", addr: "amqp://h:5672", noPipe: true},
+		{url: "artemis://h?pipeline_settles=1", addr: "amqp://h:5672"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {
@@ -49,6 +53,9 @@ func TestParseURL(t *testing.T) {
 			}
 			if c.Addr != tc.addr || c.Username != tc.user || c.Password != tc.password || c.HasCredentials != tc.creds || c.IdleTimeout != tc.idle {
 				t.Errorf("got %+v", c)
+			}
+			if c.PipelineSettles == tc.noPipe {
+				t.Errorf("PipelineSettles = %v, want %v", c.PipelineSettles, !tc.noPipe)
 			}
 			if (c.TLS != nil) != tc.tls {
 				t.Errorf("TLS = %v, want %v", c.TLS != nil, tc.tls)
@@ -75,6 +82,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"artemis://u:" + secret + "@h:5673?container_id=", "container_id"},
 		{"artemis://u:" + secret + "@h:5673?container_id=a&container_id=b", "container_id"},
 		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name"},
+		{"artemis://u:" + secret + "@h:5673?pipeline_settles=maybe", "pipeline_settles"},
 		{"artemis://u:" + secret + "@:5673", "host"},
 		{"artemis://u:" + secret + "@h:99999", "port"},
 		{"artemis://u:" + secret + "@h:5673/orders", "path"},

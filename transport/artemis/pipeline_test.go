@@ -1,0 +1,248 @@
+package artemis_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/artemis"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// drainBodies acks every message of queue until none arrives for quiet, and counts
+// the bodies.
+func drainBodies(t *testing.T, tr transport.Transport, queue string, quiet time.Duration) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := tr.Consume(ctx, queue, transport.ConsumeOptions{Prefetch: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	got := map[string]int{}
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, quiet)
+		d, err := c.Receive(rctx)
+		rcancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return got
+		}
+		if err != nil {
+			t.Fatalf("drain %s: %v", queue, err)
+		}
+		got[string(d.Body)]++
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			t.Fatalf("drain %s: ack: %v", queue, err)
+		}
+	}
+}
+
+// Pipelined (the default), a settle write Artemis refuses does not hold up Settle,
+// which returns nil once the writes are sent, and acknowledges nothing: the transport
+// gives the delivery back itself, without counting it against max-delivery-attempts,
+// and it comes back. The write accepted before the refused one stays made.
+func TestPipelinedRefusedSettleWriteGivesBack(t *testing.T) {
+	tr := openTransport(t, artemis.WithPipelinedSettles(true))
+	q := transporttest.UniqueName("bqtest-src")
+	ok := transporttest.UniqueName("bqtest-ok")
+	dlq := transporttest.UniqueName("bqtest-full")
+	fullQueue(t, tr, dlq)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	body := []byte(`{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	d := transporttest.Receive(t, c, 30*time.Second)
+	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
+		{Queue: ok, Body: body},
+		{Queue: dlq, Body: body},
+	}})
+	if err != nil {
+		t.Fatalf("pipelined Settle = %v, want nil (the outcome comes later)", err)
+	}
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); !errors.Is(err, transport.ErrAlreadySettled) {
+		t.Fatalf("a second Settle = %v, want ErrAlreadySettled", err)
+	}
+	again := transporttest.Receive(t, c, 30*time.Second)
+	if !bytes.Equal(again.Body, body) || again.Redeliveries != 0 {
+		t.Fatalf("after a refused write the delivery came back as %q with delivery-count %d, want the body with 0", again.Body, again.Redeliveries)
+	}
+	if err := c.Settle(ctx, again, transport.Settlement{Outcome: transport.Ack}); err != nil {
+		t.Fatal(err)
+	}
+	transporttest.ExpectNothing(t, c, 2*time.Second)
+	if got := drainBodies(t, tr, ok, 2*time.Second); got[string(body)] != 1 || len(got) != 1 {
+		t.Fatalf("%s holds %v, want the accepted write once", ok, got)
+	}
+}
+
+// Pipelined settle writes in flight when the connection is cut lose nothing: every
+// message either has its write on the retry queue or is delivered again (or both: a
+// duplicate, never a loss), and none is accepted without its write.
+func TestPipelinedSettleCutMidFlight(t *testing.T) {
+	const n = 40
+	direct := openTransport(t)
+	proxied, cut := transporttest.ProxyURL(t, brokerURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr, err := artemis.Open(ctx, proxied, artemis.WithLogger(quiet()), artemis.WithPipelinedSettles(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(context.Background()) }()
+	q, retry := transporttest.UniqueName("bqtest-cut"), transporttest.UniqueName("bqtest-cut-retry")
+	for i := range n {
+		if err := direct.Publish(ctx, &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: retry, Body: d.Body}}})
+		if err != nil && !errors.Is(err, transport.ErrSettleWrite) {
+			t.Fatalf("Settle: %v", err)
+		}
+	}
+	restore := cut() // the outcomes of most writes are still on their way
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = c.Close(cctx)
+	ccancel()
+	restore()
+
+	written := drainBodies(t, direct, retry, 3*time.Second)
+	back := drainBodies(t, direct, q, 3*time.Second)
+	lost := 0
+	for i := range n {
+		b := fmt.Sprintf(`{"n":%d}`, i)
+		if written[b] == 0 && back[b] == 0 {
+			lost++
+			t.Errorf("%s was neither written to the retry queue nor delivered again", b)
+		}
+		if written[b] > 1 {
+			t.Errorf("%s written %d times by one settle", b, written[b])
+		}
+	}
+	t.Logf("%d messages: %d written, %d delivered again, %d lost", n, len(written), len(back), lost)
+}
+
+// Closing a consumer, then the transport, waits for the pipelined settlements in
+// flight: every delivery is accepted once its write is, so each message ends on the
+// retry queue exactly once and none is left on the source queue.
+func TestPipelinedCloseWaitsForWrites(t *testing.T) {
+	const n = 200
+	direct := openTransport(t)
+	tr := openTransport(t, artemis.WithPipelinedSettles(true))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q, retry := transporttest.UniqueName("bqtest-close"), transporttest.UniqueName("bqtest-close-retry")
+	msgs := make([]*transport.Message, n)
+	for i := range n {
+		msgs[i] = &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}
+	}
+	if err := direct.PublishConfirmed(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		d := transporttest.Receive(t, c, 30*time.Second)
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: retry, Body: d.Body}}}); err != nil {
+			t.Fatalf("Settle: %v", err)
+		}
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("consumer Close: %v", err)
+	}
+	if err := tr.Close(ctx); err != nil {
+		t.Fatalf("transport Close: %v", err)
+	}
+	written := drainBodies(t, direct, retry, 3*time.Second)
+	for i := range n {
+		if b := fmt.Sprintf(`{"n":%d}`, i); written[b] != 1 {
+			t.Errorf("%s is on the retry queue %d times, want once", b, written[b])
+		}
+	}
+	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+		t.Errorf("%d messages were left on the source queue after Close: %v", len(back), back)
+	}
+}
+
+// The runtime's shutdown waits for the pipelined dead-letter writes: every message of
+// a handler that always fails (max_attempts 1, dead-lettering on) ends on the
+// dead-letter queue exactly once, and none is left on the source queue.
+func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
+	const n = 200
+	q := transporttest.UniqueName("bqtest-shutdown")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a, err := babelqueue.Open(ctx, withQuery(t, brokerURL(t), "pipeline_settles", "1"), babelqueue.WithQueue(q),
+		babelqueue.WithLogger(quiet()), babelqueue.WithMaxAttempts(1), babelqueue.WithDeadLetter(true),
+		babelqueue.WithConcurrency(8), babelqueue.WithPrefetch(40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close(context.Background()) }()
+	var calls atomic.Int32
+	all := make(chan struct{})
+	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
+		if calls.Add(1) == n {
+			close(all)
+		}
+		return errors.New("always fails")
+	})
+	entries := make([]babelqueue.BatchEntry, n)
+	for i := range n {
+		entries[i] = babelqueue.BatchEntry{URN: "urn:babel:orders:created", Data: map[string]int{"n": i}}
+	}
+	if _, err := a.PublishBatch(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	stop := runApp(t, a)
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d messages handled", calls.Load(), n)
+	}
+	stop() // with the last dead-letter writes still in flight
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	direct := openTransport(t)
+	dead := drainBodies(t, direct, q+".dlq", 3*time.Second)
+	total := 0
+	for b, k := range dead {
+		total += k
+		if k != 1 {
+			t.Errorf("%s is on the dead-letter queue %d times, want once", b, k)
+		}
+	}
+	if total != n {
+		t.Errorf("the dead-letter queue holds %d messages, want %d", total, n)
+	}
+	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+		t.Errorf("%d messages were left on the source queue after shutdown", len(back))
+	}
+	if int(calls.Load()) != n {
+		t.Errorf("the handler ran %d times, want %d (once per message)", calls.Load(), n)
+	}
+}
