@@ -24,12 +24,16 @@
 //
 // # Confirms
 //
-// Every write is made on a channel in confirm mode. A write that settles a delivery (a
-// retry, a release, a dead-letter write) waits for the broker's confirm before the
-// delivery is acknowledged; a nack, a lost channel or the confirm timeout returns a
-// [transport.SettleWriteError] and acknowledges nothing. The user's own Publish waits
-// for its confirm too, unless [WithoutPublishConfirms] (or publish_confirms=false in the
-// URL) opts out.
+// Every write is made on a channel in confirm mode. A delivery settled with writes (a
+// retry, a release, a dead-letter write) is acknowledged only once the broker confirmed
+// every write. By default those writes are pipelined ([WithPipelinedSettles]): Settle
+// returns once they are published, and a nack, a lost channel or the confirm timeout
+// makes the transport rewind the delivery itself (a nack with requeue), so it is
+// delivered again; Close waits, bounded by its context, for the settlements in flight.
+// With pipeline_settles=0 Settle waits for the confirms, and a nack, a lost channel or
+// the confirm timeout returns a [transport.SettleWriteError] and acknowledges nothing.
+// The user's own Publish waits for its confirm too, unless [WithoutPublishConfirms] (or
+// publish_confirms=false in the URL) opts out.
 //
 // # Delays
 //
@@ -65,9 +69,9 @@
 // connection_timeout (milliseconds), channel_max, auth_mechanism, and for amqps://
 // certfile, keyfile, cacertfile and server_name_indication; and this package's
 // publish_confirms (bool, default true), confirm_timeout (a Go duration or a number of
-// seconds, default 30s), connection_name (shown by rabbitmqctl list_connections) and
+// seconds, default 30s), connection_name (shown by rabbitmqctl list_connections),
 // declare (bool, default true: declare the work and dead-letter queues; delay queues are
-// always declared). This package's parameters follow the grammar of [transport.Query];
+// always declared) and pipeline_settles (bool, default true: see Confirms). This package's parameters follow the grammar of [transport.Query];
 // the RabbitMQ URI parameters keep the URI specification's. Anything else, and a
 // parameter given twice, is an error naming the parameter.
 package amqp
