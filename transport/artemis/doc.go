@@ -20,9 +20,11 @@
 // sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
 // parameters:
 //
-//	idle_timeout    Go duration; the AMQP idle timeout (default 60s, "0" disables it)
-//	container_id    the AMQP container-id of the connection (default: random)
-//	server_name     TLS server name to verify (artemis+ssl only; default: the host)
+//	idle_timeout      Go duration; the AMQP idle timeout (default 60s, "0" disables it)
+//	container_id      the AMQP container-id of the connection (default: random)
+//	server_name       TLS server name to verify (artemis+ssl only; default: the host)
+//	pipeline_settles  0 makes Settle wait for the runtime's settle writes (default 1:
+//	                  pipelined; see Settlement and WithPipelinedSettles)
 //
 // Any other parameter, a malformed value, a missing host or a path is an error from
 // Open that names the parameter and never echoes the password.
@@ -64,10 +66,17 @@
 // # Settlement
 //
 // Every write the transport makes is sent unsettled and counts only once Artemis
-// answered with the accepted outcome. Settle with Ack makes the settle writes, waits for
+// answered with the accepted outcome. Settle with Ack and settle writes pipelines them by
+// default: it sends the writes and returns, and the delivery is accepted only once every
+// write is accepted; a write refused, failed or not accepted within the confirm timeout
+// makes the transport give the delivery back itself (modified, not counted, after a hold
+// that grows while writes keep failing), so it is delivered again and nothing is lost. A
+// write that cannot be sent at all still fails Settle at once. At most 256 settlements
+// (or the prefetch, if larger) are in flight per consumer, and Close waits for them. With
+// pipeline_settles=0 ([WithPipelinedSettles]) Settle makes the settle writes, waits for
 // each to be accepted and only then accepts the delivery; when a write fails nothing is
-// accepted and the error matches [transport.ErrSettleWrite] (the writes accepted before
-// the failing one stay made). Rewind answers the delivery with the modified outcome and
+// accepted and the error matches [transport.ErrSettleWrite]. Either way the writes
+// accepted before a failing one stay made. Rewind answers the delivery with the modified outcome and
 // delivery-failed set, so Artemis redelivers it with a higher delivery-count; the Rewind
 // of a delivery whose Ack failed (a settle write refused) leaves delivery-failed unset,
 // so an outage of the dead-letter queue does not count against Artemis's redelivery
@@ -75,8 +84,8 @@
 // whose link is gone was taken back by the broker: its Ack fails with a
 // [transport.TakenBackError] wrapping [ErrDeliveryLost], which matches
 // [transport.ErrAlreadySettled]. The link credit of a consumer is its prefetch, and no
-// more than [transport.ConsumeOptions.Prefetch] deliveries are ever outstanding, across
-// a re-attached link too.
+// more than [transport.ConsumeOptions.Prefetch] deliveries are ever outstanding (besides
+// those whose pipelined writes are in flight), across a re-attached link too.
 //
 // Artemis keeps its own redelivery limit (the address setting max-delivery-attempts,
 // 10 by default) and moves a message rewound that often to its dead-letter address:
