@@ -28,7 +28,6 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/babelqueue-go/babelqueue => ../
@@ -39,6 +38,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	go.opentelemetry.io/otel/sdk v1.47.0
+	google.golang.org/protobuf v1.36.12
 )
 
 replace github.com/babelqueue-go/babelqueue/transport/redis => ../transport/redis

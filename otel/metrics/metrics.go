@@ -49,9 +49,12 @@
 // instruments when the metrics are collected: a count is an atomic add. Each hook finds
 // the series of a delivery with one lookup by queue (receive) or by queue and URN, which
 // holds the options of both histograms, built once, and the cells of the commonest
-// counters. The two histograms (handler duration, age) are recorded through the SDK: they
-// are most of the Observer's cost. Nothing allocates per delivery. BENCHMARKS.md has the
-// figures.
+// counters. The two histograms (handler duration, age) are recorded through the SDK,
+// most of the Observer's cost, except on the provider of a [Prometheus]: it keeps them
+// itself, in lock-free cells per series that its exporter reads when scraped (the same
+// names, units, bounds, labels and cumulative counts; no exemplars, and an aggregation
+// selector given to NewPrometheus does not apply to them). Nothing allocates per
+// delivery. BENCHMARKS.md has the figures.
 package metrics
 
 import (
@@ -74,6 +77,14 @@ import (
 
 // ScopeName is the instrumentation scope of the metrics.
 const ScopeName = "github.com/babelqueue-go/babelqueue/otel/metrics"
+
+// The two histograms' names and descriptions.
+const (
+	nameDuration = "babelqueue.handler.duration"
+	descDuration = "How long handlers ran, by outcome (its count: the deliveries handled)."
+	nameAge      = "babelqueue.delivery.age"
+	descAge      = "How old a message was when it was received (now - meta.created_at)."
+)
 
 // Label values shared by deliveries whose URN or language is not one of a bounded set.
 const (
@@ -134,7 +145,8 @@ type Observer struct {
 	poison, rejected, rewound, settleFailures         *counter
 	published, receiveErrors                          *counter
 	counters                                          []*counter
-	duration, age                                     metric.Float64Histogram
+	duration, age                                     metric.Float64Histogram // through the SDK
+	ownDuration, ownAge                               *histogram              // kept by a Prometheus, instead
 	inFlight                                          metric.Int64ObservableUpDownCounter
 	registration                                      metric.Registration
 
@@ -161,6 +173,8 @@ type routeSeries struct {
 	queue     *queueSeries
 	duration  [len(outcomes)][]metric.RecordOption // by handler outcome
 	age       []metric.RecordOption
+	ownDur    [len(outcomes)]*hcell // the same series in a Prometheus's own histograms
+	ownAge    *hcell
 	acked     atomic.Pointer[cell]    // settled{outcome=ack}
 	published [2]atomic.Pointer[cell] // published{outcome=success|error}
 }
@@ -194,6 +208,10 @@ func New(opts ...Option) (*Observer, error) {
 		errs = append(errs, err)
 		return h
 	}
+	var own *ownHistograms
+	if p, ok := c.mp.(*promProvider); ok {
+		own = p.hists
+	}
 	o.received = newCounter("babelqueue.deliveries.received", "{delivery}", "Deliveries received.")
 	o.settled = newCounter("babelqueue.deliveries.settled", "{delivery}", "Settlements the broker confirmed, by action.")
 	o.retried = newCounter("babelqueue.deliveries.retried", "{delivery}", "Deliveries re-published with attempts+1.")
@@ -205,8 +223,14 @@ func New(opts ...Option) (*Observer, error) {
 	o.settleFailures = newCounter("babelqueue.settle.failures", "{settlement}", "Settlements the broker did not confirm (the delivery was rewound).")
 	o.published = newCounter("babelqueue.published", "{message}", "Messages published, by outcome.")
 	o.receiveErrors = newCounter("babelqueue.receive.errors", "{error}", "Receives that failed (the broker went away).")
-	o.duration = histogram("babelqueue.handler.duration", "How long handlers ran, by outcome (its count: the deliveries handled).", c.durationSB)
-	o.age = histogram("babelqueue.delivery.age", "How old a message was when it was received (now - meta.created_at).", c.ageSB)
+	if own != nil {
+		var err error
+		o.ownDuration, o.ownAge, err = own.use(c.durationSB, c.ageSB, descDuration, descAge)
+		errs = append(errs, err)
+	} else {
+		o.duration = histogram(nameDuration, descDuration, c.durationSB)
+		o.age = histogram(nameAge, descAge, c.ageSB)
+	}
 	var err error
 	o.inFlight, err = m.Int64ObservableUpDownCounter("babelqueue.deliveries.in_flight", metric.WithUnit("{delivery}"),
 		metric.WithDescription("Deliveries received and not yet settled."))
@@ -226,7 +250,7 @@ func New(opts ...Option) (*Observer, error) {
 }
 
 // Close unregisters the callback that reports the counters; the histograms stay with
-// the meter provider.
+// the meter provider (or the Prometheus).
 func (o *Observer) Close() error { return o.registration.Unregister() }
 
 // observe reports the counters and the in-flight gauges when the metrics are collected.
@@ -250,12 +274,30 @@ func (o *Observer) queue(queue string) *queueSeries {
 
 func (o *Observer) route(queue, urn string) *routeSeries {
 	return o.routes.get(route{queue, urn}, func() *routeSeries {
-		r := &routeSeries{queue: o.queue(queue), age: o.record(labels{queue: queue, urn: urn})}
+		r := &routeSeries{queue: o.queue(queue)}
+		age := labels{queue: queue, urn: urn}
+		if o.ownAge != nil {
+			r.ownAge = o.ownAge.cell(age)
+			for i, outcome := range outcomes {
+				r.ownDur[i] = o.ownDuration.cell(age.with("outcome", outcome))
+			}
+			return r
+		}
+		r.age = o.record(age)
 		for i, outcome := range outcomes {
-			r.duration[i] = o.record(labels{queue: queue, urn: urn, key: "outcome", value: outcome})
+			r.duration[i] = o.record(age.with("outcome", outcome))
 		}
 		return r
 	})
+}
+
+// recordAge records a delivery's age in seconds on its route's series.
+func (o *Observer) recordAge(ctx context.Context, r *routeSeries, v float64) {
+	if r.ownAge != nil {
+		r.ownAge.record(v)
+		return
+	}
+	o.age.Record(ctx, v, r.age...)
 }
 
 // cached returns the cell in p, taking it from c (labels l) the first time.
@@ -288,13 +330,17 @@ func (o *Observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
 func (o *Observer) OnHandled(ctx context.Context, e babelqueue.HandledEvent) {
 	d := e.Delivery // a handler ran for it: its URN is a label value
 	r := o.route(d.Queue, d.URN)
-	o.duration.Record(ctx, e.Duration.Seconds(), r.duration[handlerOutcome(e.Err)]...)
+	if r.ownAge != nil {
+		r.ownDur[handlerOutcome(e.Err)].record(e.Duration.Seconds())
+	} else {
+		o.duration.Record(ctx, e.Duration.Seconds(), r.duration[handlerOutcome(e.Err)]...)
+	}
 	if d.CreatedAt > 0 {
 		start := e.Start
 		if start.IsZero() { // an event not made by the runtime
 			start = time.Now().Add(-e.Duration)
 		}
-		o.age.Record(ctx, ageAt(start, d.CreatedAt), r.age...)
+		o.recordAge(ctx, r, ageAt(start, d.CreatedAt))
 	}
 }
 
@@ -315,7 +361,7 @@ func (o *Observer) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 	}
 	if e.Kind == babelqueue.KindUnknownURN && d.CreatedAt > 0 {
 		// No handler ran: the settlement started as soon as the delivery was received.
-		o.age.Record(ctx, ageAt(time.Now().Add(-e.Duration), d.CreatedAt), r.age...)
+		o.recordAge(ctx, r, ageAt(time.Now().Add(-e.Duration), d.CreatedAt))
 	}
 	switch e.Kind {
 	case babelqueue.KindPoison:

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -15,7 +16,14 @@ import (
 // through the OpenTelemetry Prometheus exporter and a registry of its own.
 type Prometheus struct {
 	registry *prometheus.Registry
-	provider *sdkmetric.MeterProvider
+	provider *promProvider
+}
+
+// promProvider is the SDK's meter provider of a Prometheus, with the histograms an
+// [Observer] made with it records into (see the package doc's Cost).
+type promProvider struct {
+	*sdkmetric.MeterProvider
+	hists *ownHistograms
 }
 
 // NewPrometheus returns a meter provider exported to a new Prometheus registry. opts
@@ -23,15 +31,20 @@ type Prometheus struct {
 // registerer is always the new registry.
 func NewPrometheus(opts ...otelprom.Option) (*Prometheus, error) {
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(append(opts, otelprom.WithRegisterer(reg))...)
+	hists := &ownHistograms{start: time.Now()}
+	exp, err := otelprom.New(append(opts, otelprom.WithRegisterer(reg), otelprom.WithProducer(hists))...)
 	if err != nil {
 		return nil, err
 	}
-	return &Prometheus{registry: reg, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))}, nil
+	return &Prometheus{registry: reg, provider: &promProvider{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)),
+		hists:         hists,
+	}}, nil
 }
 
 // MeterProvider is the provider to give [WithMeterProvider] (and any other
-// instrumentation whose metrics belong on the same page).
+// instrumentation whose metrics belong on the same page): an SDK meter provider whose
+// Observers keep their histograms in the Prometheus itself.
 func (p *Prometheus) MeterProvider() metric.MeterProvider { return p.provider }
 
 // Registry is the Prometheus registry the metrics are exported to; more collectors
