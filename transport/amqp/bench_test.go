@@ -68,10 +68,14 @@ func BenchmarkConsumeAck(b *testing.B) {
 	b.Run("Transport", benchTransportConsumeAck)
 }
 
-// BenchmarkSettleWithRetry: consume, write a confirmed retry, ack.
+// BenchmarkSettleWithRetry: consume, write a confirmed retry, ack; through the
+// transport with the settle writes pipelined (the default) and awaited
+// (pipeline_settles=0). One worker, prefetch 32; the pipelined run includes Close's wait
+// for the last confirms.
 func BenchmarkSettleWithRetry(b *testing.B) {
 	b.Run("Raw", benchRawSettleWithRetry)
-	b.Run("Transport", benchTransportSettleWithRetry)
+	b.Run("Transport", func(b *testing.B) { benchTransportSettleWithRetry(b) })
+	b.Run("TransportAwaited", func(b *testing.B) { benchTransportSettleWithRetry(b, WithPipelinedSettles(false)) })
 }
 
 // BenchmarkPublishConfirmAlternating: every op is one raw publish + confirm and one
@@ -339,10 +343,10 @@ func benchRawSettleWithRetry(b *testing.B) {
 }
 
 // benchTransportSettleWithRetry: the same through Settle(Ack, Writes: retry).
-func benchTransportSettleWithRetry(b *testing.B) {
+func benchTransportSettleWithRetry(b *testing.B, opts ...Option) {
 	q, retry := newQueue(b), newQueue(b)
 	fill(b, q, b.N)
-	tr := openT(b)
+	tr := openT(b, opts...)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -361,5 +365,8 @@ func benchTransportSettleWithRetry(b *testing.B) {
 		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{w}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if err := c.Close(ctx); err != nil { // waits for the pipelined confirms
+		b.Fatal(err)
 	}
 }
