@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -47,18 +48,22 @@ func cpuTime() time.Duration {
 //	sampled-out         metrics, and tracing with a tracer that samples nothing
 //	full                metrics, and tracing with every span sampled and batched to an
 //	                    exporter that discards them
+//	prom                metrics on a metrics.Prometheus's provider (its own histograms)
+//	prom+sampled-out    prom, and tracing with a tracer that samples nothing
 //
 // Besides ns/op and msgs/s it reports cpu-ns/msg, the process's CPU time per message.
 func BenchmarkObservedRuntime(b *testing.B) {
 	variants := []struct {
-		name             string
-		metrics, tracing bool
-		sampler          sdktrace.Sampler
+		name                   string
+		metrics, prom, tracing bool
+		sampler                sdktrace.Sampler
 	}{
 		{name: "off"},
 		{name: "metrics", metrics: true},
 		{name: "sampled-out", metrics: true, tracing: true, sampler: sdktrace.NeverSample()},
 		{name: "full", metrics: true, tracing: true, sampler: sdktrace.AlwaysSample()},
+		{name: "prom", metrics: true, prom: true},
+		{name: "prom+sampled-out", metrics: true, prom: true, tracing: true, sampler: sdktrace.NeverSample()},
 	}
 	for _, workers := range []int{1, 8} {
 		for _, v := range variants {
@@ -67,8 +72,19 @@ func BenchmarkObservedRuntime(b *testing.B) {
 					babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
 				var tr *bqotel.Tracing
 				if v.metrics {
-					mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-					defer mp.Shutdown(context.Background())
+					var mp metric.MeterProvider
+					if v.prom {
+						prom, err := metrics.NewPrometheus()
+						if err != nil {
+							b.Fatal(err)
+						}
+						defer prom.Shutdown(context.Background())
+						mp = prom.MeterProvider()
+					} else {
+						sdk := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+						defer sdk.Shutdown(context.Background())
+						mp = sdk
+					}
 					obs, err := metrics.New(metrics.WithMeterProvider(mp))
 					if err != nil {
 						b.Fatal(err)
