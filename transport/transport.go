@@ -90,8 +90,9 @@ type ConsumeOptions struct {
 	// (RabbitMQ tx channels, Kafka and Pulsar transactions): a process killed between
 	// them leaves neither. Each settlement then costs a commit, so this is for tools
 	// that move messages between queues (a DLQ redrive), not for the runtime. A
-	// transport that cannot ignores it; [SettlesAtomically] tells which the consumer
-	// does.
+	// transport that cannot still settles each Ack before Settle returns (no pipelined
+	// settle writes), so a kill leaves at most the delivery in hand in both queues;
+	// [SettlesAtomically] tells which the consumer does.
 	Transactional bool
 }
 

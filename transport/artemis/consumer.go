@@ -21,7 +21,10 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, errors.New("artemis: consume: empty queue name")
 	}
 	credit := int32(min(max(opts.Prefetch, 1), math.MaxInt32))
-	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline,
+	// A Transactional consumer (a redrive) does not pipeline: without AMQP
+	// transactions here, settling before Settle returns keeps a kill's duplicates to
+	// the one delivery in hand.
+	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline && !opts.Transactional,
 		book: ledger.New[handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
 	if c.manual {
 		c.pipe = make(chan struct{}, max(pipeDepth, int(credit)))
