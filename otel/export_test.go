@@ -10,3 +10,11 @@ func (t *Tracing) Pending() int {
 
 // InjectW3C is injectW3C, compared with the propagator in the tests.
 var InjectW3C = injectW3C
+
+// ExtractW3C and WithRemoteParent are compared with the propagator and the API in the
+// tests; SpanKeyLearnt reports that the one-allocation parent context is in use.
+var (
+	ExtractW3C       = extractW3C
+	WithRemoteParent = withRemoteParent
+	SpanKeyLearnt    = func() bool { return spanKey != nil }
+)

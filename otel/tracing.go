@@ -118,7 +118,8 @@ type Tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 	// w3c is set when prop is W3C Trace Context: the PRODUCER span's context is then
-	// written straight from the span (the propagator's Inject gives the same bytes).
+	// written straight from the span and a delivery's read straight from its headers
+	// (the propagator's Inject and Extract give the same).
 	w3c bool
 	// observed is set once the Tracing is told of a delivery as an observer: from then
 	// on its middleware keeps each recorded CONSUMER span here, by message, until the
@@ -251,13 +252,17 @@ func (t *Tracing) consumerParent(ctx context.Context, m *babelqueue.Message) con
 // remoteParent is ctx with the span named by the headers in carrier, else the one
 // derived from traceID, else no parent (a new trace).
 func (t *Tracing) remoteParent(ctx context.Context, carrier propagation.TextMapCarrier, traceID string) context.Context {
-	if extracted := t.prop.Extract(ctx, carrier); extracted != ctx {
+	if t.w3c {
+		if sc := extractW3C(carrier); sc.IsValid() && !sc.Equal(trace.SpanContextFromContext(ctx)) {
+			return withRemoteParent(ctx, sc)
+		}
+	} else if extracted := t.prop.Extract(ctx, carrier); extracted != ctx {
 		if sc := trace.SpanContextFromContext(extracted); sc.IsValid() && !sc.Equal(trace.SpanContextFromContext(ctx)) {
 			return extracted
 		}
 	}
 	if traceID != "" {
-		return trace.ContextWithRemoteSpanContext(ctx, RemoteParent(traceID))
+		return withRemoteParent(ctx, RemoteParent(traceID))
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
@@ -300,7 +305,7 @@ func (t *Tracing) PublishMiddleware() babelqueue.PublishMiddleware {
 			env := o.Envelope
 			parent := ctx
 			if !trace.SpanContextFromContext(ctx).IsValid() && env.TraceID != "" {
-				parent = trace.ContextWithRemoteSpanContext(ctx, RemoteParent(env.TraceID))
+				parent = withRemoteParent(ctx, RemoteParent(env.TraceID))
 			}
 			ctx, span := t.tracer.Start(parent, t.publishNames.of(env.Job), producerStart...)
 			defer span.End()
