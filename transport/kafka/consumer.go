@@ -185,7 +185,7 @@ type consumer struct {
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 	wg        sync.WaitGroup
-	pipe      chan struct{}  // a slot per pipelined settlement in flight
+	pipe      chan struct{}  // a slot per pipelined settlement in flight (pipeDepth × the buffer)
 	pipeWG    sync.WaitGroup // pipelined settlements in flight
 	commitMu  sync.Mutex     // serialises commits
 	commitSig chan struct{}
@@ -245,7 +245,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		parts:     map[tp]*partition{},
 		wake:      make(chan struct{}),
 		buffer:    max(t.cfg.buffer, prefetch),
-		pipe:      make(chan struct{}, max(t.cfg.buffer, prefetch)),
+		pipe:      make(chan struct{}, pipeDepth*max(t.cfg.buffer, prefetch)),
 	}
 	cl, err := t.factory(
 		kgo.ConsumerGroup(t.cfg.group),
@@ -647,6 +647,13 @@ func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
 		wake := c.wake
 		c.waiting = true
 		c.mu.Unlock()
+		if len(c.pipe) > 0 {
+			// Nothing to hand out while settle writes are in flight: they may be the
+			// very records this consumer waits for (retries to its own queue), and
+			// their records are committed only once they are confirmed, so they
+			// need not wait out the producer's linger.
+			c.t.hurry()
+		}
 		signal(c.pollSig)
 		select {
 		case <-wake:

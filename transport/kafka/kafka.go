@@ -343,9 +343,10 @@ type Transport struct {
 	repairMu sync.Mutex
 	repaired map[string]time.Time // when a topic's metadata was last repaired
 
-	bg     context.Context // background work: the broker limit lookup of New
-	stopBg context.CancelFunc
-	bgWG   sync.WaitGroup
+	bg       context.Context // background work: the broker limit lookup of New, hurry
+	stopBg   context.CancelFunc
+	bgWG     sync.WaitGroup
+	hurrying atomic.Bool // a hurry's flush is under way
 }
 
 var _ transport.Transport = (*Transport)(nil)

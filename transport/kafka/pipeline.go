@@ -19,6 +19,19 @@ import (
 // timeout, rewinds the record from here, after the partition's hold. The worker is free
 // for the next delivery meanwhile, so the writes of many deliveries share the
 // producer's batches instead of each worker waiting for its own.
+//
+// The settlements in flight are those made during the producer's linger (franz-go's
+// default is 10 ms) and a produce round trip: at the pace of the runtime with half its
+// handlers failing that is a few thousand, so a consumer holds up to pipeDepth × its
+// buffer of them (8192 by default; one buffer's worth, 1024, capped a consumer at about
+// 80 thousand writes a second). When they are all taken, or when the consumer has
+// nothing left to hand out, the producer is hurried (flushed) rather than left to
+// linger: nothing more is coming to batch with, and the consumer may be waiting for
+// these very records (a retry goes back to its own queue).
+
+// pipeDepth is how many buffers' worth of pipelined settlements a consumer holds in
+// flight.
+const pipeDepth = 8
 
 // asyncWrite is the settle writes of one delivery, produced together.
 type asyncWrite struct {
@@ -91,8 +104,15 @@ func (c *consumer) settlePipelined(ctx context.Context, rec *record, ws []*trans
 	if err == nil {
 		select {
 		case c.pipe <- struct{}{}:
-		case <-ctx.Done():
-			err = &transport.SettleWriteError{Queue: ws[0].Queue, Err: ctx.Err()}
+		default:
+			// Full: no slot frees until the producer sends what it holds, so it
+			// need not wait out its linger for more.
+			c.t.hurry()
+			select {
+			case c.pipe <- struct{}{}:
+			case <-ctx.Done():
+				err = &transport.SettleWriteError{Queue: ws[0].Queue, Err: ctx.Err()}
+			}
 		}
 	}
 	if err != nil {
@@ -162,4 +182,29 @@ func (c *consumer) awaitPipelined(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// hurry has the producer send what it holds without waiting out its linger: it
+// flushes the producer in the background (no record lingers while a flush is under
+// way), unless a hurry is under way already or the transport is closed. The flush
+// waits at most the delivery timeout.
+func (t *Transport) hurry() {
+	if !t.hurrying.CompareAndSwap(false, true) {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.hurrying.Store(false)
+		return
+	}
+	t.bgWG.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.bgWG.Done()
+		defer t.hurrying.Store(false)
+		ctx, cancel := context.WithTimeout(t.bg, t.cfg.deliveryTimeout)
+		defer cancel()
+		_ = t.prod.Flush(ctx)
+	}()
 }
