@@ -31,7 +31,10 @@ const browseIdle = 2 * time.Second
 // as a new consumer would), and the browse ends at the end offsets it finds. The
 // cursor holds an offset per partition, so paging is exact however far into the topic
 // it goes; partitions are read in order, the first one to its end, then the next.
-// Delay topics are not shown. A topic that does not exist is empty.
+// Delay topics are not shown. A topic that does not exist is empty. Like the
+// transport's consumers, a browse reads committed records only: it ends at the last
+// stable offset, so the write of a transaction still open (a move in progress) or
+// aborted is not shown.
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
 	if err := checkTopic(queue); err != nil {
 		return transport.Page{}, err
@@ -47,8 +50,8 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		return transport.Page{}, errors.New("kafka: this transport was built without a consumer factory, so it cannot browse")
 	}
 	limit = max(limit, 1)
-	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
-	ends, err := adm.ListEndOffsets(ctx, queue)
+	adm := kadm.NewClient(t.prod)                     // never closed: closing it would close the producer
+	ends, err := adm.ListCommittedOffsets(ctx, queue) // the last stable offsets
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("kafka: browse %q: end offsets: %w", queue, err)
 	}
@@ -121,6 +124,8 @@ func (t *Transport) readPartition(ctx context.Context, topic string, part int32,
 	cl, err := t.factory(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().At(at)}}),
 		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // transaction markers, skipped below, so a browse need not wait at them
 		kgo.WithLogger(clientLogger(t.log)),
 	)
 	if err != nil {
@@ -153,12 +158,15 @@ func (t *Transport) readPartition(ctx context.Context, topic string, part int32,
 				return
 			}
 			got = true
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return
+			}
 			rec := &record{r: r}
 			view.fillDelivery(rec)
 			d := rec.d
 			d.Handle = nil
 			out = append(out, &d)
-			next = r.Offset + 1
 		})
 		if got {
 			quiet = time.Now()

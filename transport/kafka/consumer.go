@@ -203,6 +203,8 @@ type consumer struct {
 	seekWanted   bool
 	commitQueued bool // commitSig is signalled and the commit loop has not yet taken it
 	buffer       int
+
+	tx *txSettle // transactional settlements (move.go); nil unless opened Transactional
 }
 
 var _ transport.Consumer = (*consumer)(nil)
@@ -229,6 +231,9 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, err
 	}
 	prefetch := max(opts.Prefetch, 1)
+	if opts.Transactional {
+		prefetch = 1 // move.go: one record at a time, so a transaction commits its offset
+	}
 	log := t.log.With("queue", queue, "group", t.cfg.group)
 	c := &consumer{
 		t:       t,
@@ -252,6 +257,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.ConsumeRegex(),
 		kgo.ConsumeTopics(c.pattern.String()),
 		kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // no write of an open or aborted transaction (move.go)
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(c.revoked),
@@ -272,11 +278,16 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, err
 	}
 	c.cl = cl
+	if c.tx, err = c.newTxSettle(opts); err != nil { // move.go
+		cl.Close()
+		return nil, err
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		cl.Close()
+		c.tx.close()
 		return nil, transport.ErrClosed
 	}
 	t.consumers[c] = struct{}{}
@@ -758,6 +769,9 @@ func (c *consumer) settle(ctx context.Context, rec *record, s transport.Settleme
 	if len(s.Writes) > 0 {
 		rec.state = stSettling
 		c.mu.Unlock()
+		if c.tx != nil {
+			return c.settleTx(ctx, rec, s.Writes) // move.go
+		}
 		if c.t.cfg.pipelineSettles {
 			return c.settlePipelined(ctx, rec, s.Writes)
 		}
@@ -1088,6 +1102,7 @@ func (c *consumer) Close(ctx context.Context) error {
 		c.log.Warn("kafka: final commit failed; settled records may be redelivered", "err", err)
 	}
 	c.cl.CloseAllowingRebalance()
+	c.tx.close() // move.go
 	c.t.mu.Lock()
 	delete(c.t.consumers, c)
 	c.t.mu.Unlock()
