@@ -67,8 +67,15 @@ func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error
 // confirmed, else with the topic and error of the first failure, or with
 // context.DeadlineExceeded when they are not all confirmed within the delivery timeout
 // (a record given up on that way stays buffered and may still be written: a duplicate
-// at worst, never a loss). done runs on a goroutine of its own after a failure. ctx
-// bounds only the wait for room in a full producer buffer.
+// at worst, never a loss). done runs on a goroutine of its own after a failure.
+//
+// A record goes into the producer's buffer at once when there is room, with ctx's
+// values but not its cancellation (as a Publish does: franz-go fails every record
+// buffered behind one whose context ends, and cancelling nothing spares it watching
+// one). When the buffer is full franz-go refuses the record (ErrMaxBuffered) and it is
+// handed over again from a goroutine of its own by produceUncancelled, which waits
+// for room until ctx ends; the caller's slot in the consumer's pipe bounds what waits
+// that way.
 func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done func(topic string, err error)) {
 	w := &asyncWrite{}
 	w.done = func(topic string, err error) {
@@ -82,18 +89,31 @@ func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done f
 	w.timer = time.AfterFunc(t.cfg.deliveryTimeout, func() {
 		w.finish(recs[0].Topic, &DeliveryError{Topic: recs[0].Topic, Err: context.DeadlineExceeded})
 	})
+	if err := ctx.Err(); err != nil {
+		w.finish(recs[0].Topic, &DeliveryError{Topic: recs[0].Topic, Err: err})
+		return
+	}
+	confirmed := func(r *kgo.Record, err error) {
+		if err != nil {
+			w.finish(r.Topic, &DeliveryError{Topic: r.Topic, Err: err})
+			return
+		}
+		t.delivered(r.Topic)
+		t.settleWriteConfirmed(r.Topic)
+		if w.left.Add(-1) == 0 {
+			w.finish("", nil)
+		}
+	}
+	buffered := func(r *kgo.Record, err error) {
+		if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
+			go t.produceUncancelled(ctx, r, confirmed)
+			return
+		}
+		confirmed(r, err)
+	}
+	uctx := context.WithoutCancel(ctx)
 	for _, r := range recs {
-		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				w.finish(r.Topic, &DeliveryError{Topic: r.Topic, Err: err})
-				return
-			}
-			t.delivered(r.Topic)
-			t.settleWriteConfirmed(r.Topic)
-			if w.left.Add(-1) == 0 {
-				w.finish("", nil)
-			}
-		})
+		t.prod.TryProduce(uctx, r, buffered)
 	}
 }
 

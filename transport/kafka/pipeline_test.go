@@ -2,10 +2,17 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/kafka"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -49,4 +56,67 @@ func TestPipelinedSettleWriteFailureRewinds(t *testing.T) {
 	}
 	c2 := consumeOn(t, tr, q, 1)
 	transporttest.ExpectNothing(t, c2, 5*time.Second)
+}
+
+// TestPipelinedSettleWritesWaitForRoom: a pipelined settle write that finds the
+// producer's buffer full (here it holds one record) is handed over again once there is
+// room: every write reaches its topic once, every record is committed, and nothing is
+// delivered again.
+func TestPipelinedSettleWritesWaitForRoom(t *testing.T) {
+	t.Parallel()
+	const n = 60
+	q := newTopic(t, "bqtest-room")
+	dlq := q + ".dlq"
+	createTopic(t, q, 1)
+	createTopic(t, dlq, 1)
+	prod := rawClient(t, kgo.MaxBufferedRecords(1))
+	tr, err := kafka.New(prod, kafka.Factory(kgo.SeedBrokers(seeds(t)...)), kafka.WithGroup(transporttest.UniqueName("bqtest-room")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(context.Background()) })
+	for i := range n {
+		publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(strconv.Itoa(i))})
+	}
+	c := consumeOn(t, tr, q, n)
+	ds := make([]*transport.Delivery, n)
+	for i := range ds {
+		ds[i] = transporttest.Receive(t, c, 30*time.Second)
+	}
+	// Settled from eight goroutines at once, so most writes find the one-record buffer
+	// taken.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				d := ds[i]
+				s := transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: dlq, Body: d.Body}}}
+				if err := c.Settle(context.Background(), d, s); err != nil {
+					errs <- fmt.Errorf("Settle(%s): %w", d.Body, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	got := topicValues(t, dlq, 3*time.Second)
+	slices.SortFunc(got, func(a, b string) int { x, _ := strconv.Atoi(a); y, _ := strconv.Atoi(b); return x - y })
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s holds %v, want each of the %d writes once", dlq, got, n)
+	}
+	transporttest.ExpectNothing(t, c, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	transporttest.ExpectNothing(t, consumeOn(t, tr, q, 1), 5*time.Second)
 }
