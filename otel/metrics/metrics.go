@@ -153,11 +153,16 @@ type Observer struct {
 	histograms cow[labels, []metric.RecordOption]
 	queues     cow[string, *queueSeries]
 	routes     cow[route, *routeSeries]
+	// The series found last: an app's deliveries mostly share a queue and a few URNs,
+	// and comparing two strings is cheaper than hashing them for the map.
+	lastQueue atomic.Pointer[queueSeries]
+	lastRoute atomic.Pointer[routeSeries]
 }
 
 // queueSeries is what a delivery counts on its queue alone, found with one lookup: the
 // deliveries in flight and, by lang, the received counter's cells.
 type queueSeries struct {
+	name     string
 	inFlight atomic.Int64
 	attrs    metric.ObserveOption // of in_flight
 	received [len(langs)]atomic.Pointer[cell]
@@ -170,6 +175,7 @@ type route struct{ queue, urn string }
 // options of its histograms (built with the route) and the cells of its commonest
 // counters (made on first use, so a series that never counts is never reported).
 type routeSeries struct {
+	route
 	queue     *queueSeries
 	duration  [len(outcomes)][]metric.RecordOption // by handler outcome
 	age       []metric.RecordOption
@@ -267,14 +273,22 @@ func (o *Observer) observe(_ context.Context, obs metric.Observer) error {
 }
 
 func (o *Observer) queue(queue string) *queueSeries {
-	return o.queues.get(queue, func() *queueSeries {
-		return &queueSeries{attrs: metric.WithAttributeSet(labels{queue: queue}.set())}
+	if q := o.lastQueue.Load(); q != nil && q.name == queue {
+		return q
+	}
+	q := o.queues.get(queue, func() *queueSeries {
+		return &queueSeries{name: queue, attrs: metric.WithAttributeSet(labels{queue: queue}.set())}
 	})
+	o.lastQueue.Store(q)
+	return q
 }
 
 func (o *Observer) route(queue, urn string) *routeSeries {
-	return o.routes.get(route{queue, urn}, func() *routeSeries {
-		r := &routeSeries{queue: o.queue(queue)}
+	if r := o.lastRoute.Load(); r != nil && r.urn == urn && r.route.queue == queue {
+		return r
+	}
+	r := o.routes.get(route{queue, urn}, func() *routeSeries {
+		r := &routeSeries{route: route{queue, urn}, queue: o.queue(queue)}
 		age := labels{queue: queue, urn: urn}
 		if o.ownAge != nil {
 			r.ownAge = o.ownAge.cell(age)
@@ -289,6 +303,8 @@ func (o *Observer) route(queue, urn string) *routeSeries {
 		}
 		return r
 	})
+	o.lastRoute.Store(r)
+	return r
 }
 
 // recordAge records a delivery's age in seconds on its route's series.
