@@ -57,9 +57,9 @@ func (a *App) PublishBatch(ctx context.Context, entries []BatchEntry) ([]string,
 		msgs = append(msgs, m)
 		at = append(at, i)
 	}
-	var start time.Time
+	var start time.Duration
 	if len(a.hooks.published) > 0 {
-		start = time.Now()
+		start = monotonic()
 	}
 	err := transport.PublishConfirmed(ctx, a.tr, msgs)
 	var be *transport.BatchError
@@ -81,7 +81,7 @@ func (a *App) PublishBatch(ctx context.Context, entries []BatchEntry) ([]string,
 		}
 	}
 	if len(a.hooks.published) > 0 {
-		d := time.Since(start)
+		d := monotonic() - start
 		for k, i := range at {
 			o := outs[i]
 			ev := PublishedEvent{Queue: o.Queue, URN: o.Envelope.Job, ID: o.Envelope.Meta.ID, TraceID: o.Envelope.TraceID,

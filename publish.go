@@ -170,19 +170,30 @@ func (a *App) send(ctx context.Context, o *Outgoing) error {
 	if err != nil {
 		return err
 	}
-	var start time.Time
+	var start time.Duration
 	if len(a.hooks.published) > 0 {
-		start = time.Now()
+		start = monotonic()
 	}
 	err = a.tr.Publish(ctx, m)
 	if err != nil {
 		err = fmt.Errorf("babelqueue: publish %s to %q: %w", o.Envelope.Job, o.Queue, err)
 	}
-	for _, h := range a.hooks.published {
-		h.OnPublished(ctx, PublishedEvent{
+	if len(a.hooks.published) > 0 {
+		ev := PublishedEvent{
 			Queue: o.Queue, URN: o.Envelope.Job, ID: o.Envelope.Meta.ID, TraceID: o.Envelope.TraceID,
-			BodySize: len(m.Body), Err: err, Duration: time.Since(start),
-		})
+			BodySize: len(m.Body), Err: err, Duration: monotonic() - start,
+		}
+		for _, h := range a.hooks.published {
+			h.OnPublished(ctx, ev)
+		}
 	}
 	return err
 }
+
+// monotonicBase is the instant [monotonic] counts from.
+var monotonicBase = time.Now()
+
+// monotonic is the time elapsed on the monotonic clock since the program started: a
+// duration's two ends read this way cost one clock read each where time.Now costs two
+// (the wall clock too).
+func monotonic() time.Duration { return time.Since(monotonicBase) }
