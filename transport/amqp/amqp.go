@@ -488,6 +488,14 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 	return nil
 }
 
+// forget drops queue from the declare cache, so the next write to it declares it again
+// (after the broker returned a write to it: the queue was deleted).
+func (t *Transport) forget(queue string) {
+	t.mu.Lock()
+	delete(t.declared, queue)
+	t.mu.Unlock()
+}
+
 // Close closes every consumer (their unsettled deliveries go back to the broker), the
 // channels and, unless it was built with [New], the connection.
 func (t *Transport) Close(ctx context.Context) error {

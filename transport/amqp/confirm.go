@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -30,7 +28,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	}
 	defer t.putPub(pc)
 	errs := make([]error, len(msgs))
-	dcs := make([]*amqp091.DeferredConfirmation, len(msgs))
+	ss := make([]sent, len(msgs))
 	for i, m := range msgs {
 		if m == nil || m.Queue == "" {
 			errs[i] = errors.New("amqp: message has no queue")
@@ -40,7 +38,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			errs[i] = err
 			continue
 		}
-		dc, err := t.send(ctx, pc, m)
+		s, err := t.send(ctx, pc, m, true)
 		if err != nil {
 			errs[i] = err
 			for j := i + 1; j < len(msgs); j++ {
@@ -48,19 +46,21 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			}
 			break
 		}
-		dcs[i] = dc
+		ss[i] = s
 	}
-	t.awaitConfirms(ctx, msgs, dcs, errs)
+	t.awaitConfirms(ctx, msgs, ss, errs)
+	t.checkReturns(ss, errs)
 	return transport.NewBatchError(errs)
 }
 
-// awaitConfirms waits for every non-nil confirm of dcs under one deadline (the confirm
+// awaitConfirms waits for every sent confirm of ss under one deadline (the confirm
 // timeout) and records in errs each write that was not acknowledged.
-func (t *Transport) awaitConfirms(ctx context.Context, msgs []*transport.Message, dcs []*amqp091.DeferredConfirmation, errs []error) {
+func (t *Transport) awaitConfirms(ctx context.Context, msgs []*transport.Message, ss []sent, errs []error) {
 	timer := time.NewTimer(t.s.confirmTimeout)
 	defer timer.Stop()
 	var ended error // set once the deadline or ctx ended the wait
-	for i, dc := range dcs {
+	for i, s := range ss {
+		dc := s.dc
 		if dc == nil {
 			continue
 		}

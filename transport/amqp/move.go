@@ -89,7 +89,7 @@ func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settleme
 			c.rollback(ch)
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
-		if _, err := c.t.send(ctx, pc, m); err != nil {
+		if _, err := c.t.send(ctx, pc, m, false); err != nil {
 			c.rollback(ch)
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}

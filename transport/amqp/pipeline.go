@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -160,43 +158,55 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 	if err := c.pipe.acquire(ctx); err != nil {
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 	}
-	dcs, err := c.t.publishWrites(ctx, ws)
+	ss, err := c.t.publishWrites(ctx, ws)
 	if err != nil {
 		c.pipe.release()
 		return err
 	}
-	go c.awaitWrites(h, ws, dcs)
+	go c.awaitWrites(h, ws, ss)
 	return nil
 }
 
 // publishWrites publishes ms on one confirm channel, which goes back to the idle list
-// at once for other writers, and returns their deferred confirms. Any failure is a
+// at once for other writers, and returns them as sent. Any failure is a
 // *transport.SettleWriteError.
-func (t *Transport) publishWrites(ctx context.Context, ms []*transport.Message) ([]*amqp091.DeferredConfirmation, error) {
+func (t *Transport) publishWrites(ctx context.Context, ms []*transport.Message) ([]sent, error) {
 	pc, err := t.getPub(ctx)
 	if err != nil {
 		return nil, &transport.SettleWriteError{Queue: ms[0].Queue, Err: err}
 	}
 	defer t.putPub(pc)
-	dcs := make([]*amqp091.DeferredConfirmation, len(ms))
-	for i, m := range ms {
-		dc, err := t.send(ctx, pc, m)
+	ss := make([]sent, 0, len(ms))
+	for _, m := range ms {
+		s, err := t.send(ctx, pc, m, true)
+		if err == nil && s.dc == nil {
+			err = errors.New("amqp: channel is not in confirm mode")
+			ss = append(ss, s)
+		}
 		if err != nil {
+			t.checkReturns(ss, failedAll(len(ss), err)) // resolves what was registered
 			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
-		if dc == nil {
-			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: errors.New("amqp: channel is not in confirm mode")}
-		}
-		dcs[i] = dc
+		ss = append(ss, s)
 	}
-	return dcs, nil
+	return ss, nil
+}
+
+// failedAll is n copies of err.
+func failedAll(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // awaitWrites waits for the confirms of one pipelined settlement, up to the confirm
-// timeout, then acks the delivery (every write confirmed) or nacks it with requeue.
-func (c *consumer) awaitWrites(h handle, ws []*transport.Message, dcs []*amqp091.DeferredConfirmation) {
+// timeout, then acks the delivery (every write confirmed and none returned) or nacks it
+// with requeue.
+func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
 	defer c.pipe.release()
-	err := c.t.confirmed(ws, dcs)
+	err := c.t.confirmed(ws, ss)
 	if err == nil {
 		if ackErr := h.s.ch.Ack(h.tag, false); ackErr != nil {
 			// The channel died after the writes were made: the broker redelivers the
@@ -222,16 +232,36 @@ func (c *consumer) awaitWrites(h handle, ws []*transport.Message, dcs []*amqp091
 	}
 }
 
-// confirmed waits for every confirm of dcs under one deadline (the confirm timeout) and
-// returns the first failure as a *transport.SettleWriteError.
-func (t *Transport) confirmed(ws []*transport.Message, dcs []*amqp091.DeferredConfirmation) error {
+// confirmed waits for every confirm of ss under one deadline (the confirm timeout), then
+// checks that none was returned, and returns the first failure as a
+// *transport.SettleWriteError.
+func (t *Transport) confirmed(ws []*transport.Message, ss []sent) error {
+	err := t.awaitSent(ws, ss)
+	if err != nil {
+		t.checkReturns(ss, failedAll(len(ss), err))
+		return err
+	}
+	errs := make([]error, len(ss))
+	t.checkReturns(ss, errs)
+	for i, err := range errs {
+		if err != nil {
+			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: err}
+		}
+	}
+	return nil
+}
+
+// awaitSent waits for the confirms of ss and returns the first that failed as a
+// *transport.SettleWriteError.
+func (t *Transport) awaitSent(ws []*transport.Message, ss []sent) error {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	for i, dc := range dcs {
+	for i, s := range ss {
+		dc := s.dc
 		select {
 		case <-dc.Done():
 		default:

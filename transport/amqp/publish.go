@@ -35,6 +35,9 @@ type pubChan struct {
 	// reused, so a confirmed write allocates no timer or context of its own (since Go
 	// 1.23, Reset and Stop leave no stale tick in timer.C).
 	timer *time.Timer
+	// rt records the publishes the broker returned (returns.go); nil on a channel whose
+	// returns nobody checks (a transactional consumer's).
+	rt *returnTracker
 }
 
 // getPub returns an idle confirm channel of the current connection, or opens one.
@@ -63,9 +66,10 @@ func (t *Transport) getPub(ctx context.Context) (*pubChan, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: confirm mode: %w", err)
 	}
+	rt := t.trackReturns(ch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	return &pubChan{ch: ch, conn: conn, gen: gen, timer: timer}, nil
+	return &pubChan{ch: ch, conn: conn, gen: gen, timer: timer, rt: rt}, nil
 }
 
 // putPub returns a channel to the idle list, or closes it.
@@ -96,7 +100,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err != nil {
 		return err
 	}
-	dc, err := t.send(ctx, pc, m)
+	s, err := t.send(ctx, pc, m, !t.s.noUserConfirm)
 	if err != nil {
 		t.putPub(pc)
 		return err
@@ -105,7 +109,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		t.putPub(pc)
 		return nil
 	}
-	err = t.waitConfirm(ctx, pc, m.Queue, dc)
+	err = t.checkReturn(s, t.waitConfirm(ctx, pc, m.Queue, s.dc))
 	t.putPub(pc)
 	return err
 }
@@ -126,19 +130,38 @@ func (t *Transport) writeConfirmed(ctx context.Context, ms []*transport.Message)
 		return &transport.SettleWriteError{Queue: ms[0].Queue, Err: err}
 	}
 	defer t.putPub(pc)
-	dcs := make([]*amqp091.DeferredConfirmation, len(ms))
-	for i, m := range ms {
+	for _, m := range ms {
 		if m == nil || m.Queue == "" {
 			return &transport.SettleWriteError{Err: errors.New("amqp: settle write has no queue")}
 		}
-		dc, err := t.send(ctx, pc, m)
-		if err != nil {
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-		}
-		dcs[i] = dc
 	}
-	for i, dc := range dcs {
-		if err := t.waitConfirm(ctx, pc, ms[i].Queue, dc); err != nil {
+	ss := make([]sent, 0, len(ms))
+	errs := make([]error, len(ms))
+	var failed error
+	for _, m := range ms {
+		s, err := t.send(ctx, pc, m, true)
+		if err != nil {
+			failed = &transport.SettleWriteError{Queue: m.Queue, Err: err}
+			break
+		}
+		ss = append(ss, s)
+	}
+	for i, s := range ss {
+		if failed != nil {
+			errs[i] = failed // resolved below without a wait: the settlement failed already
+			continue
+		}
+		if err := t.waitConfirm(ctx, pc, ms[i].Queue, s.dc); err != nil {
+			failed = &transport.SettleWriteError{Queue: ms[i].Queue, Err: err}
+			errs[i] = failed
+		}
+	}
+	t.checkReturns(ss, errs)
+	if failed != nil {
+		return failed
+	}
+	for i, err := range errs[:len(ss)] {
+		if err != nil {
 			return &transport.SettleWriteError{Queue: ms[i].Queue, Err: err}
 		}
 	}
@@ -176,11 +199,13 @@ func (t *Transport) waitConfirm(ctx context.Context, pc *pubChan, queue string, 
 	return nil
 }
 
-// send declares what m needs and publishes it on pc.
-func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message) (*amqp091.DeferredConfirmation, error) {
+// send declares what m needs and publishes it on pc, mandatory. When track is set and
+// pc records returns, the publish is registered there: the caller must pass the result
+// to checkReturn or checkReturns once its confirm was awaited (or failed).
+func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message, track bool) (sent, error) {
 	if !t.s.noDeclare {
 		if err := t.declare(pc.conn, pc.gen, m.Queue, nil); err != nil {
-			return nil, err
+			return sent{}, err
 		}
 	}
 	key := m.Queue
@@ -193,14 +218,25 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message)
 			"x-dead-letter-routing-key": m.Queue,
 		}
 		if err := t.declare(pc.conn, pc.gen, key, args); err != nil {
-			return nil, err
+			return sent{}, err
 		}
 	}
-	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, false, false, project(m))
-	if err != nil {
-		return nil, fmt.Errorf("amqp: publish to %q: %w", key, err)
+	p := project(m)
+	var s sent
+	if track && pc.rt != nil {
+		// Registered before the publish: its return may come before this call returns.
+		s.rt, s.key = pc.rt, retKey{key, p.MessageId}
+		s.rt.register(s.key)
 	}
-	return dc, nil
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, p)
+	if err != nil {
+		if s.rt != nil {
+			s.rt.resolve(s.key)
+		}
+		return sent{}, fmt.Errorf("amqp: publish to %q: %w", key, err)
+	}
+	s.dc = dc
+	return s, nil
 }
 
 func delayMillis(d time.Duration) int64 {
