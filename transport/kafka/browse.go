@@ -50,8 +50,9 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		return transport.Page{}, errors.New("kafka: this transport was built without a consumer factory, so it cannot browse")
 	}
 	limit = max(limit, 1)
-	adm := kadm.NewClient(t.prod)                     // never closed: closing it would close the producer
-	ends, err := adm.ListCommittedOffsets(ctx, queue) // the last stable offsets
+	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
+	// The last stable offsets: a browse reads committed records only.
+	ends, err := adm.ListCommittedOffsets(ctx, queue)
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("kafka: browse %q: end offsets: %w", queue, err)
 	}

@@ -103,6 +103,7 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 		kgo.TransactionalID(id),
 		kgo.TransactionTimeout(time.Duration(txTimeout.Load())),
 		kgo.MaxVersions(txVersions()),
+		kgo.ProducerLinger(0), // a move's writes are all produced at once: nothing to wait for
 		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.RetryBackoffFn(retryBackoff),
 		kgo.WithLogger(clientLogger(c.t.log)),
