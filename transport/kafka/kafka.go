@@ -105,6 +105,16 @@
 // time is clamped to at most one delay from when the record is read, so a producer whose
 // clock runs ahead cannot park a record for longer. Topic names of the form
 // <queue>.delay.<digits> are therefore reserved.
+//
+// # Transactional moves and read_committed
+//
+// A consumer opened with [transport.ConsumeOptions.Transactional] (a DLQ redrive's)
+// settles every Ack with writes in one Kafka transaction that also commits the record's
+// offset for the group, so a process killed mid-move leaves the message in exactly one
+// of the two topics ([transport.SettlesAtomically] reports it); it hands out one record
+// at a time. Every consumer, and [Transport.Browse], reads committed records only
+// (read_committed): the write of an aborted transaction is never delivered, and one of a
+// transaction still open is delivered once it commits.
 package kafka
 
 import (
