@@ -36,7 +36,7 @@ var ErrUnroutable = errors.New("amqp: message unroutable: no queue took it (the 
 
 // returnBuffer is the capacity of each confirm channel's NotifyReturn channel. Its
 // goroutine drains it continuously; the buffer only absorbs bursts.
-const returnBuffer = 64
+const returnBuffer = 16
 
 // retKey identifies a publish for the returns: its routing key and message id.
 type retKey struct{ key, id string }
