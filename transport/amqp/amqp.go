@@ -114,7 +114,7 @@ func WithPipelinedSettles(on bool) Option { return func(s *settings) { s.pipelin
 
 // WithoutDeclare stops the transport from declaring work and dead-letter queues, for a
 // topology managed elsewhere (quorum queues, policies). Publishing to a queue that
-// does not exist then loses the message, as RabbitMQ drops unroutable messages. Delay
+// does not exist then fails with [ErrUnroutable] (every write is mandatory). Delay
 // queues are still declared.
 func WithoutDeclare() Option { return func(s *settings) { s.noDeclare = true } }
 

@@ -35,6 +35,13 @@
 // The user's own Publish waits for its confirm too, unless [WithoutPublishConfirms] (or
 // publish_confirms=false in the URL) opts out.
 //
+// Every write is mandatory: a message no queue takes (its queue deleted while the
+// application runs, or never declared with declare=false) comes back from RabbitMQ, and
+// the write fails with an error wrapping [ErrUnroutable] instead of being confirmed and
+// dropped: Publish returns it, a confirmed batch reports it at its index, and a settle
+// write that comes back leaves the delivery unacknowledged (it is delivered again). The
+// queue is then declared again by the next write to it, unless declare=false.
+//
 // # Delays
 //
 // RabbitMQ has no per-message delay without a plugin, so a delayed message goes to a
