@@ -85,6 +85,7 @@ type session struct {
 	deliveries <-chan amqp091.Delivery
 	closed     chan *amqp091.Error
 	cancelled  chan string // the broker cancelled the consumer (queue deleted)
+	rt         *returnTracker // a transactional consumer's returned writes (move.go); else nil
 }
 
 // handle is the transport's bookkeeping for one delivery.
@@ -115,6 +116,9 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	if err := c.txSelect(ch); err != nil { // move.go
 		_ = ch.Close()
 		return nil, err
+	}
+	if c.tx != nil { // move.go
+		s.rt = c.t.trackReturns(ch)
 	}
 	s.cancelled = ch.NotifyCancel(make(chan string, 1))
 	s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil)

@@ -79,34 +79,114 @@ func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settleme
 	if err != nil {
 		return &transport.SettleWriteError{Queue: queue, Err: err}
 	}
-	pc := &pubChan{ch: ch, conn: conn, gen: gen}
+	pc := &pubChan{ch: ch, conn: conn, gen: gen, rt: h.s.rt}
+	ss := make([]sent, 0, len(st.Writes))
 	for _, m := range st.Writes {
 		if m == nil || m.Queue == "" {
-			c.rollback(ch)
+			c.rollbackSent(ch, ss)
 			return &transport.SettleWriteError{Err: errors.New("amqp: settle write has no queue")}
 		}
 		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), c.t.s.maxSize); err != nil {
-			c.rollback(ch)
+			c.rollbackSent(ch, ss)
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
-		if _, err := c.t.send(ctx, pc, m, false); err != nil {
-			c.rollback(ch)
+		// RabbitMQ routes a transaction's publishes when it commits, and declares are
+		// not part of it: the target is declared again now (or, with declare=false,
+		// checked), not taken from the cache, so that a queue deleted since the last
+		// write is there to take this one.
+		if err := c.t.ensureQueue(conn, gen, m); err != nil {
+			c.rollbackSent(ch, ss)
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
+		s, err := c.t.send(ctx, pc, m, true)
+		if err != nil {
+			c.rollbackSent(ch, ss)
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+		ss = append(ss, s)
 	}
 	if err := ch.Ack(h.tag, false); err != nil {
-		c.rollback(ch)
+		c.rollbackSent(ch, ss)
 		return c.lost(err)
 	}
 	if txBeforeCommit != nil {
 		txBeforeCommit()
 	}
 	if err := c.commit(ctx, ch); err != nil {
+		c.resolveSent(ss)
 		// Rolled back, or (the connection lost after the broker committed) made: either
 		// way each message is in one queue, never in both and never in none.
 		return &transport.SettleWriteError{Queue: queue, Err: err}
 	}
+	return c.rewriteReturned(ctx, st.Writes, ss)
+}
+
+// ensureQueue makes sure m's queue exists now, bypassing the declare cache: declared
+// again, or with declare=false checked with a passive declare (on the transport's
+// admin channel, which a missing queue closes). A delayed write is left to send, which
+// declares its delay queue.
+func (t *Transport) ensureQueue(conn *amqp091.Connection, gen uint64, m *transport.Message) error {
+	if m.Delay > 0 {
+		return nil
+	}
+	if !t.s.noDeclare {
+		t.forget(m.Queue)
+		return t.declare(conn, gen, m.Queue, nil)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(m.Queue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("amqp: write to %q: the queue does not exist (declare=false): %w: %w", m.Queue, ErrUnroutable, err)
+	}
 	return nil
+}
+
+// rewriteReturned covers the window ensureQueue leaves: a target queue deleted between
+// its declare and the commit. RabbitMQ sends the basic.return of a transaction's
+// unroutable publish when it commits, after the acknowledgement was made, so a returned
+// write is written again, confirmed, outside the transaction (its queue declared anew):
+// the message is then on the target queue once and the delivery acknowledged, as the
+// move meant. Only if that write fails too is an error returned, naming the message.
+func (c *consumer) rewriteReturned(ctx context.Context, writes []*transport.Message, ss []sent) error {
+	if len(ss) == 0 || ss[0].rt == nil {
+		return nil
+	}
+	ss[0].rt.sync() // tx.commit-ok is in: the returns sent on commit are buffered or recorded
+	var again []*transport.Message
+	for i, s := range ss {
+		if returned, code, text := s.rt.resolve(s.key); returned {
+			c.t.log.Warn("amqp: a moved message came back from the broker at commit (its queue was deleted); writing it again",
+				"queue", s.key.key, "reply_code", code, "reply_text", text)
+			c.t.forget(s.key.key)
+			again = append(again, writes[i])
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	if err := c.t.writeConfirmed(ctx, again); err != nil {
+		return &transport.SettleWriteError{Queue: again[0].Queue,
+			Err: fmt.Errorf("amqp: a moved message was returned at commit (its queue deleted meanwhile) and could not be written again: %w", err)}
+	}
+	return nil
+}
+
+// resolveSent forgets the publishes of ss.
+func (c *consumer) resolveSent(ss []sent) {
+	for _, s := range ss {
+		if s.rt != nil {
+			s.rt.resolve(s.key)
+		}
+	}
+}
+
+// rollbackSent rolls the open transaction back and forgets the publishes of ss.
+func (c *consumer) rollbackSent(ch *amqp091.Channel, ss []sent) {
+	c.resolveSent(ss)
+	c.rollback(ch)
 }
 
 // commit sends tx.commit and waits for it until ctx ends; a commit that does not
