@@ -31,6 +31,8 @@ artemis_prepare() {
   if [ -f "$inst/etc/broker.xml" ]; then
     # the instance names the distribution it was created from; point it at this cache
     sed -i "s#^ARTEMIS_HOME=.*#ARTEMIS_HOME='$home'#" "$inst/etc/artemis.profile" "$inst/etc/artemis-utility.profile"
+    # and at the heap asked for now (an instance made with an older, smaller default)
+    sed -i "s/-Xmx[0-9]*[MmGg]/-Xmx${BQ_ARTEMIS_HEAP:-1G}/" "$inst/etc/artemis.profile"
     return 0
   fi
   say "artemis: creating the broker instance in $inst"
@@ -39,7 +41,7 @@ artemis_prepare() {
     --user artemis --password artemis --role amq --allow-anonymous \
     --host 127.0.0.1 --name babelqueue --default-port $ARTEMIS_CORE_PORT \
     --no-web --no-hornetq-acceptor --no-mqtt-acceptor --no-stomp-acceptor \
-    --nio --no-autotune --no-fsync --java-memory "${BQ_ARTEMIS_HEAP:-384M}" \
+    --nio --no-autotune --no-fsync --java-memory "${BQ_ARTEMIS_HEAP:-1G}" \
     >>"$(logfile artemis)" 2>&1 || return 1
   local xml="$inst/etc/broker.xml"
   # AMQP acceptor on 5673 (RabbitMQ owns 5672).

@@ -19,14 +19,20 @@ const browseCredit = 1000
 
 // browseQuiet is how long a browse waits for the next message before it takes the
 // queue for read to its end: Artemis does not answer a drain on a browser, so nothing
-// else says so.
-const browseQuiet = 500 * time.Millisecond
+// else says so. browseFirst is the wait for the first message: a broker under load
+// (a garbage collection, a busy journal) can take seconds to start a browser, and half
+// a second there made a browse of a full queue come back empty (the CLI's kill test,
+// at a load average of 10).
+const (
+	browseQuiet = time.Second
+	browseFirst = 5 * time.Second
+)
 
 // Browse reads up to limit messages of queue from the place from without consuming
 // them: it attaches a browser (an AMQP 1.0 receiver whose source has the distribution
 // mode "copy", which Artemis serves as a queue browser), reads from+limit+1 messages
-// or until none came for half a second (the end of the queue: Artemis does not answer
-// a drain on a browser), and detaches. The messages stay on the queue, untouched (no delivery count).
+// or until none came for browseQuiet (browseFirst before the first one: the end of the
+// queue, as Artemis does not answer a drain on a browser), and detaches. The messages stay on the queue, untouched (no delivery count).
 // Messages a consumer holds unacknowledged are not shown. The cursor is a place in the
 // queue ([transport.OffsetCursor]); a page far into a long queue reads everything in
 // front of it.
@@ -59,7 +65,11 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	}
 	var msgs []*amqp.Message
 	for len(msgs) < want {
-		rctx, cancel := context.WithTimeout(ctx, browseQuiet)
+		wait := browseQuiet
+		if len(msgs) == 0 {
+			wait = browseFirst
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		m, err := r.Receive(rctx, nil)
 		cancel()
 		if err != nil {
