@@ -224,7 +224,13 @@ func (l *Ledger[H]) Pause(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	until := l.pauseUntil.Load()
+	return WaitUntil(ctx, l.pauseUntil.Load(), l.done)
+}
+
+// WaitUntil waits until the Unix time until (in nanoseconds; 0, or a time gone by, is no
+// wait), the backoff a driver keeps after failed settlements. It returns ctx.Err() when
+// ctx ends first, and [transport.ErrClosed] when done closes first.
+func WaitUntil(ctx context.Context, until int64, done <-chan struct{}) error {
 	if until == 0 {
 		return nil // the common case: no settle failing
 	}
@@ -239,7 +245,7 @@ func (l *Ledger[H]) Pause(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-l.done:
+	case <-done:
 		return transport.ErrClosed
 	}
 }

@@ -84,7 +84,7 @@ type session struct {
 	ch         *amqp091.Channel
 	deliveries <-chan amqp091.Delivery
 	closed     chan *amqp091.Error
-	cancelled  chan string // the broker cancelled the consumer (queue deleted)
+	cancelled  chan string    // the broker cancelled the consumer (queue deleted)
 	rt         *returnTracker // a transactional consumer's returned writes (move.go); else nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -122,24 +123,7 @@ func (p *pipeline) succeeded() int {
 
 // pause waits out the backoff after failed pipelined writes.
 func (p *pipeline) pause(ctx context.Context, done <-chan struct{}) error {
-	until := p.pauseUntil.Load()
-	if until == 0 {
-		return nil
-	}
-	wait := time.Until(time.Unix(0, until))
-	if wait <= 0 {
-		return nil
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return transport.ErrClosed
-	}
+	return ledger.WaitUntil(ctx, p.pauseUntil.Load(), done)
 }
 
 // settlePipelined is an Ack with writes when settle writes are pipelined: it publishes
