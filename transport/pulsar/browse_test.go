@@ -16,7 +16,7 @@ import (
 // TestBrowseKit runs the browse kit against the real Pulsar (admin API on the
 // default port next to the broker).
 func TestBrowseKit(t *testing.T) {
-	transporttest.RunBrowse(t, kitConfig(), transporttest.BrowseOptions{EmptyKeyIsNoKey: true})
+	transporttest.RunBrowse(t, kitConfig(true), transporttest.BrowseOptions{EmptyKeyIsNoKey: true})
 }
 
 // TestBrowseSkipsIndividuallyAcked: messages the subscription acknowledged out of

@@ -19,7 +19,7 @@ import (
 func TestPublishConfirmedKit(t *testing.T) {
 	for _, batching := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unbatched", true: "batching"}[batching], func(t *testing.T) {
-			cfg := kitConfig()
+			cfg := kitConfig(true)
 			cfg.EmptyKeyIsNoKey = true
 			cfg.Open = func(t *testing.T) transport.Transport { return openTransport(t, "", pulsar.WithBatching(batching)) }
 			transporttest.RunPublishConfirmed(t, cfg)

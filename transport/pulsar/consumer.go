@@ -19,13 +19,19 @@ type consumer struct {
 	queue string
 	pc    pc.Consumer
 	book  *ledger.Ledger[pc.Message] // the deliveries handed out and not settled
+	pipe  *pipeline                  // pipelined settlements in flight; nil when not pipelined
 	once  sync.Once
 }
 
 // Receive waits for the next message of the subscription. No more than the prefetch
-// of deliveries are handed out and unsettled at a time, and while settlements keep
-// failing Receive backs off.
+// of deliveries are handed out and unsettled at a time, and while settlements (or
+// pipelined settle writes) keep failing Receive backs off.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
+	if c.pipe != nil {
+		if err := c.pipe.pause(ctx, c.book.Done()); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.book.Acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -75,11 +81,17 @@ func (c *consumer) receive(ctx context.Context) (pc.Message, error) {
 // them, acknowledges nothing and returns a [transport.SettleWriteError] (the writes
 // before it stay made). Rewind negatively acknowledges d, so the broker redelivers it
 // after the nack redelivery delay with its redelivery count one higher. HandOff is not
-// offered: Pulsar has no redrive of its own that the runtime hands work to.
+// offered: Pulsar has no redrive of its own that the runtime hands work to. With
+// pipelined settle writes (the default) an Ack with writes returns once they are handed
+// to the producers, and the delivery is acknowledged or rewound when their receipts
+// come ([WithPipelinedSettles]).
 func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
 	e, err := c.book.Begin(d, s)
 	if err != nil {
 		return err
+	}
+	if c.pipe != nil && s.Outcome == transport.Ack && len(s.Writes) > 0 {
+		return c.book.Finish(e, s, c.settlePipelined(ctx, e.Value, s.Writes))
 	}
 	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
 }
@@ -99,14 +111,20 @@ func (c *consumer) settle(ctx context.Context, msg pc.Message, s transport.Settl
 	return nil
 }
 
-// Close closes the Pulsar consumer; the broker redelivers what it handed out and was
-// not acknowledged to the other consumers of the subscription. A delivery settled
-// after Close fails with an error matching [transport.ErrClosed].
-func (c *consumer) Close(context.Context) error {
+// Close first waits, until ctx ends, for the pipelined settlements in flight (each
+// delivery is acknowledged once its writes are confirmed, or rewound), then closes the
+// Pulsar consumer; the broker redelivers what it handed out and was not acknowledged
+// to the other consumers of the subscription (a delivery whose writes were still in
+// flight too: they may stay, a duplicate, never a loss). A delivery settled after
+// Close fails with an error matching [transport.ErrClosed].
+func (c *consumer) Close(ctx context.Context) error {
 	c.once.Do(func() {
 		// What the ledger returns needs no give-back of its own: closing the Pulsar
 		// consumer returns every unacknowledged message to the subscription.
 		_ = c.book.Close()
+		if c.pipe != nil && !c.pipe.pending.wait(ctx) {
+			c.t.log.Warn("pulsar: consumer closed before the receipts of its pipelined settle writes came; those deliveries are delivered again", "queue", c.queue)
+		}
 		c.pc.Close()
 		c.t.forget(c)
 	})

@@ -82,6 +82,7 @@ type options struct {
 	producerOptions func(*pc.ProducerOptions)
 	consumerOptions func(*pc.ConsumerOptions)
 	adminURL        string // the admin REST API, for Browse (browse.go)
+	pipeline        bool   // pipelined settle writes (WithPipelinedSettles, pipeline.go)
 }
 
 // WithLogger sets the logger of the transport (default slog.Default()). A transport
@@ -151,6 +152,23 @@ func WithBatching(on bool) Option {
 	return func(o *options) { o.batching = on }
 }
 
+// WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
+// letter) are pipelined (default true; pipeline_settles in the URL). Pipelined, Settle
+// hands the writes to their producers (SendAsync) and returns without waiting for the
+// broker's receipts; the delivery is acknowledged only once every write is confirmed,
+// and a write that fails or is not confirmed within the send timeout makes the
+// transport rewind the delivery itself (a negative acknowledgement, logged with its
+// cause; receiving backs off while such writes keep failing), so it is delivered again:
+// nothing is lost, and a worker never waits for its own write. Not pipelined, Settle
+// waits for each receipt and returns a failed write as a [transport.SettleWriteError]
+// (the runtime then rewinds the delivery), which costs the worker a round trip to the
+// broker (and its journal write) per settle write. A consumer opened with
+// [transport.ConsumeOptions.Transactional] (a DLQ redrive) never pipelines. An Option
+// given to [OpenURL] overrides the URL's pipeline_settles.
+func WithPipelinedSettles(on bool) Option {
+	return func(o *options) { o.pipeline = on }
+}
+
 // WithProducerOptions lets fn adjust the options every producer is created with, after
 // the transport set the topic and its own defaults.
 func WithProducerOptions(fn func(*pc.ProducerOptions)) Option {
@@ -189,6 +207,7 @@ func buildOptions(opts []Option) options {
 		sendTimeout:    30 * time.Second,
 		connectTimeout: DefaultConnectTimeout,
 		maxMessageSize: DefaultMaxMessageSize,
+		pipeline:       true,
 	}
 	for _, f := range opts {
 		f(&o)
@@ -234,14 +253,17 @@ type Config struct {
 	// AdminURL is the admin parameter: the http(s) URL of the admin REST API that
 	// Browse reads through; empty when not given (see [WithAdminURL]).
 	AdminURL string
+	// PipelineSettles is the pipeline_settles parameter: true unless it is 0 (see
+	// [WithPipelinedSettles]).
+	PipelineSettles bool
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
-var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size", "admin"}
+var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size", "admin", "pipeline_settles"}
 
 // options returns the options the URL's parameters stand for.
 func (c Config) options() []Option {
-	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType)}
+	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType), WithPipelinedSettles(c.PipelineSettles)}
 	if c.ConnectTimeout > 0 {
 		opts = append(opts, WithConnectTimeout(c.ConnectTimeout))
 	}
@@ -320,6 +342,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		ServiceURL:       scheme + "://" + strings.Join(hosts, ","),
 		Subscription:     DefaultSubscription,
 		SubscriptionType: Shared,
+		PipelineSettles:  true,
 	}
 	if v, ok, err := q.NonEmpty("subscription"); err != nil {
 		return Config{}, err
@@ -351,6 +374,11 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	if c.AdminURL, err = adminParam(q); err != nil {
 		return Config{}, err
+	}
+	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
+		return Config{}, err
+	} else if ok {
+		c.PipelineSettles = on
 	}
 	return c, nil
 }
@@ -447,6 +475,10 @@ type Transport struct {
 
 	// settleFault, when set (by tests), fails the settle writes it returns an error for.
 	settleFault atomic.Pointer[func(*transport.Message) error]
+
+	// pending counts the pipelined settlements of every consumer whose writes are in
+	// flight (pipeline.go); Close waits for them.
+	pending inflight
 
 	mu        sync.Mutex
 	closed    bool
@@ -553,17 +585,26 @@ func (t *Transport) dropProducer(topic string, p pc.Producer) {
 // lost.
 var ErrEmptyBody = errors.New("pulsar: empty message body (Pulsar Go consumers discard empty payloads)")
 
-// send writes m and waits for the broker to confirm it.
-func (t *Transport) send(ctx context.Context, m *transport.Message) error {
+// check refuses a write the transport cannot make (no queue, an empty body, over the
+// size limit) and returns it projected for the producer.
+func (t *Transport) check(m *transport.Message) (*pc.ProducerMessage, error) {
 	if m == nil || m.Queue == "" {
-		return errors.New("pulsar: message has no queue")
+		return nil, errors.New("pulsar: message has no queue")
 	}
 	if len(m.Body) == 0 {
-		return ErrEmptyBody
+		return nil, ErrEmptyBody
 	}
 	pm := producerMessage(m)
-	size := wireSize(pm)
-	if err := transport.CheckSize("pulsar", m.Queue, size, t.opts.maxMessageSize-MetadataReserve); err != nil {
+	if err := transport.CheckSize("pulsar", m.Queue, wireSize(pm), t.opts.maxMessageSize-MetadataReserve); err != nil {
+		return nil, err
+	}
+	return pm, nil
+}
+
+// send writes m and waits for the broker to confirm it.
+func (t *Transport) send(ctx context.Context, m *transport.Message) error {
+	pm, err := t.check(m)
+	if err != nil {
 		return err
 	}
 	p, err := t.producer(ctx, m.Queue)
@@ -583,7 +624,7 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		// The broker's maxMessageSize is below max_message_size. The client reports it
 		// with an error of its internal package, known only by its text.
 		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
-			transport.ErrTooLarge, size, m.Queue, t.opts.maxMessageSize, err)
+			transport.ErrTooLarge, wireSize(pm), m.Queue, t.opts.maxMessageSize, err)
 	}
 	return err
 }
@@ -689,6 +730,12 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 			Logger:   t.log,
 		}),
 	}
+	// A Transactional consumer (a DLQ redrive) does not pipeline: without a Pulsar
+	// transaction here, settling before Settle returns keeps a kill's duplicates to the
+	// one delivery in hand.
+	if t.opts.pipeline && !opts.Transactional {
+		c.pipe = newPipeline(max(pipeDepth, prefetch), &t.pending)
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -706,9 +753,10 @@ func (t *Transport) forget(c *consumer) {
 	t.mu.Unlock()
 }
 
-// Close flushes and closes every producer, closes the consumers still open (their
-// unsettled deliveries go back to the broker) and, when the transport owns it, the
-// client.
+// Close closes the consumers still open (their unsettled deliveries go back to the
+// broker), waits, until ctx ends, for the pipelined settlements in flight (each
+// delivery is acknowledged once its writes are confirmed, or rewound), flushes and
+// closes every producer and, when the transport owns it, the client.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if t.closed {
@@ -727,6 +775,9 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Unlock()
 	for _, c := range consumers {
 		_ = c.Close(ctx)
+	}
+	if !t.pending.wait(ctx) {
+		t.log.Warn("pulsar: transport closed before the receipts of its pipelined settle writes came; those deliveries are delivered again")
 	}
 	var errs []error
 	for _, s := range slots {

@@ -10,7 +10,7 @@ import (
 // TestStatsKit counts topics on the real Pulsar through its admin REST API: the
 // topic's entries before the subscription exists, then the subscription's backlog.
 func TestStatsKit(t *testing.T) {
-	cfg := kitConfig()
+	cfg := kitConfig(true)
 	cfg.Prefetch = 1
 	transporttest.RunStats(t, cfg, transporttest.StatsOptions{Wait: 20 * time.Second})
 }

@@ -56,10 +56,16 @@ func openTransport(t testing.TB, query string, opts ...pulsar.Option) *pulsar.Tr
 	return tr
 }
 
-func kitConfig() transporttest.Config {
+// kitConfig runs the shared kits against the test broker with the settle writes
+// pipelined (the default) or, with pipelined false, with pipeline_settles=0.
+func kitConfig(pipelined bool) transporttest.Config {
+	query := "nack_delay=200ms"
+	if !pipelined {
+		query += "&pipeline_settles=0"
+	}
 	return transporttest.Config{
 		Open: func(t *testing.T) transport.Transport {
-			return openTransport(t, "nack_delay=200ms")
+			return openTransport(t, query)
 		},
 		NativeRedeliveries: true,
 		QuietPeriod:        2 * time.Second,
@@ -75,14 +81,23 @@ func kitConfig() transporttest.Config {
 }
 
 func TestTransport(t *testing.T) {
-	transporttest.Run(t, kitConfig())
+	transporttest.Run(t, kitConfig(true))
+}
+
+// The kits again with pipeline_settles=0: Settle waits for its writes.
+func TestTransportKitNotPipelined(t *testing.T) {
+	transporttest.Run(t, kitConfig(false))
+}
+
+func TestRuntimeKitNotPipelined(t *testing.T) {
+	transporttest.RunRuntime(t, kitConfig(false))
 }
 
 // silentPulsarLog is the raw client's logger in tests.
 func silentPulsarLog() pclog.Logger { return pclog.NewLoggerWithSlog(quietLogger()) }
 
 func TestRuntime(t *testing.T) {
-	transporttest.RunRuntime(t, kitConfig())
+	transporttest.RunRuntime(t, kitConfig(true))
 }
 
 // fastNack makes rewound deliveries come back quickly in tests.
@@ -91,7 +106,7 @@ func fastNack() pulsar.Option { return pulsar.WithNackRedeliveryDelay(200 * time
 // The runtime's retry is a re-publish, so max_attempts bounds it on an Exclusive
 // subscription too, where the broker does not count redeliveries and delays are off.
 func TestRuntimeExclusiveSubscription(t *testing.T) {
-	cfg := kitConfig()
+	cfg := kitConfig(true)
 	cfg.Open = func(t *testing.T) transport.Transport {
 		return openTransport(t, "subscription_type=exclusive")
 	}

@@ -19,23 +19,28 @@ func TestParseURL(t *testing.T) {
 		raw  string
 		want pulsar.Config
 	}{
-		{"pulsar://127.0.0.1:6650", pulsar.Config{ServiceURL: "pulsar://127.0.0.1:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
-		{"pulsar://localhost", pulsar.Config{ServiceURL: "pulsar://localhost:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
-		{"pulsar+ssl://broker.example", pulsar.Config{ServiceURL: "pulsar+ssl://broker.example:6651", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
-		{"PULSAR://h1:6650,h2:6651/", pulsar.Config{ServiceURL: "pulsar://h1:6650,h2:6651", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
-		{"pulsar://[::1]:6650?subscription=billing&subscription_type=key_shared", pulsar.Config{ServiceURL: "pulsar://[::1]:6650", Subscription: "billing", SubscriptionType: pulsar.KeyShared}},
-		{"pulsar://h?subscription_type=Exclusive", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Exclusive}},
-		{"pulsar://h?subscription_type=failover", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Failover}},
-		{"pulsar://h?subscription_type=shared", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
+		{"pulsar://127.0.0.1:6650", pulsar.Config{ServiceURL: "pulsar://127.0.0.1:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
+		{"pulsar://localhost", pulsar.Config{ServiceURL: "pulsar://localhost:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
+		{"pulsar+ssl://broker.example", pulsar.Config{ServiceURL: "pulsar+ssl://broker.example:6651", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
+		{"PULSAR://h1:6650,h2:6651/", pulsar.Config{ServiceURL: "pulsar://h1:6650,h2:6651", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
+		{"pulsar://[::1]:6650?subscription=billing&subscription_type=key_shared", pulsar.Config{ServiceURL: "pulsar://[::1]:6650", Subscription: "billing", SubscriptionType: pulsar.KeyShared, PipelineSettles: true}},
+		{"pulsar://h?subscription_type=Exclusive", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Exclusive, PipelineSettles: true}},
+		{"pulsar://h?subscription_type=failover", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Failover, PipelineSettles: true}},
+		{"pulsar://h?subscription_type=shared", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
 		{"pulsar://h?connect_timeout=2s&send_timeout=1m&nack_delay=250ms&max_message_size=1048576", pulsar.Config{
 			ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared,
 			ConnectTimeout: 2 * time.Second, SendTimeout: time.Minute, NackDelay: 250 * time.Millisecond, MaxMessageSize: 1 << 20,
+			PipelineSettles: true,
 		}},
 		// A bare number is seconds, as on every driver.
 		{"pulsar://h?connect_timeout=3&nack_delay=0.5", pulsar.Config{
 			ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared,
-			ConnectTimeout: 3 * time.Second, NackDelay: 500 * time.Millisecond,
+			ConnectTimeout: 3 * time.Second, NackDelay: 500 * time.Millisecond, PipelineSettles: true,
 		}},
+		// pipeline_settles: on by default, 0 (or false, off, no) turns it off.
+		{"pulsar://h?pipeline_settles=0", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
+		{"pulsar://h?pipeline_settles=off", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
+		{"pulsar://h?pipeline_settles=1", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -81,6 +86,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"pulsar://h:6650?nack_delay=", "nack_delay"},
 		{"pulsar://h:6650?max_message_size=0", "max_message_size"},
 		{"pulsar://h:6650?max_message_size=5MB", "max_message_size"},
+		{"pulsar://h:6650?pipeline_settles=maybe", "pipeline_settles"},
+		{"pulsar://h:6650?pipeline_settles=", "pipeline_settles"},
+		{"pulsar://h:6650?pipeline_settles=1&pipeline_settles=0", "pipeline_settles"},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
