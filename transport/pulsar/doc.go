@@ -26,6 +26,7 @@
 //	nack_delay         how long the broker waits before it redelivers a rewound delivery (default 1s)
 //	max_message_size   the broker's maxMessageSize in bytes (default 5242880)
 //	admin              the admin REST API that Browse reads through (default http://<first host>:8080, https://…:8443 for pulsar+ssl)
+//	pipeline_settles   0 makes Settle wait for the receipts of the runtime's settle writes (default 1: pipelined; see below)
 //
 // Durations are Go durations ("1500ms", "30s") or a bare number of seconds, the grammar
 // every BabelQueue URL shares. Any other parameter, a parameter given twice, a malformed
@@ -84,8 +85,9 @@
 //
 // # Settlement
 //
-// Every write, the user's Publish and each settle write, is a synchronous send on a
-// producer cached per topic; it counts once the broker confirmed it. Settle with Ack
+// Every write, the user's Publish and each settle write, is a send on a producer cached
+// per topic (synchronous, but for pipelined settle writes, below); it counts once the
+// broker confirmed it. Settle with Ack
 // sends the settle writes, waits for each confirmation and only then acknowledges the
 // delivery; when a write fails nothing is acknowledged and the error matches
 // [transport.ErrSettleWrite], and the runtime then rewinds the delivery. The writes are
@@ -96,6 +98,16 @@
 // redelivery delay (1s by default, [WithNackRedeliveryDelay]) with its redelivery count
 // one higher. A retry is a re-publish to the same topic with bq-attempts+1 and an ack of
 // the original, so the runtime's max_attempts bounds it on every subscription type.
+//
+// The runtime's settle writes are pipelined by default ([WithPipelinedSettles];
+// pipeline_settles=0 for the awaited Ack above): Settle checks the writes, hands them
+// to their producers (SendAsync) and returns, and the delivery is acknowledged once
+// every write's receipt is in, or rewound (negatively acknowledged) when one fails or
+// has none within the send timeout, so nothing is acknowledged without its writes and
+// nothing is lost. Receive backs off while pipelined writes keep failing; at most
+// max(256, prefetch) settlements are in flight per consumer, and Close (of the consumer
+// and of the transport) waits for them, bounded by its context. A consumer opened with
+// [transport.ConsumeOptions.Transactional] (a DLQ redrive) never pipelines.
 //
 // Consumers subscribe at the earliest position, so messages published before the
 // subscription first existed are received. The client's receiver queue is the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,59 +48,73 @@ func consumeOn(t *testing.T, tr transport.Transport, q string, prefetch int) tra
 // SettleWriteError naming the queue, and the Rewind the runtime then asks for makes
 // Pulsar redeliver the original with a higher redelivery count. The write before the
 // refused one stays made (Pulsar cannot take it back; the contract's at-least-once for
-// earlier writes), and the redelivery's settle makes it again.
+// earlier writes), and the redelivery's settle makes it again. Pipelined (the default),
+// every write's producer is found before any write is handed over, so a topic that
+// cannot have one fails Settle the same way with nothing written.
 func TestFailedSettleWriteNacksOriginal(t *testing.T) {
-	for _, bad := range invalidTopics {
-		t.Run(bad, func(t *testing.T) {
-			tr := openTransport(t, "", pulsar.WithNackRedeliveryDelay(200*time.Millisecond), pulsar.WithSendTimeout(20*time.Second))
-			q := transporttest.UniqueName("bqtest-failwrite")
-			ctx := context.Background()
-			if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body("a")}); err != nil {
-				t.Fatal(err)
-			}
-			c := consumeOn(t, tr, q, 4)
-			d := receive(t, c)
-			good := transporttest.UniqueName("bqtest-failwrite-ok")
-			first := &transport.Message{Queue: good, Body: []byte(`{"first":"write"}`)}
-			sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			defer cancel()
-			err := c.Settle(sctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
-				first,
-				{Queue: bad, Body: []byte(`{"dead":"letter"}`)},
-				{Queue: good, Body: []byte(`{"never":"made"}`)},
-			}})
-			if !errors.Is(err, transport.ErrSettleWrite) {
-				t.Fatalf("Settle with a refused write = %v, want ErrSettleWrite", err)
-			}
-			var swe *transport.SettleWriteError
-			if !errors.As(err, &swe) || swe.Queue != bad {
-				t.Fatalf("error %v does not name the queue %q", err, bad)
-			}
-			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
-				t.Fatalf("Rewind after the failed write: %v", err)
-			}
-			d2 := receive(t, c)
-			if !bytes.Equal(d2.Body, d.Body) || d2.Redeliveries <= d.Redeliveries {
-				t.Fatalf("redelivered %q with Redeliveries %d (was %d)", d2.Body, d2.Redeliveries, d.Redeliveries)
-			}
-			if err := c.Settle(ctx, d2, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{first}}); err != nil {
-				t.Fatal(err)
-			}
-			// The first write was made by the failed settle and again by the second; the
-			// write after the refused one never was.
-			cg := consumeOn(t, tr, good, 4)
-			for range 2 {
-				w := receive(t, cg)
-				if !bytes.Equal(w.Body, first.Body) {
-					t.Fatalf("%s holds %q, want only the first write", good, w.Body)
-				}
-				if err := cg.Settle(ctx, w, transport.Settlement{Outcome: transport.Ack}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			transporttest.ExpectNothing(t, cg, time.Second)
-		})
+	for _, pipelined := range []bool{false, true} {
+		for _, bad := range invalidTopics {
+			t.Run(fmt.Sprintf("pipelined=%v/%s", pipelined, bad), func(t *testing.T) {
+				testFailedSettleWrite(t, bad, pipelined)
+			})
+		}
 	}
+}
+
+func testFailedSettleWrite(t *testing.T, bad string, pipelined bool) {
+	tr := openTransport(t, "", pulsar.WithNackRedeliveryDelay(200*time.Millisecond), pulsar.WithSendTimeout(20*time.Second),
+		pulsar.WithPipelinedSettles(pipelined))
+	q := transporttest.UniqueName("bqtest-failwrite")
+	ctx := context.Background()
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body("a")}); err != nil {
+		t.Fatal(err)
+	}
+	c := consumeOn(t, tr, q, 4)
+	d := receive(t, c)
+	good := transporttest.UniqueName("bqtest-failwrite-ok")
+	first := &transport.Message{Queue: good, Body: []byte(`{"first":"write"}`)}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err := c.Settle(sctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
+		first,
+		{Queue: bad, Body: []byte(`{"dead":"letter"}`)},
+		{Queue: good, Body: []byte(`{"never":"made"}`)},
+	}})
+	if !errors.Is(err, transport.ErrSettleWrite) {
+		t.Fatalf("Settle with a refused write = %v, want ErrSettleWrite", err)
+	}
+	var swe *transport.SettleWriteError
+	if !errors.As(err, &swe) || swe.Queue != bad {
+		t.Fatalf("error %v does not name the queue %q", err, bad)
+	}
+	if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
+		t.Fatalf("Rewind after the failed write: %v", err)
+	}
+	d2 := receive(t, c)
+	if !bytes.Equal(d2.Body, d.Body) || d2.Redeliveries <= d.Redeliveries {
+		t.Fatalf("redelivered %q with Redeliveries %d (was %d)", d2.Body, d2.Redeliveries, d.Redeliveries)
+	}
+	if err := c.Settle(ctx, d2, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{first}}); err != nil {
+		t.Fatal(err)
+	}
+	// Awaited, the first write was made by the failed settle and again by the
+	// second; pipelined, by the second only. The write after the refused one never
+	// was.
+	made := 2
+	if pipelined {
+		made = 1
+	}
+	cg := consumeOn(t, tr, good, 4)
+	for range made {
+		w := receive(t, cg)
+		if !bytes.Equal(w.Body, first.Body) {
+			t.Fatalf("%s holds %q, want only the first write", good, w.Body)
+		}
+		if err := cg.Settle(ctx, w, transport.Settlement{Outcome: transport.Ack}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transporttest.ExpectNothing(t, cg, time.Second)
 }
 
 // Closing the transport closes its consumers: a delivery still held cannot be settled
