@@ -15,6 +15,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -36,7 +37,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	if t.s.pipeline && c.tx == nil { // a transactional consumer commits each settlement (move.go)
-		c.pipe = newPipeline(prefetch)
+		c.pipe = settlepipe.New(prefetch, nil)
 	}
 	s, err := c.open(ctx)
 	if err != nil {
@@ -71,7 +72,7 @@ type consumer struct {
 	// the dead one are still held) and their settle state. Closing it stops the
 	// consumer.
 	book      *ledger.Ledger[handle]
-	pipe      *pipeline // pipelined settlements in flight; nil when not pipelined
+	pipe      *settlepipe.Pipe // pipelined settlements in flight; nil when not pipelined
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
@@ -218,7 +219,7 @@ func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 
 func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
 	if c.pipe != nil {
-		if err := c.pipe.pause(ctx, c.book.Done()); err != nil {
+		if err := c.pipe.Pause(ctx, c.book.Done()); err != nil {
 			return nil, err
 		}
 	}
@@ -440,7 +441,7 @@ func (c *consumer) lost(err error) error {
 func (c *consumer) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.book.Close() // the channel's close gives the deliveries back
-		if c.pipe != nil && !c.pipe.wait(ctx) {
+		if c.pipe != nil && !c.pipe.Wait(ctx) {
 			c.t.log.Warn("amqp: consumer closed before the confirms of its pipelined settle writes came; those deliveries are delivered again", "queue", c.queue)
 		}
 		c.wg.Wait()

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -26,106 +23,6 @@ import (
 // itself: nothing is acked on it, and the writes made for it may stay (a duplicate at
 // worst, never a loss).
 
-// pipeline bounds and counts one consumer's pipelined settlements in flight.
-type pipeline struct {
-	slots chan struct{} // a token per settlement in flight
-
-	mu   sync.Mutex
-	n    int           // settlements in flight
-	idle chan struct{} // closed when n drops to 0, while someone waits for it
-
-	// The backoff after failed pipelined writes: the next receive waits until
-	// pauseUntil (Unix ns), doubling from minPause to maxPause while writes keep
-	// failing, so a write that cannot succeed never spins the handler.
-	failures   int // guarded by mu
-	pauseUntil atomic.Int64
-}
-
-const (
-	minPause = 50 * time.Millisecond
-	maxPause = 2 * time.Second
-)
-
-func newPipeline(size int) *pipeline {
-	return &pipeline{slots: make(chan struct{}, max(size, 1))}
-}
-
-// acquire takes a slot for one settlement, waiting while the pipeline is full.
-func (p *pipeline) acquire(ctx context.Context) error {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	p.mu.Lock()
-	p.n++
-	p.mu.Unlock()
-	return nil
-}
-
-// release frees the slot of one settlement that finished.
-func (p *pipeline) release() {
-	p.mu.Lock()
-	p.n--
-	if p.n == 0 && p.idle != nil {
-		close(p.idle)
-		p.idle = nil
-	}
-	p.mu.Unlock()
-	<-p.slots
-}
-
-// wait waits until no settlement is in flight or ctx ends; it reports whether the
-// pipeline drained.
-func (p *pipeline) wait(ctx context.Context) bool {
-	p.mu.Lock()
-	if p.n == 0 {
-		p.mu.Unlock()
-		return true
-	}
-	if p.idle == nil {
-		p.idle = make(chan struct{})
-	}
-	idle := p.idle
-	p.mu.Unlock()
-	select {
-	case <-idle:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// failed records a failed settlement and returns the failures in a row and the pause
-// the next receive waits.
-func (p *pipeline) failed() (int, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.failures++
-	pause := min(minPause<<min(p.failures-1, 20), maxPause)
-	p.pauseUntil.Store(time.Now().Add(pause).UnixNano())
-	return p.failures, pause
-}
-
-// succeeded records a settlement whose writes were confirmed and returns the failures
-// that went before it (0 in the common case).
-func (p *pipeline) succeeded() int {
-	if p.pauseUntil.Load() == 0 {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.failures
-	p.failures = 0
-	p.pauseUntil.Store(0)
-	return n
-}
-
-// pause waits out the backoff after failed pipelined writes.
-func (p *pipeline) pause(ctx context.Context, done <-chan struct{}) error {
-	return ledger.WaitUntil(ctx, p.pauseUntil.Load(), done)
-}
-
 // settlePipelined is an Ack with writes when settle writes are pipelined: it publishes
 // the writes and returns; awaitWrites acks or rewinds the delivery once they are
 // confirmed or failed. An error returned here acknowledged nothing and left nothing in
@@ -139,12 +36,12 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
 	}
-	if err := c.pipe.acquire(ctx); err != nil {
+	if err := c.pipe.Acquire(ctx); err != nil {
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 	}
 	ss, err := c.t.publishWrites(ctx, ws)
 	if err != nil {
-		c.pipe.release()
+		c.pipe.Release()
 		return err
 	}
 	go c.awaitWrites(h, ws, ss)
@@ -189,7 +86,7 @@ func failedAll(n int, err error) []error {
 // timeout, then acks the delivery (every write confirmed and none returned) or nacks it
 // with requeue.
 func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
-	defer c.pipe.release()
+	defer c.pipe.Release()
 	err := c.t.confirmed(ws, ss)
 	if err == nil {
 		if ackErr := h.s.ch.Ack(h.tag, false); ackErr != nil {
@@ -199,7 +96,7 @@ func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
 				"queue", c.queue, "err", ackErr)
 			return
 		}
-		if n := c.pipe.succeeded(); n > 0 {
+		if n := c.pipe.Succeeded(); n > 0 {
 			c.t.log.Info("amqp: settle writes confirmed again", "queue", c.queue, "failed_before", n)
 		}
 		return
@@ -209,7 +106,7 @@ func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
 	if nackErr := h.s.ch.Nack(h.tag, false, true); nackErr != nil {
 		return // the channel (and most likely the connection) went: the consumer resumes
 	}
-	n, pause := c.pipe.failed()
+	n, pause := c.pipe.Failed()
 	if n&(n-1) == 0 { // at the first failure of a run and at each doubling
 		c.t.log.Warn("amqp: settle write failed; the delivery is delivered again and receiving backs off while settle writes fail",
 			"queue", c.queue, "failures", n, "backoff", pause, "err", err)

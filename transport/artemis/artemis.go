@@ -16,6 +16,7 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
+	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -332,7 +333,7 @@ type Transport struct {
 
 	// pending counts the pipelined settlements of every consumer whose writes are not
 	// yet answered; Close waits for them.
-	pending inflight
+	pending settlepipe.Inflight
 }
 
 // Capabilities reports binding §7: attempts are the larger of the body's and the
@@ -550,7 +551,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 // deliveries are accepted once their writes are), then closes the connection.
 // Deliveries not yet settled go back to the broker.
 func (t *Transport) Close(ctx context.Context) error {
-	t.pending.wait(ctx)
+	t.pending.Wait(ctx)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {

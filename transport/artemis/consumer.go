@@ -12,6 +12,7 @@ import (
 	amqp "github.com/Azure/go-amqp"
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -56,8 +57,8 @@ type consumer struct {
 	manual  bool
 	granted int
 
-	pipe    chan struct{} // a slot per pipelined settlement in flight
-	pending inflight      // pipelined settlements in flight; Close waits for them
+	pipe    chan struct{}       // a slot per pipelined settlement in flight
+	pending settlepipe.Inflight // pipelined settlements in flight; Close waits for them
 
 	holdMu   sync.Mutex
 	failures int // pipelined settle writes failed in a row; guarded by holdMu
@@ -294,7 +295,7 @@ func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement,
 // deliveries handed out and not settled go back to the broker, which redelivers them.
 func (c *consumer) Close(ctx context.Context) error {
 	c.book.Close() // detaching gives the deliveries back
-	c.pending.wait(ctx)
+	c.pending.Wait(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

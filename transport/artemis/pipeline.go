@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
@@ -38,47 +37,6 @@ const pipeDepth = 256
 // WithMaxBackoff (at least settleHoldMin), so a write the broker keeps refusing never
 // spins the handler.
 const settleHoldMin = 250 * time.Millisecond
-
-// inflight counts work in flight and lets a caller wait, bounded by a context, until
-// none is left. Unlike a sync.WaitGroup, an Add may race with a wait.
-type inflight struct {
-	mu   sync.Mutex
-	n    int
-	zero chan struct{} // closed when n drops to 0; nil while n is 0
-}
-
-func (f *inflight) add() {
-	f.mu.Lock()
-	if f.n == 0 {
-		f.zero = make(chan struct{})
-	}
-	f.n++
-	f.mu.Unlock()
-}
-
-func (f *inflight) done() {
-	f.mu.Lock()
-	f.n--
-	if f.n == 0 {
-		close(f.zero)
-		f.zero = nil
-	}
-	f.mu.Unlock()
-}
-
-// wait returns once nothing is in flight or ctx ends.
-func (f *inflight) wait(ctx context.Context) {
-	f.mu.Lock()
-	ch := f.zero
-	f.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-	}
-}
 
 // sentWrite is one settle write sent and not yet answered.
 type sentWrite struct {
@@ -135,8 +93,8 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 		<-c.pipe
 		return err
 	}
-	c.pending.add()
-	c.t.pending.add()
+	c.pending.Add()
+	c.t.pending.Add()
 	go c.finishPipelined(h, sent)
 	return nil
 }
@@ -144,8 +102,8 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 // finishPipelined waits, up to the confirm timeout, for the writes of one pipelined
 // settlement, then accepts the delivery, or gives it back when a write failed.
 func (c *consumer) finishPipelined(h handle, sent []sentWrite) {
-	defer c.t.pending.done()
-	defer c.pending.done()
+	defer c.t.pending.Done()
+	defer c.pending.Done()
 	defer func() { <-c.pipe }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.t.opts.confirmTimeout)
 	err := awaitWrites(ctx, sent)

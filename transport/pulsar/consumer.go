@@ -8,6 +8,7 @@ import (
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -19,7 +20,7 @@ type consumer struct {
 	queue string
 	pc    pc.Consumer
 	book  *ledger.Ledger[pc.Message] // the deliveries handed out and not settled
-	pipe  *pipeline                  // pipelined settlements in flight; nil when not pipelined
+	pipe  *settlepipe.Pipe           // pipelined settlements in flight; nil when not pipelined
 	once  sync.Once
 }
 
@@ -28,7 +29,7 @@ type consumer struct {
 // pipelined settle writes) keep failing Receive backs off.
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
 	if c.pipe != nil {
-		if err := c.pipe.pause(ctx, c.book.Done()); err != nil {
+		if err := c.pipe.Pause(ctx, c.book.Done()); err != nil {
 			return nil, err
 		}
 	}
@@ -122,7 +123,7 @@ func (c *consumer) Close(ctx context.Context) error {
 		// What the ledger returns needs no give-back of its own: closing the Pulsar
 		// consumer returns every unacknowledged message to the subscription.
 		_ = c.book.Close()
-		if c.pipe != nil && !c.pipe.pending.wait(ctx) {
+		if c.pipe != nil && !c.pipe.Wait(ctx) {
 			c.t.log.Warn("pulsar: consumer closed before the receipts of its pipelined settle writes came; those deliveries are delivered again", "queue", c.queue)
 		}
 		c.pc.Close()

@@ -3,13 +3,11 @@ package pulsar
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -35,123 +33,6 @@ import (
 // its prefetch): enough to keep a producer's writes on the wire while the workers go
 // on, within the producer's default pending queue (1000 messages).
 const pipeDepth = 256
-
-// Bounds of the pause receiving takes while pipelined settle writes keep failing.
-const (
-	minPause = 50 * time.Millisecond
-	maxPause = 2 * time.Second
-)
-
-// inflight counts work in flight and lets a caller wait, bounded by a context, until
-// none is left. Unlike a sync.WaitGroup, an add may race with a wait.
-type inflight struct {
-	mu   sync.Mutex
-	n    int
-	zero chan struct{} // closed when n drops to 0; nil while n is 0
-}
-
-func (f *inflight) add() {
-	f.mu.Lock()
-	if f.n == 0 {
-		f.zero = make(chan struct{})
-	}
-	f.n++
-	f.mu.Unlock()
-}
-
-func (f *inflight) done() {
-	f.mu.Lock()
-	f.n--
-	if f.n == 0 {
-		close(f.zero)
-		f.zero = nil
-	}
-	f.mu.Unlock()
-}
-
-// wait returns once nothing is in flight (true) or ctx ends (false).
-func (f *inflight) wait(ctx context.Context) bool {
-	f.mu.Lock()
-	ch := f.zero
-	f.mu.Unlock()
-	if ch == nil {
-		return true
-	}
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// pipeline bounds and counts one consumer's pipelined settlements in flight, and keeps
-// the backoff after failed ones.
-type pipeline struct {
-	slots   chan struct{} // a token per settlement in flight
-	pending inflight      // the settlements in flight; Close waits for them
-	all     *inflight     // the transport's count of them, for its Close
-
-	// The backoff after failed pipelined writes: the next receive waits until
-	// pauseUntil (Unix ns), doubling from minPause to maxPause while writes keep
-	// failing, so a write that cannot succeed never spins the handler.
-	mu         sync.Mutex
-	failures   int // guarded by mu
-	pauseUntil atomic.Int64
-}
-
-func newPipeline(size int, all *inflight) *pipeline {
-	return &pipeline{slots: make(chan struct{}, max(size, 1)), all: all}
-}
-
-// acquire takes a slot for one settlement, waiting while the pipeline is full.
-func (p *pipeline) acquire(ctx context.Context) error {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	p.pending.add()
-	p.all.add()
-	return nil
-}
-
-// release frees the slot of one settlement that finished.
-func (p *pipeline) release() {
-	p.all.done()
-	p.pending.done()
-	<-p.slots
-}
-
-// failed records a failed settlement and returns the failures in a row and the pause
-// the next receive waits.
-func (p *pipeline) failed() (int, time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.failures++
-	pause := min(minPause<<min(p.failures-1, 20), maxPause)
-	p.pauseUntil.Store(time.Now().Add(pause).UnixNano())
-	return p.failures, pause
-}
-
-// succeeded records a settlement whose writes were confirmed and returns the failures
-// that went before it (0 in the common case).
-func (p *pipeline) succeeded() int {
-	if p.pauseUntil.Load() == 0 {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.failures
-	p.failures = 0
-	p.pauseUntil.Store(0)
-	return n
-}
-
-// pause waits out the backoff after failed pipelined writes.
-func (p *pipeline) pause(ctx context.Context, done <-chan struct{}) error {
-	return ledger.WaitUntil(ctx, p.pauseUntil.Load(), done)
-}
 
 // pipelined is one settlement whose writes are in flight.
 type pipelined struct {
@@ -215,14 +96,14 @@ func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, ws []*tr
 		}
 		pms[i] = pm
 	}
-	if err := c.pipe.acquire(ctx); err != nil {
+	if err := c.pipe.Acquire(ctx); err != nil {
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 	}
 	ps := make([]pc.Producer, len(ws))
 	for i, m := range ws {
 		p, err := c.t.producer(ctx, m.Queue)
 		if err != nil {
-			c.pipe.release()
+			c.pipe.Release()
 			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
 		ps[i] = p
@@ -249,7 +130,7 @@ func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, ws []*tr
 // finishPipelined acknowledges msg once its settle writes are all confirmed (err nil),
 // or rewinds it when one failed, then frees the settlement's slot.
 func (c *consumer) finishPipelined(msg pc.Message, err error) {
-	defer c.pipe.release()
+	defer c.pipe.Release()
 	if err == nil {
 		if ackErr := c.pc.Ack(msg); ackErr != nil {
 			// The broker redelivers what it never saw acknowledged; the writes stay
@@ -258,13 +139,13 @@ func (c *consumer) finishPipelined(msg pc.Message, err error) {
 				"queue", c.queue, "err", ackErr)
 			return
 		}
-		if n := c.pipe.succeeded(); n > 0 {
+		if n := c.pipe.Succeeded(); n > 0 {
 			c.t.log.Info("pulsar: settle writes confirmed again", "queue", c.queue, "failed_before", n)
 		}
 		return
 	}
 	c.pc.Nack(msg)
-	n, pause := c.pipe.failed()
+	n, pause := c.pipe.Failed()
 	if n&(n-1) == 0 { // at the first failure of a run and at each doubling
 		c.t.log.Warn("pulsar: settle write failed; the delivery is delivered again and receiving backs off while settle writes fail",
 			"queue", c.queue, "failures", n, "backoff", pause, "err", err)

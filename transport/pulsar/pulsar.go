@@ -18,6 +18,7 @@ import (
 	pclog "github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -478,7 +479,7 @@ type Transport struct {
 
 	// pending counts the pipelined settlements of every consumer whose writes are in
 	// flight (pipeline.go); Close waits for them.
-	pending inflight
+	pending settlepipe.Inflight
 
 	mu        sync.Mutex
 	closed    bool
@@ -734,7 +735,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	// transaction here, settling before Settle returns keeps a kill's duplicates to the
 	// one delivery in hand.
 	if t.opts.pipeline && !opts.Transactional {
-		c.pipe = newPipeline(max(pipeDepth, prefetch), &t.pending)
+		c.pipe = settlepipe.New(max(pipeDepth, prefetch), &t.pending)
 	}
 	t.mu.Lock()
 	if t.closed {
@@ -776,7 +777,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	for _, c := range consumers {
 		_ = c.Close(ctx)
 	}
-	if !t.pending.wait(ctx) {
+	if !t.pending.Wait(ctx) {
 		t.log.Warn("pulsar: transport closed before the receipts of its pipelined settle writes came; those deliveries are delivered again")
 	}
 	var errs []error
