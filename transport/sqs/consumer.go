@@ -155,7 +155,12 @@ func (c *consumer) poll() {
 		if !ok {
 			return
 		}
-		out, err := c.t.client.ReceiveMessage(c.ctx, &awssqs.ReceiveMessageInput{
+		// Each call is bounded (the long-poll wait plus receiveGrace), so a request on a
+		// connection that died without a reset fails, is logged and is made again
+		// instead of stalling the poller: the messages such a call took come back after
+		// their visibility timeout.
+		rctx, cancel := context.WithTimeout(c.ctx, time.Duration(c.t.waitTime)*time.Second+receiveGrace)
+		out, err := c.t.client.ReceiveMessage(rctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(c.queueURL()),
 			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             c.t.waitTime,
@@ -163,6 +168,7 @@ func (c *consumer) poll() {
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 		})
+		cancel()
 		used, got := 0, 0
 		if err == nil && out != nil {
 			backoff = 0
@@ -214,6 +220,10 @@ func (c *consumer) poll() {
 		}
 	}
 }
+
+// receiveGrace is how much longer than its long-poll wait a ReceiveMessage call may
+// take before it is given up and made again.
+const receiveGrace = 20 * time.Second
 
 // sleep waits d, reporting false when the consumer closed first.
 func (c *consumer) sleep(d time.Duration) bool {
