@@ -227,6 +227,9 @@ type config struct {
 	dialTimeout       time.Duration
 	confirmPublish    bool
 	pipelineSettles   bool
+	// txTimeout is the transaction timeout of a transactional consumer's producer
+	// (move.go); tests shorten it.
+	txTimeout time.Duration
 }
 
 // Option configures a [Transport].
@@ -323,6 +326,7 @@ func defaults() config {
 		heartbeatInterval: DefaultHeartbeatInterval,
 		dialTimeout:       DefaultDialTimeout,
 		pipelineSettles:   true,
+		txTimeout:         defaultTxTimeout,
 	}
 }
 

@@ -35,16 +35,14 @@ import (
 // Each settlement costs a transaction (a few round trips and the broker's commit
 // markers), so the runtime's consumers do not use it; a DLQ redrive does.
 
-// txTimeout is the transaction timeout of a transactional consumer's producer: how
-// long the broker lets a transaction stay open before it aborts it. A process killed in
-// the middle of a move leaves its transaction open that long (plus the broker's check
+// defaultTxTimeout is the transaction timeout of a transactional consumer's producer:
+// how long the broker lets a transaction stay open before it aborts it. A process killed
+// in the middle of a move leaves its transaction open that long (plus the broker's check
 // interval, transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by
 // default): meanwhile the consumers of the target topic, reading committed records only,
 // wait at the open transaction, and a consumer of the dead-letter topic that joins
-// waits for the offset it holds. Tests shorten it (nanoseconds).
-var txTimeout atomic.Int64
-
-func init() { txTimeout.Store(int64(15 * time.Second)) }
+// waits for the offset it holds.
+const defaultTxTimeout = 15 * time.Second
 
 // txBeforeCommit, set by tests, runs between the transactional offset commit and the
 // end of the transaction with the consumer's queue; an error from it aborts the
@@ -69,6 +67,8 @@ type txSettle struct {
 	mu sync.Mutex
 	cl *kgo.Client // the transactional producer
 	id string      // its transactional id
+	// build makes cl again, with its options (renew).
+	build func() (*kgo.Client, error)
 }
 
 // txOutcome is how a transaction ended.
@@ -101,7 +101,7 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 	id := "babelqueue-tx-" + c.t.cfg.group + "-" + hex.EncodeToString(b[:])
 	o := []kgo.Opt{
 		kgo.TransactionalID(id),
-		kgo.TransactionTimeout(time.Duration(txTimeout.Load())),
+		kgo.TransactionTimeout(c.t.cfg.txTimeout),
 		kgo.MaxVersions(txVersions()),
 		kgo.ProducerLinger(0), // a move's writes are all produced at once: nothing to wait for
 		kgo.MetadataMinAge(250 * time.Millisecond),
@@ -115,7 +115,36 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: transactional producer: %w", err)
 	}
-	return &txSettle{cl: cl, id: id}, nil
+	return &txSettle{cl: cl, id: id, build: func() (*kgo.Client, error) { return c.t.factory(o...) }}, nil
+}
+
+// renew replaces a transactional producer whose transaction could not be ended (its
+// abort was refused, for one, because the broker fenced the producer): franz-go keeps
+// such a producer in its transaction and refuses every later BeginTransaction. The new
+// producer has the same transactional id, so when it initializes the coordinator
+// aborts whatever transaction of the old one is still open, at once rather than at
+// the transaction timeout. The caller holds x.mu.
+func (x *txSettle) renew(log interface {
+	Warn(string, ...any)
+	Error(string, ...any)
+}, cause error) error {
+	cl, err := x.build()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Initializing the producer id is what fences and aborts the old transaction.
+		if _, _, err = cl.ProducerID(ctx); err != nil {
+			cl.Close()
+		}
+	}
+	if err != nil {
+		log.Error("kafka: the transactional producer is stuck in a transaction and could not be replaced; moves fail until it is", "cause", cause, "err", err)
+		return fmt.Errorf("kafka: replacing the transactional producer: %w", err)
+	}
+	log.Warn("kafka: replaced the transactional producer, whose transaction could not be ended; the broker aborted that transaction", "cause", cause)
+	x.cl.Close()
+	x.cl = cl
+	return nil
 }
 
 // close closes the transactional producer; nil-safe.
@@ -239,7 +268,15 @@ func txRetriable(err error) bool {
 func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kgo.EpochOffset) (txOutcome, error) {
 	cl := c.tx.cl
 	if err := cl.BeginTransaction(); err != nil {
-		return txAborted, fmt.Errorf("kafka: begin transaction: %w", err)
+		// The producer is left in an unended transaction or its producer id is fenced:
+		// a new one ends that and may begin.
+		if rerr := c.tx.renew(c.log, err); rerr != nil {
+			return txAborted, fmt.Errorf("kafka: begin transaction: %w", err)
+		}
+		cl = c.tx.cl
+		if err := cl.BeginTransaction(); err != nil {
+			return txAborted, fmt.Errorf("kafka: begin transaction: %w", err)
+		}
 	}
 	// Ending a transaction is not cancelled with the caller's ctx: franz-go cannot tell
 	// what a cancelled end did.
@@ -250,9 +287,7 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 		ectx, cancel := end()
 		defer cancel()
 		_ = cl.AbortBufferedRecords(ectx)
-		if err := cl.EndTransaction(ectx, kgo.TryAbort); err != nil {
-			c.log.Warn("kafka: aborting a move's transaction failed; the broker aborts it at its timeout", "timeout", time.Duration(txTimeout.Load()), "err", err)
-		}
+		c.endAborted(ectx, cl)
 		return txAborted, cause
 	}
 
@@ -307,9 +342,7 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 	// be open (franz-go reloads the producer id, which fences the transaction off),
 	// then read the group's offset, waiting while the transaction is pending: it says
 	// whether the commit happened.
-	if aerr := cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
-		c.log.Warn("kafka: aborting after a failed commit of a move's transaction failed", "err", aerr)
-	}
+	c.endAborted(ectx, cl)
 	committed, rerr := c.txResolve(ectx, at, off.Offset)
 	switch {
 	case rerr != nil:
@@ -318,6 +351,21 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 		return txCommitted, nil
 	}
 	return txAborted, fmt.Errorf("kafka: end transaction: %w", err)
+}
+
+// endAborted ends cl's transaction with an abort. franz-go's documented remedy for an
+// abort that fails is one more (it heals an end whose outcome was unconfirmed); when
+// that fails too, the producer is replaced (txSettle.renew), which aborts the
+// transaction on the broker. Either way the next move can begin.
+func (c *consumer) endAborted(ctx context.Context, cl *kgo.Client) {
+	err := cl.EndTransaction(ctx, kgo.TryAbort)
+	if err == nil {
+		return
+	}
+	if err = cl.EndTransaction(ctx, kgo.TryAbort); err == nil {
+		return
+	}
+	_ = c.tx.renew(c.log, fmt.Errorf("kafka: aborting a move's transaction: %w", err))
 }
 
 // commitTxOffset adds the group's offsets to the open transaction and commits off for

@@ -33,8 +33,17 @@ func SetTxBeforeCommit(queue string, fn func() error) {
 	txBeforeCommit.Store(&dispatch)
 }
 
-// SetTxTimeout sets the transaction timeout of the transactional consumers opened from
-// now on and returns the previous one.
-func SetTxTimeout(d time.Duration) time.Duration {
-	return time.Duration(txTimeout.Swap(int64(d)))
+// WithTxTimeout sets the transaction timeout of the transport's transactional consumers
+// (default 15 s).
+func WithTxTimeout(d time.Duration) Option { return func(c *config) { c.txTimeout = d } }
+
+// TxID is the transactional id of a consumer opened Transactional ("" for another).
+func TxID(c any) string {
+	k, ok := c.(*consumer)
+	if !ok || k.tx == nil {
+		return ""
+	}
+	k.tx.mu.Lock()
+	defer k.tx.mu.Unlock()
+	return k.tx.id
 }

@@ -215,6 +215,63 @@ func TestTransactionalMoveAbortedBeforeCommit(t *testing.T) {
 	}
 }
 
+// TestTransactionalMoveFencedProducer fences the consumer's transactional producer in
+// the middle of a move (another producer initializes with its transactional id, as a
+// zombie's successor would), so the move's commit and its abort are both refused
+// (PRODUCER_FENCED): nothing of the move is visible, and the consumer's next move
+// commits, on a producer it built again, instead of failing for ever because franz-go
+// keeps a fenced producer in its unended transaction.
+func TestTransactionalMoveFencedProducer(t *testing.T) {
+	t.Parallel()
+	brokerURL(t)
+	dlq := newTopic(t, "bqtest-txfence")
+	work := dlq + ".work"
+	createTopic(t, dlq, 1)
+	createTopic(t, work, 1)
+	body := `{"moved":"once"}`
+	produceRaw(t, &kgo.Record{Topic: dlq, Value: []byte(body)})
+	tr := openKafka(t)
+	c := consumeTx(t, tr, dlq, work)
+	id := kafka.TxID(c)
+	if id == "" {
+		t.Fatal("no transactional id")
+	}
+	fenced := errors.New("test: fenced before the commit")
+	kafka.SetTxBeforeCommit(dlq, func() error {
+		zombie := rawClient(t, kgo.TransactionalID(id))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, _, err := zombie.ProducerID(ctx); err != nil {
+			t.Errorf("fencing the consumer's producer: %v", err)
+		}
+		return fenced
+	})
+	t.Cleanup(func() { kafka.SetTxBeforeCommit(dlq, nil) })
+	d := receiveOK(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Settle(ctx, d, moveTo(work, d)); !errors.Is(err, fenced) {
+		t.Fatalf("Settle of a fenced move: %v, want the abort's cause", err)
+	}
+	if got := committedValues(t, work, 2*time.Second); len(got) != 0 {
+		t.Errorf("read_committed on the target after the fenced move: %v, want nothing", got)
+	}
+
+	kafka.SetTxBeforeCommit(dlq, nil)
+	settleOK(t, c, d, transport.Settlement{Outcome: transport.Rewind})
+	d = receiveOK(t, c)
+	if string(d.Body) != body {
+		t.Fatalf("redelivered %q, want %q", d.Body, body)
+	}
+	settleOK(t, c, d, moveTo(work, d))
+	if got := committedValues(t, work, 3*time.Second); !slices.Equal(got, []string{body}) {
+		t.Errorf("read_committed on the target after the second move: %v, want the record once", got)
+	}
+	if got := groupOffset(t, tr.Group(), dlq); got != 1 {
+		t.Errorf("the group's committed offset of %s is %d, want 1", dlq, got)
+	}
+}
+
 // TestTransactionalMoveKilledBeforeCommit cuts every connection of the transport at
 // the last step of a move, after its write and its offset commit were sent and before
 // the end of the transaction, as a process killed there would: nothing more reaches
@@ -239,8 +296,7 @@ func TestTransactionalMoveKilledBeforeCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	defer kafka.SetTxTimeout(kafka.SetTxTimeout(3 * time.Second))
-	dead, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(group), kafka.WithDeliveryTimeout(3*time.Second))
+	dead, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(group), kafka.WithDeliveryTimeout(3*time.Second), kafka.WithTxTimeout(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
