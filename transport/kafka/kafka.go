@@ -346,6 +346,7 @@ type Transport struct {
 	shut      atomic.Bool     // closed, for the publish fast path
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
+	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
 
 	limit atomic.Int64 // the largest record batch the producer and the broker accept
 
@@ -431,6 +432,7 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 		repaired:  map[string]time.Time{},
 	}
 	t.onPublished = t.published
+	t.room = newProducerRoom(producer)
 	t.limit.Store(int64(producerLimit(producer)))
 	t.bg, t.stopBg = context.WithCancel(context.Background())
 	return t, nil
@@ -458,7 +460,8 @@ func (t *Transport) Capabilities() transport.Capabilities {
 // buffered, with a [*transport.TooLargeError] naming the limit. A fire-and-forget
 // record the broker refuses later is logged and reported by the next [Transport.Flush]
 // or [Transport.Close]. Publish keeps no reference to m. It blocks only while the
-// producer's buffer is full.
+// producer's buffer is full, until ctx ends: it then returns ctx's error and the record
+// is not buffered.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if t.isClosed() {
 		return transport.ErrClosed
@@ -469,6 +472,11 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	rec, err := t.record(m, time.Time{})
 	if err != nil {
 		return err
+	}
+	if t.room != nil {
+		if err := t.room.wait(ctx); err != nil {
+			return fmt.Errorf("kafka: publish to %q: the producer's buffer is full: %w", m.Queue, err)
+		}
 	}
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
@@ -490,6 +498,7 @@ func (t *Transport) publishConfirmedOne(ctx context.Context, m *transport.Messag
 
 // published is the delivery callback of Publish.
 func (t *Transport) published(r *kgo.Record, err error) {
+	t.room.free()
 	if err != nil {
 		t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
 		t.noteUndelivered(r.Topic, err)
@@ -603,15 +612,13 @@ func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs
 		err error
 	}
 	done := make(chan result, len(recs))
-	for i, r := range recs {
-		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
-			if err == nil {
-				t.delivered(r.Topic)
-				t.settleWriteConfirmed(r.Topic)
-			}
-			done <- result{i, err}
-		})
-	}
+	t.handOver(ctx, recs, func(i int, r *kgo.Record, err error) {
+		if err == nil {
+			t.delivered(r.Topic)
+			t.settleWriteConfirmed(r.Topic)
+		}
+		done <- result{i, err}
+	})
 	// A write awaited for its acknowledgement does not wait out the producer's linger:
 	// a Flush sends what is buffered at once and keeps new records from lingering until
 	// it returns, which is once these records are acknowledged (hurried is called then).
@@ -658,15 +665,13 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		err error
 	}
 	done := make(chan result, len(recs))
-	for i, r := range recs {
-		t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) {
-			if err == nil {
-				t.delivered(r.Topic)
-				t.settleWriteConfirmed(r.Topic)
-			}
-			done <- result{i, err}
-		})
-	}
+	t.handOver(ctx, recs, func(i int, r *kgo.Record, err error) {
+		if err == nil {
+			t.delivered(r.Topic)
+			t.settleWriteConfirmed(r.Topic)
+		}
+		done <- result{i, err}
+	})
 	// A write awaited for its acknowledgement does not wait out the producer's linger:
 	// a Flush sends what is buffered at once and keeps new records from lingering until
 	// it returns, which is once these records are acknowledged (hurried is called then).
@@ -691,6 +696,40 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		}
 	}
 	return errs
+}
+
+// handOver hands recs to the producer in order and calls finished once for each: from
+// its delivery promise, or at once with ctx's error for a record that found no room in
+// the producer's buffer before ctx ended (it is not handed over). A record handed over
+// is never cancelled (see produceUncancelled); when the room for all of recs is free
+// (producerRoom) none of them costs a context of its own.
+func (t *Transport) handOver(ctx context.Context, recs []*kgo.Record, finished func(i int, r *kgo.Record, err error)) {
+	if t.room == nil {
+		for i, r := range recs {
+			t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) { finished(i, r, err) })
+		}
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		for i, r := range recs {
+			finished(i, r, err)
+		}
+		return
+	}
+	uctx := context.WithoutCancel(ctx)
+	admitted := t.room.take(t.prod, len(recs))
+	for i, r := range recs {
+		if !admitted {
+			if err := t.room.wait(ctx); err != nil {
+				finished(i, r, err)
+				continue
+			}
+		}
+		t.prod.Produce(uctx, r, func(r *kgo.Record, err error) {
+			t.room.free()
+			finished(i, r, err)
+		})
+	}
 }
 
 // produceUncancelled hands r to the producer with a context that ends with ctx only

@@ -69,13 +69,14 @@ func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error
 // (a record given up on that way stays buffered and may still be written: a duplicate
 // at worst, never a loss). done runs on a goroutine of its own after a failure.
 //
-// A record goes into the producer's buffer at once when there is room, with ctx's
-// values but not its cancellation (as a Publish does: franz-go fails every record
-// buffered behind one whose context ends, and cancelling nothing spares it watching
-// one). When the buffer is full franz-go refuses the record (ErrMaxBuffered) and it is
-// handed over again from a goroutine of its own by produceUncancelled, which waits
-// for room until ctx ends; the caller's slot in the consumer's pipe bounds what waits
-// that way.
+// The records go into the producer's buffer at once when there is room for all of them
+// (producerRoom), with ctx's values but not its cancellation (as a Publish does:
+// franz-go fails every record buffered behind one whose context ends, and cancelling
+// nothing spares it watching one). Otherwise they wait for room in order on a goroutine
+// of their own until ctx ends; the caller's slot in the consumer's pipe bounds what waits
+// that way. (A producer that also bounds its buffer in bytes keeps no room: franz-go
+// refuses a record when the buffer is full, ErrMaxBuffered, and produceUncancelled hands
+// it over again from a goroutine of its own.)
 func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done func(topic string, err error)) {
 	w := &asyncWrite{}
 	w.done = func(topic string, err error) {
@@ -94,6 +95,7 @@ func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done f
 		return
 	}
 	confirmed := func(r *kgo.Record, err error) {
+		t.room.free()
 		if err != nil {
 			w.finish(r.Topic, &DeliveryError{Topic: r.Topic, Err: err})
 			return
@@ -104,16 +106,34 @@ func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done f
 			w.finish("", nil)
 		}
 	}
-	buffered := func(r *kgo.Record, err error) {
-		if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
-			go t.produceUncancelled(ctx, r, confirmed)
-			return
-		}
-		confirmed(r, err)
-	}
 	uctx := context.WithoutCancel(ctx)
-	for _, r := range recs {
-		t.prod.TryProduce(uctx, r, buffered)
+	switch {
+	case t.room == nil:
+		buffered := func(r *kgo.Record, err error) {
+			if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
+				go t.produceUncancelled(ctx, r, confirmed)
+				return
+			}
+			confirmed(r, err)
+		}
+		for _, r := range recs {
+			t.prod.TryProduce(uctx, r, buffered)
+		}
+	case t.room.take(t.prod, len(recs)):
+		for _, r := range recs {
+			t.prod.Produce(uctx, r, confirmed)
+		}
+	default:
+		// No room now: the records wait for it, in order, on a goroutine of their own.
+		go func() {
+			for _, r := range recs {
+				if err := t.room.wait(ctx); err != nil {
+					w.finish(r.Topic, &DeliveryError{Topic: r.Topic, Err: err})
+					return
+				}
+				t.prod.Produce(uctx, r, confirmed)
+			}
+		}()
 	}
 }
 
