@@ -30,6 +30,17 @@ type SettleHook interface {
 	OnSettled(ctx context.Context, e SettledEvent)
 }
 
+// SettleFailedHook is told when the writes of a settlement fail after the settlement
+// was reported to [SettleHook] as made. A transport that pipelines its settle writes
+// (Kafka, RabbitMQ, Artemis and Pulsar do by default) accepts an Ack with writes once
+// they are handed to the broker, and the runtime reports the settlement then; when a
+// write then fails, the transport gives the delivery back (it comes again: nothing is
+// lost) and this hook is told. It is called from a goroutine of the transport's and
+// must not block.
+type SettleFailedHook interface {
+	OnSettleFailed(ctx context.Context, e SettleFailedEvent)
+}
+
 // PublishHook is told of every [App.Publish].
 type PublishHook interface {
 	OnPublished(ctx context.Context, e PublishedEvent)
@@ -139,6 +150,21 @@ type SettledEvent struct {
 	Duration time.Duration
 }
 
+// SettleFailedEvent is given to [SettleFailedHook].
+type SettleFailedEvent struct {
+	// Delivery is the delivery whose settlement failed, read again from its body.
+	Delivery DeliveryInfo
+	// Kind is what the delivery is as far as its body tells: handled (its URN has a
+	// handler), unknown_urn, poison or schema_rejected; the handler's outcome is not
+	// kept for a settlement that may fail later.
+	Kind Kind
+	// Writes are the writes the settlement made (some may have been written: the
+	// redelivery repeats them, a duplicate at worst).
+	Writes []Write
+	// Err is why the writes were not confirmed.
+	Err error
+}
+
 // PublishedEvent is given to [PublishHook].
 type PublishedEvent struct {
 	Queue    string
@@ -181,6 +207,7 @@ type hooks struct {
 	settled      []SettleHook
 	published    []PublishHook
 	receiveError []ReceiveErrorHook
+	settleFailed []SettleFailedHook
 }
 
 func newHooks(obs []Observer) hooks {
@@ -200,6 +227,9 @@ func newHooks(obs []Observer) hooks {
 		}
 		if x, ok := o.(ReceiveErrorHook); ok {
 			h.receiveError = append(h.receiveError, x)
+		}
+		if x, ok := o.(SettleFailedHook); ok {
+			h.settleFailed = append(h.settleFailed, x)
 		}
 	}
 	return h

@@ -94,6 +94,14 @@ type ConsumeOptions struct {
 	// settle writes), so a kill leaves at most the delivery in hand in both queues;
 	// [SettlesAtomically] tells which the consumer does.
 	Transactional bool
+	// SettleFailed, when not nil, is called by a consumer that pipelines its settle
+	// writes (Settle of an Ack with writes returns once they are handed to the broker)
+	// when those writes fail afterwards: d and s are what Settle was given; the consumer
+	// has given the delivery back and the broker delivers it again, so nothing is lost,
+	// but the settlement Settle accepted did not happen. It is called once per such
+	// failure, from a goroutine of the consumer's, and must not block. The runtime
+	// reports it to its observers ([babelqueue.SettleFailedHook]).
+	SettleFailed func(d *Delivery, s Settlement, err error)
 }
 
 // Consumer receives deliveries from one queue.

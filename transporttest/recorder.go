@@ -20,6 +20,7 @@ type Recorder struct {
 	Settled       []babelqueue.SettledEvent
 	Published     []babelqueue.PublishedEvent
 	ReceiveErrors []babelqueue.ReceiveErrorEvent
+	SettleFailed  []babelqueue.SettleFailedEvent
 }
 
 // NewRecorder returns an empty recorder.
@@ -56,6 +57,18 @@ func (r *Recorder) OnPublished(_ context.Context, e babelqueue.PublishedEvent) {
 // OnReceiveError implements [babelqueue.ReceiveErrorHook].
 func (r *Recorder) OnReceiveError(_ context.Context, e babelqueue.ReceiveErrorEvent) {
 	r.record(func() { r.ReceiveErrors = append(r.ReceiveErrors, e) })
+}
+
+// OnSettleFailed implements [babelqueue.SettleFailedHook].
+func (r *Recorder) OnSettleFailed(_ context.Context, e babelqueue.SettleFailedEvent) {
+	r.record(func() { r.SettleFailed = append(r.SettleFailed, e) })
+}
+
+// SettleFailedEvents returns a copy of the late settle failures seen so far.
+func (r *Recorder) SettleFailedEvents() []babelqueue.SettleFailedEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]babelqueue.SettleFailedEvent(nil), r.SettleFailed...)
 }
 
 // SettledEvents returns a copy of the settlements seen so far.

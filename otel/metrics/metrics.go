@@ -20,7 +20,9 @@
 //	babelqueue_deliveries_dead_lettered_total{queue,urn,lang,reason}  reason: failed, unknown_urn, poison, schema_rejected, raw
 //	babelqueue_deliveries_dropped_total{queue,urn,lang,reason}   acknowledged without a write; reason: the delivery's kind
 //	babelqueue_deliveries_rewound_total{queue,urn,lang}          given back to the broker to redeliver
-//	babelqueue_settle_failures_total{queue,urn,lang,outcome}     settlements the broker did not confirm (then rewound)
+//	babelqueue_settle_failures_total{queue,urn,lang,outcome}     settlements the broker did not confirm (then rewound); outcome:
+//	                                                             the action, or "pipelined" for a settlement counted in
+//	                                                             deliveries_settled_total whose writes failed afterwards
 //	babelqueue_deliveries_poison_total{queue}                    bodies that are not usable envelopes
 //	babelqueue_deliveries_gate_rejected_total{queue}             schema-version gate rejections
 //	babelqueue_deliveries_in_flight{queue}                       received and not yet settled
@@ -106,6 +108,10 @@ const (
 	OutcomePanic   = "panic"
 	OutcomeTimeout = "timeout"
 )
+
+// OutcomePipelined is the outcome label of settle_failures_total for a settlement whose
+// writes failed after it was counted as made (pipelined settle writes).
+const OutcomePipelined = "pipelined"
 
 // Option configures [New].
 type Option func(*config)
@@ -405,6 +411,14 @@ func (o *Observer) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 	case babelqueue.ActionRewind:
 		o.rewound.add(full)
 	}
+}
+
+// OnSettleFailed counts a settlement whose writes failed after it was counted as made
+// (pipelined settle writes): settle_failures_total with outcome "pipelined". The
+// delivery comes again and is counted again.
+func (o *Observer) OnSettleFailed(_ context.Context, e babelqueue.SettleFailedEvent) {
+	d := e.Delivery
+	o.settleFailures.add(labels{queue: d.Queue, urn: urnLabel(d, e.Kind), lang: langLabel(d.Lang), key: "outcome", value: OutcomePipelined})
 }
 
 // OnPublished counts a publish.

@@ -34,6 +34,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		tag:      "babelqueue-go-" + randomHex(8),
 		changed:  make(chan struct{}),
 		tx:       newTxSettle(opts), // move.go
+		failed:   opts.SettleFailed,
 		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
 	}
 	if t.s.pipeline && c.tx == nil { // a transactional consumer commits each settlement (move.go)
@@ -62,6 +63,9 @@ type consumer struct {
 	queue    string
 	prefetch int
 	tag      string
+	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
+	// failed after Settle returned.
+	failed func(*transport.Delivery, transport.Settlement, error)
 
 	mu      sync.Mutex
 	sess    *session      // nil while reconnecting
@@ -394,7 +398,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transpo
 		return err
 	}
 	if c.pipe != nil && st.Outcome == transport.Ack && len(st.Writes) > 0 {
-		return c.book.Finish(e, st, c.settlePipelined(ctx, e.Value, st.Writes))
+		return c.book.Finish(e, st, c.settlePipelined(ctx, e.Value, d, st))
 	}
 	return c.book.Finish(e, st, c.settle(ctx, e.Value, st))
 }

@@ -27,7 +27,8 @@ import (
 // the writes and returns; awaitWrites acks or rewinds the delivery once they are
 // confirmed or failed. An error returned here acknowledged nothing and left nothing in
 // flight (writes published before a failed publish may stay: a duplicate at worst).
-func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transport.Message) error {
+func (c *consumer) settlePipelined(ctx context.Context, h handle, d *transport.Delivery, st transport.Settlement) error {
+	ws := st.Writes
 	if h.s.ch.IsClosed() {
 		return c.lost(nil)
 	}
@@ -44,7 +45,7 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 		c.pipe.Release()
 		return err
 	}
-	go c.awaitWrites(h, ws, ss)
+	go c.awaitWrites(h, d, st, ss)
 	return nil
 }
 
@@ -85,9 +86,9 @@ func failedAll(n int, err error) []error {
 // awaitWrites waits for the confirms of one pipelined settlement, up to the confirm
 // timeout, then acks the delivery (every write confirmed and none returned) or nacks it
 // with requeue.
-func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
+func (c *consumer) awaitWrites(h handle, d *transport.Delivery, st transport.Settlement, ss []sent) {
 	defer c.pipe.Release()
-	err := c.t.confirmed(ws, ss)
+	err := c.t.confirmed(st.Writes, ss)
 	if err == nil {
 		if ackErr := h.s.ch.Ack(h.tag, false); ackErr != nil {
 			// The channel died after the writes were made: the broker redelivers the
@@ -103,7 +104,11 @@ func (c *consumer) awaitWrites(h handle, ws []*transport.Message, ss []sent) {
 	}
 	// A channel that died meanwhile requeued the delivery by itself; the nack then fails
 	// and changes nothing.
-	if nackErr := h.s.ch.Nack(h.tag, false, true); nackErr != nil {
+	nackErr := h.s.ch.Nack(h.tag, false, true)
+	if c.failed != nil {
+		c.failed(d, st, err)
+	}
+	if nackErr != nil {
 		return // the channel (and most likely the connection) went: the consumer resumes
 	}
 	n, pause := c.pipe.Failed()

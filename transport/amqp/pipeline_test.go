@@ -65,7 +65,8 @@ func TestPipelinedNackedWriteRewinds(t *testing.T) {
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 2})
+	var failed transporttest.SettleFailures
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 2, SettleFailed: failed.Record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +87,9 @@ func TestPipelinedNackedWriteRewinds(t *testing.T) {
 	if n := queueCount(t, ch, full); n != 0 {
 		t.Fatalf("the rejecting queue holds %d messages", n)
 	}
+	if got := failed.Expect(t, 1, 10*time.Second); got[0].Delivery != d || got[0].Settlement.Writes[0].Queue != full {
+		t.Errorf("SettleFailed reported %+v, want the first delivery and its write to %s", got[0], full)
+	}
 	// Make the target take writes, and settle again.
 	if _, err := ch.QueueDelete(full, false, false, false); err != nil {
 		t.Fatal(err)
@@ -105,6 +109,9 @@ func TestPipelinedNackedWriteRewinds(t *testing.T) {
 	}
 	if n := queueCount(t, ch, q); n != 0 {
 		t.Fatalf("%s holds %d messages after its settle write was confirmed, want 0 (acked)", q, n)
+	}
+	if got := failed.Got(); len(got) != 1 {
+		t.Errorf("SettleFailed was called %d times, want once (the confirmed write is no failure)", len(got))
 	}
 }
 

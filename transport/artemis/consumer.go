@@ -25,7 +25,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	// A Transactional consumer (a redrive) does not pipeline: without AMQP
 	// transactions here, settling before Settle returns keeps a kill's duplicates to
 	// the one delivery in hand.
-	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline && !opts.Transactional,
+	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline && !opts.Transactional, failed: opts.SettleFailed,
 		book: ledger.New[handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
 	if c.manual {
 		c.pipe = make(chan struct{}, max(pipeDepth, int(credit)))
@@ -40,6 +40,9 @@ type consumer struct {
 	t      *Transport
 	queue  string
 	credit int32
+	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
+	// failed after Settle returned.
+	failed func(*transport.Delivery, transport.Settlement, error)
 
 	// book holds the deliveries handed out and not settled: their prefetch slots (a
 	// receiver attached after a lost link gets fresh credit while deliveries of the
@@ -257,7 +260,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		ctx, cancel = context.WithTimeout(ctx, c.t.opts.confirmTimeout)
 		defer cancel()
 	}
-	return c.book.Finish(e, s, c.settle(ctx, e.Value, s, e.AckFailed()))
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, d, s, e.AckFailed()))
 }
 
 // settle settles one delivery. A Rewind counts as a failed delivery (Artemis raises its
@@ -265,7 +268,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 // was refused, not its handling, and counting it would move the message to Artemis's
 // dead-letter address after max-delivery-attempts rewinds, which a dead-letter queue
 // refusing writes for three seconds was enough for (found by the fault suite, issue 16).
-func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement, ackFailed bool) error {
+func (c *consumer) settle(ctx context.Context, h handle, d *transport.Delivery, s transport.Settlement, ackFailed bool) error {
 	if s.Outcome == transport.Rewind {
 		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: !ackFailed})
 		if err != nil && !linkGone(err) {
@@ -274,7 +277,7 @@ func (c *consumer) settle(ctx context.Context, h handle, s transport.Settlement,
 		return nil // a lost link already gave the delivery back to the broker
 	}
 	if len(s.Writes) > 0 && c.manual {
-		return c.settlePipelined(ctx, h, s.Writes)
+		return c.settlePipelined(ctx, h, d, s)
 	}
 	if err := ledger.SendAll(ctx, s.Writes, c.t.write); err != nil {
 		return err

@@ -82,7 +82,8 @@ func awaitWrites(ctx context.Context, sent []sentWrite) error {
 // once the writes are sent (or with the error of one that could not be sent: nothing is
 // accepted then and the runtime rewinds the delivery); the delivery is accepted, or
 // given back, by [consumer.finishPipelined] once their outcomes are in.
-func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transport.Message) error {
+func (c *consumer) settlePipelined(ctx context.Context, h handle, d *transport.Delivery, st transport.Settlement) error {
+	ws := st.Writes
 	select {
 	case c.pipe <- struct{}{}:
 	case <-ctx.Done():
@@ -95,13 +96,13 @@ func (c *consumer) settlePipelined(ctx context.Context, h handle, ws []*transpor
 	}
 	c.pending.Add()
 	c.t.pending.Add()
-	go c.finishPipelined(h, sent)
+	go c.finishPipelined(h, d, st, sent)
 	return nil
 }
 
 // finishPipelined waits, up to the confirm timeout, for the writes of one pipelined
 // settlement, then accepts the delivery, or gives it back when a write failed.
-func (c *consumer) finishPipelined(h handle, sent []sentWrite) {
+func (c *consumer) finishPipelined(h handle, d *transport.Delivery, st transport.Settlement, sent []sentWrite) {
 	defer c.t.pending.Done()
 	defer c.pending.Done()
 	defer func() { <-c.pipe }()
@@ -112,6 +113,9 @@ func (c *consumer) finishPipelined(h handle, sent []sentWrite) {
 	ctx, cancel = context.WithTimeout(context.Background(), c.t.opts.confirmTimeout)
 	defer cancel()
 	if err != nil {
+		if c.failed != nil {
+			c.failed(d, st, err)
+		}
 		c.writeFailed(ctx, h, err)
 		return
 	}

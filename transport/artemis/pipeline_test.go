@@ -61,7 +61,8 @@ func TestPipelinedRefusedSettleWriteGivesBack(t *testing.T) {
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
+	var failed transporttest.SettleFailures
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1, SettleFailed: failed.Record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +82,18 @@ func TestPipelinedRefusedSettleWriteGivesBack(t *testing.T) {
 	if !bytes.Equal(again.Body, body) || again.Redeliveries != 0 {
 		t.Fatalf("after a refused write the delivery came back as %q with delivery-count %d, want the body with 0", again.Body, again.Redeliveries)
 	}
+	if got := failed.Expect(t, 1, 10*time.Second); got[0].Delivery != d || len(got[0].Settlement.Writes) != 2 {
+		t.Errorf("SettleFailed reported %+v, want the first delivery and its two writes", got[0])
+	}
 	if err := c.Settle(ctx, again, transport.Settlement{Outcome: transport.Ack}); err != nil {
 		t.Fatal(err)
 	}
 	transporttest.ExpectNothing(t, c, 2*time.Second)
 	if got := drainBodies(t, tr, ok, 2*time.Second); got[string(body)] != 1 || len(got) != 1 {
 		t.Fatalf("%s holds %v, want the accepted write once", ok, got)
+	}
+	if got := failed.Got(); len(got) != 1 {
+		t.Errorf("SettleFailed was called %d times, want once", len(got))
 	}
 }
 

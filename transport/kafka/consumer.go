@@ -167,8 +167,11 @@ func (q *queue) truncate(n int) {
 }
 
 type consumer struct {
-	t       *Transport
-	queue   string
+	t     *Transport
+	queue string
+	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
+	// failed after Settle returned.
+	failed  func(*transport.Delivery, transport.Settlement, error)
 	cl      *kgo.Client
 	pattern *regexp.Regexp
 	log     interface {
@@ -238,6 +241,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	c := &consumer{
 		t:       t,
 		queue:   queue,
+		failed:  opts.SettleFailed,
 		pattern: regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
 		log:     log,
 		book:    ledger.New[*record](ledger.Config{Broker: "kafka", Queue: queue, Prefetch: prefetch, Logger: log}),
@@ -752,10 +756,10 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 	if err != nil {
 		return err
 	}
-	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
+	return c.book.Finish(e, s, c.settle(ctx, e.Value, d, s))
 }
 
-func (c *consumer) settle(ctx context.Context, rec *record, s transport.Settlement) error {
+func (c *consumer) settle(ctx context.Context, rec *record, d *transport.Delivery, s transport.Settlement) error {
 	c.mu.Lock()
 	if rec.state != stHanded { // dropped by a revoke or a rewind
 		c.mu.Unlock()
@@ -773,7 +777,7 @@ func (c *consumer) settle(ctx context.Context, rec *record, s transport.Settleme
 			return c.settleTx(ctx, rec, s.Writes) // move.go
 		}
 		if c.t.cfg.pipelineSettles {
-			return c.settlePipelined(ctx, rec, s.Writes)
+			return c.settlePipelined(ctx, rec, d, s)
 		}
 		if err := c.t.produceConfirmed(ctx, s.Writes); err != nil {
 			c.writeFailed(ctx, rec, err)

@@ -139,7 +139,8 @@ func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, done f
 
 // settlePipelined is an Ack with writes when settle writes are pipelined: rec is in
 // stSettling (the caller set it, under c.mu, and released the lock).
-func (c *consumer) settlePipelined(ctx context.Context, rec *record, ws []*transport.Message) error {
+func (c *consumer) settlePipelined(ctx context.Context, rec *record, d *transport.Delivery, st transport.Settlement) error {
+	ws := st.Writes
 	recs, err := c.t.settleRecords(ws)
 	if err == nil {
 		select {
@@ -168,6 +169,9 @@ func (c *consumer) settlePipelined(ctx context.Context, rec *record, ws []*trans
 		defer c.pipeWG.Done()
 		defer func() { <-c.pipe }()
 		c.pipelinedDone(rec, topic, err)
+		if err != nil && c.failed != nil {
+			c.failed(d, st, err)
+		}
 	})
 	return nil
 }

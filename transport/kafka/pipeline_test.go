@@ -28,13 +28,22 @@ func TestPipelinedSettleWriteFailureRewinds(t *testing.T) {
 	dlq := q + ".dlq"
 	createTopic(t, q, 1)
 	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"n":1}`), Key: []byte("k")})
-	c := consumeOn(t, tr, q, 4)
+	var failed transporttest.SettleFailures
+	c, err := tr.Consume(context.Background(), q, transport.ConsumeOptions{Prefetch: 4, SettleFailed: failed.Record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	dl := func(d *transport.Delivery) transport.Settlement {
 		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: dlq, Body: d.Body, Key: d.Key}}}
 	}
 	d := transporttest.Receive(t, c, 30*time.Second)
+	first := d
 	settleOK(t, c, d, dl(d)) // handed to the producer; the topic is missing
 	d = transporttest.Receive(t, c, 30*time.Second)
+	if got := failed.Expect(t, 1, 10*time.Second); got[0].Delivery != first || got[0].Settlement.Writes[0].Queue != dlq {
+		t.Errorf("SettleFailed reported %+v, want the first delivery and its write to %s", got[0], dlq)
+	}
 	if string(d.Body) != `{"n":1}` || string(d.Key) != "k" {
 		t.Fatalf("after the failed write the consumer handed out %q (key %q), want the same record", d.Body, d.Key)
 	}
@@ -56,6 +65,9 @@ func TestPipelinedSettleWriteFailureRewinds(t *testing.T) {
 	}
 	c2 := consumeOn(t, tr, q, 1)
 	transporttest.ExpectNothing(t, c2, 5*time.Second)
+	if got := failed.Got(); len(got) != 1 {
+		t.Errorf("SettleFailed was called %d times, want once (the confirmed write is no failure)", len(got))
+	}
 }
 
 // TestPipelinedSettleWritesWaitForRoom: a pipelined settle write that finds the

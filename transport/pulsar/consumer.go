@@ -21,7 +21,10 @@ type consumer struct {
 	pc    pc.Consumer
 	book  *ledger.Ledger[pc.Message] // the deliveries handed out and not settled
 	pipe  *settlepipe.Pipe           // pipelined settlements in flight; nil when not pipelined
-	once  sync.Once
+	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
+	// failed after Settle returned.
+	failed func(*transport.Delivery, transport.Settlement, error)
+	once   sync.Once
 }
 
 // Receive waits for the next message of the subscription. No more than the prefetch
@@ -92,7 +95,7 @@ func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transpor
 		return err
 	}
 	if c.pipe != nil && s.Outcome == transport.Ack && len(s.Writes) > 0 {
-		return c.book.Finish(e, s, c.settlePipelined(ctx, e.Value, s.Writes))
+		return c.book.Finish(e, s, c.settlePipelined(ctx, e.Value, d, s))
 	}
 	return c.book.Finish(e, s, c.settle(ctx, e.Value, s))
 }

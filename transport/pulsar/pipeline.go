@@ -38,8 +38,10 @@ const pipeDepth = 256
 type pipelined struct {
 	c     *consumer
 	msg   pc.Message
-	left  atomic.Int32 // receipts still awaited, plus one while the writes are handed over
-	over  atomic.Bool  // finished: acked or rewound (or about to be)
+	d     *transport.Delivery  // what Settle was given, for ConsumeOptions.SettleFailed
+	st    transport.Settlement // ditto
+	left  atomic.Int32         // receipts still awaited, plus one while the writes are handed over
+	over  atomic.Bool          // finished: acked or rewound (or about to be)
 	timer *time.Timer
 }
 
@@ -64,7 +66,7 @@ func (s *pipelined) finish(err error) {
 		return
 	}
 	s.timer.Stop()
-	go s.c.finishPipelined(s.msg, err)
+	go s.c.finishPipelined(s, err)
 }
 
 // expire ends the settlement when its receipts are not all in within the send timeout
@@ -73,7 +75,7 @@ func (s *pipelined) expire(queue string, timeout time.Duration) {
 	if !s.over.CompareAndSwap(false, true) {
 		return
 	}
-	s.c.finishPipelined(s.msg, &transport.SettleWriteError{Queue: queue,
+	s.c.finishPipelined(s, &transport.SettleWriteError{Queue: queue,
 		Err: fmt.Errorf("pulsar: no receipt for a settle write to %q within the send timeout (%s): %w", queue, timeout, context.DeadlineExceeded)})
 }
 
@@ -82,7 +84,8 @@ func (s *pipelined) expire(queue string, timeout time.Duration) {
 // (a *transport.SettleWriteError) means nothing was written or acknowledged and the
 // runtime rewinds the delivery; once it returns nil the delivery is acknowledged, or
 // rewound, by [consumer.finishPipelined] when the writes' receipts are in.
-func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, ws []*transport.Message) error {
+func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, d *transport.Delivery, st transport.Settlement) error {
+	ws := st.Writes
 	pms := make([]*pc.ProducerMessage, len(ws))
 	for i, m := range ws {
 		if f := c.t.settleFault.Load(); f != nil {
@@ -108,7 +111,7 @@ func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, ws []*tr
 		}
 		ps[i] = p
 	}
-	s := &pipelined{c: c, msg: msg}
+	s := &pipelined{c: c, msg: msg, d: d, st: st}
 	s.left.Store(int32(len(ws)) + 1)
 	q0, timeout := ws[0].Queue, c.t.opts.sendTimeout
 	s.timer = time.AfterFunc(timeout, func() { s.expire(q0, timeout) })
@@ -127,10 +130,11 @@ func (c *consumer) settlePipelined(ctx context.Context, msg pc.Message, ws []*tr
 	return nil
 }
 
-// finishPipelined acknowledges msg once its settle writes are all confirmed (err nil),
-// or rewinds it when one failed, then frees the settlement's slot.
-func (c *consumer) finishPipelined(msg pc.Message, err error) {
+// finishPipelined acknowledges the delivery of s once its settle writes are all
+// confirmed (err nil), or rewinds it when one failed, then frees the settlement's slot.
+func (c *consumer) finishPipelined(s *pipelined, err error) {
 	defer c.pipe.Release()
+	msg := s.msg
 	if err == nil {
 		if ackErr := c.pc.Ack(msg); ackErr != nil {
 			// The broker redelivers what it never saw acknowledged; the writes stay
@@ -145,6 +149,9 @@ func (c *consumer) finishPipelined(msg pc.Message, err error) {
 		return
 	}
 	c.pc.Nack(msg)
+	if c.failed != nil {
+		c.failed(s.d, s.st, err)
+	}
 	n, pause := c.pipe.Failed()
 	if n&(n-1) == 0 { // at the first failure of a run and at each doubling
 		c.t.log.Warn("pulsar: settle write failed; the delivery is delivered again and receiving backs off while settle writes fail",

@@ -83,9 +83,14 @@ func TestPipelinedRefusedSettleWriteRewinds(t *testing.T) {
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: src}); err != nil {
 		t.Fatal(err)
 	}
-	c := consumeOn(t, tr, q, 1)
+	var failed transporttest.SettleFailures
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1, SettleFailed: failed.Record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	d := receive(t, c)
-	err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
+	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{
 		{Queue: ok, Body: src},
 		{Queue: dlq, Body: big},
 	}})
@@ -98,6 +103,9 @@ func TestPipelinedRefusedSettleWriteRewinds(t *testing.T) {
 	again := receive(t, c)
 	if !bytes.Equal(again.Body, src) || again.Redeliveries < 1 {
 		t.Fatalf("after a refused write the delivery came back as %q with redelivery count %d, want the message, redelivered", again.Body, again.Redeliveries)
+	}
+	if got := failed.Expect(t, 1, 10*time.Second); got[0].Delivery != d || len(got[0].Settlement.Writes) != 2 {
+		t.Errorf("SettleFailed reported %+v, want the first delivery and its two writes", got[0])
 	}
 	if err := c.Settle(ctx, again, transport.Settlement{Outcome: transport.Ack}); err != nil {
 		t.Fatal(err)

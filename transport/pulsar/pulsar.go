@@ -721,9 +721,10 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, fmt.Errorf("pulsar: subscribe %q to %q: %w", t.opts.subscription, queue, r.err)
 	}
 	c := &consumer{
-		t:     t,
-		queue: queue,
-		pc:    r.c,
+		t:      t,
+		queue:  queue,
+		pc:     r.c,
+		failed: opts.SettleFailed,
 		book: ledger.New[pc.Message](ledger.Config{
 			Broker:   "pulsar",
 			Queue:    queue,
