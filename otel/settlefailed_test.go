@@ -5,11 +5,14 @@ import (
 	"errors"
 	"testing"
 
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/babelqueue-go/babelqueue"
+	bqotel "github.com/babelqueue-go/babelqueue/otel"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
 )
 
@@ -44,5 +47,34 @@ func TestPipelinedSettleFailureCounted(t *testing.T) {
 		if got := sum(rm, c.name, c.labels); got != c.n {
 			t.Errorf("%s%v = %d, want %d", c.name, c.labels, got, c.n)
 		}
+	}
+}
+
+// A pipelined settlement whose writes failed later gets an error span
+// "settle_failed <urn>", a child of the delivery's traceparent.
+func TestPipelinedSettleFailureSpan(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	tr := bqotel.NewTracing(bqotel.WithTracerProvider(tp))
+	var _ babelqueue.SettleFailedHook = tr
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tr.OnSettleFailed(context.Background(), babelqueue.SettleFailedEvent{
+		Delivery: babelqueue.DeliveryInfo{Queue: "orders", URN: known, TraceID: "t-1", Lang: "python",
+			Headers: map[string]string{bqotel.HeaderTraceparent: parent}},
+		Kind: babelqueue.KindHandled, Writes: []babelqueue.Write{{Queue: "orders.dlq"}}, Err: errors.New("write refused"),
+	})
+	got := spans.GetSpans()
+	if len(got) != 1 {
+		t.Fatalf("%d spans, want 1", len(got))
+	}
+	s := got[0]
+	if s.Name != "settle_failed "+known || s.Status.Code != codes.Error {
+		t.Errorf("span %q with status %v, want %q with status Error", s.Name, s.Status.Code, "settle_failed "+known)
+	}
+	if s.Parent.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || s.Parent.SpanID().String() != "b7ad6b7169203331" {
+		t.Errorf("parent %s/%s, want the traceparent's span", s.Parent.TraceID(), s.Parent.SpanID())
+	}
+	if attr(s, "messaging.destination.name") != "orders.dlq" {
+		t.Errorf("destination %q, want orders.dlq", attr(s, "messaging.destination.name"))
 	}
 }

@@ -446,6 +446,44 @@ func (t *Tracing) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 	span.End(trace.WithTimestamp(now))
 }
 
+// OnSettleFailed makes an error span "settle_failed <urn>" (for a poison body
+// "settle_failed <queue>") for a pipelined settlement whose writes failed after it was
+// reported and its span ended: the delivery is given back and comes again. The span is a
+// child of the delivery's remote parent (its traceparent, else the parent derived from
+// trace_id), so it sits in the message's trace beside the attempts. It is part of the
+// observer.
+func (t *Tracing) OnSettleFailed(ctx context.Context, e babelqueue.SettleFailedEvent) {
+	d := e.Delivery
+	name := d.URN
+	if name == "" || d.Rejected {
+		name = d.Queue
+	}
+	dest := d.Queue
+	if len(e.Writes) > 0 {
+		dest = e.Writes[0].Queue
+	}
+	parent := t.remoteParent(ctx, propagation.MapCarrier(d.Headers), d.TraceID)
+	_, span := t.tracer.Start(parent, "settle_failed "+name, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSettle,
+			semconv.MessagingDestinationName(dest)))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attrOperation.String("settle"),
+			semconv.MessagingOperationName("settle_failed"),
+			semconv.MessagingMessageID(d.ID),
+			semconv.MessagingMessageConversationID(d.TraceID),
+			AttrURN.String(d.URN),
+			AttrLang.String(d.Lang),
+			AttrAttempts.Int(d.Attempts),
+			AttrKind.String(string(e.Kind)),
+		)
+		if e.Err != nil {
+			fail(span, e.Err)
+		}
+	}
+	span.End()
+}
+
 // handlerRan reports the kinds of delivery whose handler ran (under the middleware).
 func handlerRan(k babelqueue.Kind) bool {
 	switch k {
