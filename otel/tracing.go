@@ -418,18 +418,8 @@ func (t *Tracing) OnSettled(ctx context.Context, e babelqueue.SettledEvent) {
 		trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSettle,
 			semconv.MessagingDestinationName(dest)))
 	if span.IsRecording() {
-		span.SetAttributes(
-			attrOperation.String("settle"),
-			semconv.MessagingOperationName(string(e.Action)),
-			semconv.MessagingMessageID(d.ID),
-			semconv.MessagingMessageConversationID(d.TraceID),
-			semconv.MessagingMessageBodySize(d.BodySize),
-			AttrURN.String(d.URN),
-			AttrLang.String(d.Lang),
-			AttrAttempts.Int(e.Attempts),
-			AttrKind.String(string(e.Kind)),
-			AttrAction.String(string(e.Action)),
-		)
+		span.SetAttributes(settleAttrs(d, string(e.Action), e.Attempts, e.Kind,
+			semconv.MessagingMessageBodySize(d.BodySize), AttrAction.String(string(e.Action)))...)
 		if e.Reason != "" {
 			span.SetAttributes(AttrReason.String(e.Reason))
 		}
@@ -467,21 +457,27 @@ func (t *Tracing) OnSettleFailed(ctx context.Context, e babelqueue.SettleFailedE
 		trace.WithAttributes(semconv.MessagingSystemKey.String(System), semconv.MessagingOperationTypeSettle,
 			semconv.MessagingDestinationName(dest)))
 	if span.IsRecording() {
-		span.SetAttributes(
-			attrOperation.String("settle"),
-			semconv.MessagingOperationName("settle_failed"),
-			semconv.MessagingMessageID(d.ID),
-			semconv.MessagingMessageConversationID(d.TraceID),
-			AttrURN.String(d.URN),
-			AttrLang.String(d.Lang),
-			AttrAttempts.Int(d.Attempts),
-			AttrKind.String(string(e.Kind)),
-		)
+		span.SetAttributes(settleAttrs(d, "settle_failed", d.Attempts, e.Kind)...)
 		if e.Err != nil {
 			fail(span, e.Err)
 		}
 	}
 	span.End()
+}
+
+// settleAttrs are the attributes of a recorded settlement span of d: the operation
+// named name, the attempts and the kind, then extra.
+func settleAttrs(d babelqueue.DeliveryInfo, name string, attempts int, kind babelqueue.Kind, extra ...attribute.KeyValue) []attribute.KeyValue {
+	return append([]attribute.KeyValue{
+		attrOperation.String("settle"),
+		semconv.MessagingOperationName(name),
+		semconv.MessagingMessageID(d.ID),
+		semconv.MessagingMessageConversationID(d.TraceID),
+		AttrURN.String(d.URN),
+		AttrLang.String(d.Lang),
+		AttrAttempts.Int(attempts),
+		AttrKind.String(string(kind)),
+	}, extra...)
 }
 
 // handlerRan reports the kinds of delivery whose handler ran (under the middleware).

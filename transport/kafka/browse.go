@@ -71,7 +71,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	}
 	var committed kadm.OffsetResponses
 	if from == "" {
-		if committed, err = adm.FetchOffsets(ctx, t.cfg.group); err != nil {
+		if committed, err = committedOffsets(ctx, adm, t.cfg.group); err != nil {
 			return transport.Page{}, fmt.Errorf("kafka: browse %q: offsets of group %q: %w", queue, t.cfg.group, err)
 		}
 	}

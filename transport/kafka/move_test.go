@@ -37,7 +37,8 @@ func groupOffset(t testing.TB, group, topic string) int64 {
 	adm := kadm.NewClient(rawClient(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	// Stable: a transaction's offset commit may still be pending right after it ended.
+	resp, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), group, topic)
 	if err != nil {
 		t.Fatalf("offsets of group %s: %v", group, err)
 	}
@@ -152,15 +153,7 @@ func TestTransactionalMoveCommits(t *testing.T) {
 // group's offset does not move, and the record is delivered again and moved once.
 func TestTransactionalMoveAbortedBeforeCommit(t *testing.T) {
 	t.Parallel()
-	brokerURL(t)
-	dlq := newTopic(t, "bqtest-txabort")
-	work := dlq + ".work"
-	createTopic(t, dlq, 1)
-	createTopic(t, work, 1)
-	body := `{"moved":"once"}`
-	produceRaw(t, &kgo.Record{Topic: dlq, Value: []byte(body)})
-	tr := openKafka(t)
-	c := consumeTx(t, tr, dlq, work)
+	tr, c, dlq, work, body := moveRig(t, "bqtest-txabort")
 
 	killed := errors.New("test: killed before the commit")
 	var open struct{ raw, committed, browsed int }
@@ -212,15 +205,7 @@ func TestTransactionalMoveAbortedBeforeCommit(t *testing.T) {
 // keeps a fenced producer in its unended transaction.
 func TestTransactionalMoveFencedProducer(t *testing.T) {
 	t.Parallel()
-	brokerURL(t)
-	dlq := newTopic(t, "bqtest-txfence")
-	work := dlq + ".work"
-	createTopic(t, dlq, 1)
-	createTopic(t, work, 1)
-	body := `{"moved":"once"}`
-	produceRaw(t, &kgo.Record{Topic: dlq, Value: []byte(body)})
-	tr := openKafka(t)
-	c := consumeTx(t, tr, dlq, work)
+	tr, c, dlq, work, body := moveRig(t, "bqtest-txfence")
 	id := kafka.TxID(c)
 	if id == "" {
 		t.Fatal("no transactional id")
@@ -248,6 +233,22 @@ func TestTransactionalMoveFencedProducer(t *testing.T) {
 
 	kafka.SetTxBeforeCommit(dlq, nil)
 	moveAgain(t, tr, c, d, dlq, work, body)
+}
+
+// moveRig makes a dead-letter topic (named from prefix) holding one record, body, and
+// a work topic beside it, and a transactional consumer of the dead-letter topic that
+// may write to the work topic.
+func moveRig(t *testing.T, prefix string) (tr *kafka.Transport, c transport.Consumer, dlq, work, body string) {
+	t.Helper()
+	brokerURL(t)
+	dlq = newTopic(t, prefix)
+	work = dlq + ".work"
+	createTopic(t, dlq, 1)
+	createTopic(t, work, 1)
+	body = `{"moved":"once"}`
+	produceRaw(t, &kgo.Record{Topic: dlq, Value: []byte(body)})
+	tr = openKafka(t)
+	return tr, consumeTx(t, tr, dlq, work), dlq, work, body
 }
 
 // moveAgain rewinds d, the one record of dlq whose move failed, receives it again and

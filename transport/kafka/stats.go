@@ -2,9 +2,12 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -46,7 +49,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if err != nil {
 		return s, fmt.Errorf("kafka: stats %q: start offsets: %w", queue, err)
 	}
-	committed, err := adm.FetchOffsets(ctx, t.cfg.group)
+	committed, err := committedOffsets(ctx, adm, t.cfg.group)
 	if err != nil {
 		return s, fmt.Errorf("kafka: stats %q: offsets of group %q: %w", queue, t.cfg.group, err)
 	}
@@ -63,4 +66,34 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		s.Ready += max(o.Offset-at, 0)
 	})
 	return s, nil
+}
+
+// stableWait bounds the wait of committedOffsets for pending transactional offset
+// commits.
+const stableWait = 5 * time.Second
+
+// committedOffsets reads the group's committed offsets, waiting for pending
+// transactional offset commits to be resolved (RequireStable, KIP-447): right after a
+// transactional move (a DLQ redrive) commits, its offset commit may still be pending on
+// the broker for a moment, and the record it moved would be shown as waiting. While a
+// transaction stays open longer (a move killed in its middle, until the broker aborts
+// it at its timeout) the stable read is refused; after stableWait the offsets as they
+// stand are read instead.
+func committedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	sctx, cancel := context.WithTimeout(ctx, stableWait)
+	resp, err := adm.FetchOffsets(kadm.RequireStable(sctx), group)
+	cancel()
+	if err == nil {
+		unstable := false
+		resp.Each(func(o kadm.OffsetResponse) {
+			unstable = unstable || errors.Is(o.Err, kerr.UnstableOffsetCommit)
+		})
+		if !unstable {
+			return resp, nil
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, cerr
+	}
+	return adm.FetchOffsets(ctx, group)
 }
