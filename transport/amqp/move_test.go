@@ -20,13 +20,11 @@ func ready(t *testing.T, tr *Transport, queue string) int64 {
 	return s.Ready
 }
 
-// A transactional consumer moves a message (write and ack in one commit): it is on
-// the target queue once and gone from its own.
-func TestTransactionalMoveCommits(t *testing.T) {
+// consumeOneTx publishes body to from and opens a transactional consumer of from,
+// closed when the test ends.
+func consumeOneTx(t *testing.T, tr transport.Transport, from string, body []byte) transport.Consumer {
+	t.Helper()
 	ctx := ctxT(t)
-	tr := openT(t)
-	from, to := newQueue(t), newQueue(t)
-	body := []byte(`{"job":"urn:babel:t:move","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
 	if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +32,18 @@ func TestTransactionalMoveCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(ctx)
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	return c
+}
+
+// A transactional consumer moves a message (write and ack in one commit): it is on
+// the target queue once and gone from its own.
+func TestTransactionalMoveCommits(t *testing.T) {
+	ctx := ctxT(t)
+	tr := openT(t)
+	from, to := newQueue(t), newQueue(t)
+	body := []byte(`{"job":"urn:babel:t:move","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
+	c := consumeOneTx(t, tr, from, body)
 	if !transport.SettlesAtomically(c) {
 		t.Fatal("a transactional consumer does not report atomic settlements")
 	}
@@ -81,18 +90,11 @@ func TestTransactionalMoveKilledBeforeCommit(t *testing.T) {
 	check := openT(t)
 	from, to := newQueue(t), newQueue(t)
 	body := []byte(`{"job":"urn:babel:t:kill","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
-	if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := tr.Consume(ctx, from, transport.ConsumeOptions{Prefetch: 1, Transactional: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
+	c := consumeOneTx(t, tr, from, body)
 	d := receive(t, c, 10*time.Second)
 	txBeforeCommit = k.killAll
 	t.Cleanup(func() { txBeforeCommit = nil })
-	err = c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: to, Body: body}}})
+	err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: to, Body: body}}})
 	txBeforeCommit = nil
 	if !errors.Is(err, transport.ErrSettleWrite) {
 		t.Fatalf("Settle with the connection cut before the commit: %v, want ErrSettleWrite", err)
@@ -150,15 +152,7 @@ func TestTransactionalMoveToDeletedQueue(t *testing.T) {
 		if _, err := ch.QueueDelete(to, false, false, false); err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.Publish(ctx, &transport.Message{Queue: from, Body: body}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := tr.Consume(ctx, from, transport.ConsumeOptions{Prefetch: 1, Transactional: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close(ctx) })
-		return tr, ch, from, to, c
+		return tr, ch, from, to, consumeOneTx(t, tr, from, body)
 	}
 	landed := func(t *testing.T, c transport.Consumer, ch *amqp091.Channel, from, to string) {
 		t.Helper()

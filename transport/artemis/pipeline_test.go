@@ -15,35 +15,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// drainBodies acks every message of queue until none arrives for quiet, and counts
-// the bodies.
-func drainBodies(t *testing.T, tr transport.Transport, queue string, quiet time.Duration) map[string]int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := tr.Consume(ctx, queue, transport.ConsumeOptions{Prefetch: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	got := map[string]int{}
-	for {
-		rctx, rcancel := context.WithTimeout(ctx, quiet)
-		d, err := c.Receive(rctx)
-		rcancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return got
-		}
-		if err != nil {
-			t.Fatalf("drain %s: %v", queue, err)
-		}
-		got[string(d.Body)]++
-		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-			t.Fatalf("drain %s: ack: %v", queue, err)
-		}
-	}
-}
-
 // Pipelined (the default), a settle write Artemis refuses does not hold up Settle,
 // which returns nil once the writes are sent, and acknowledges nothing: the transport
 // gives the delivery back itself, without counting it against max-delivery-attempts,
@@ -89,7 +60,7 @@ func TestPipelinedRefusedSettleWriteGivesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	transporttest.ExpectNothing(t, c, 2*time.Second)
-	if got := drainBodies(t, tr, ok, 2*time.Second); got[string(body)] != 1 || len(got) != 1 {
+	if got := transporttest.DrainBodies(t, tr, ok, 50, 2*time.Second); got[string(body)] != 1 || len(got) != 1 {
 		t.Fatalf("%s holds %v, want the accepted write once", ok, got)
 	}
 	if got := failed.Got(); len(got) != 1 {
@@ -134,8 +105,8 @@ func TestPipelinedSettleCutMidFlight(t *testing.T) {
 	ccancel()
 	restore()
 
-	written := drainBodies(t, direct, retry, 3*time.Second)
-	back := drainBodies(t, direct, q, 3*time.Second)
+	written := transporttest.DrainBodies(t, direct, retry, 50, 3*time.Second)
+	back := transporttest.DrainBodies(t, direct, q, 50, 3*time.Second)
 	lost := 0
 	for i := range n {
 		b := fmt.Sprintf(`{"n":%d}`, i)
@@ -183,13 +154,13 @@ func TestPipelinedCloseWaitsForWrites(t *testing.T) {
 	if err := tr.Close(ctx); err != nil {
 		t.Fatalf("transport Close: %v", err)
 	}
-	written := drainBodies(t, direct, retry, 3*time.Second)
+	written := transporttest.DrainBodies(t, direct, retry, 50, 3*time.Second)
 	for i := range n {
 		if b := fmt.Sprintf(`{"n":%d}`, i); written[b] != 1 {
 			t.Errorf("%s is on the retry queue %d times, want once", b, written[b])
 		}
 	}
-	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+	if back := transporttest.DrainBodies(t, direct, q, 50, 3*time.Second); len(back) != 0 {
 		t.Errorf("%d messages were left on the source queue after Close: %v", len(back), back)
 	}
 }
@@ -235,7 +206,7 @@ func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	direct := openTransport(t)
-	dead := drainBodies(t, direct, q+".dlq", 3*time.Second)
+	dead := transporttest.DrainBodies(t, direct, q+".dlq", 50, 3*time.Second)
 	total := 0
 	for b, k := range dead {
 		total += k
@@ -246,7 +217,7 @@ func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
 	if total != n {
 		t.Errorf("the dead-letter queue holds %d messages, want %d", total, n)
 	}
-	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+	if back := transporttest.DrainBodies(t, direct, q, 50, 3*time.Second); len(back) != 0 {
 		t.Errorf("%d messages were left on the source queue after shutdown", len(back))
 	}
 	if int(calls.Load()) != n {

@@ -20,15 +20,7 @@ import (
 // returns the values it sees.
 func committedValues(t testing.TB, topic string, quiet time.Duration) []string {
 	t.Helper()
-	cl := rawClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	ctx, cancel := context.WithTimeout(context.Background(), quiet)
-	defer cancel()
-	var vs []string
-	for ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)) })
-	}
-	return vs
+	return topicValues(t, topic, quiet, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 }
 
 // groupOffset is the offset group has committed for partition 0 of topic, -1 for none.

@@ -223,10 +223,11 @@ func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*bre
 	return br, prod, tr
 }
 
-// topicValues reads topic from the start for quiet and returns the values it holds.
-func topicValues(t testing.TB, topic string, quiet time.Duration) []string {
+// topicValues reads topic from the start for quiet (with the extra consumer options)
+// and returns the values it holds.
+func topicValues(t testing.TB, topic string, quiet time.Duration, extra ...kgo.Opt) []string {
 	t.Helper()
-	cl := rawClient(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := rawClient(t, append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), quiet)
 	defer cancel()
 	var vs []string

@@ -16,35 +16,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// drainBodies acks every message of queue (on the transport's subscription) until none
-// arrives for quiet, and counts the bodies.
-func drainBodies(t *testing.T, tr transport.Transport, queue string, quiet time.Duration) map[string]int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := tr.Consume(ctx, queue, transport.ConsumeOptions{Prefetch: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close(context.Background()) }()
-	got := map[string]int{}
-	for {
-		rctx, rcancel := context.WithTimeout(ctx, quiet)
-		d, err := c.Receive(rctx)
-		rcancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return got
-		}
-		if err != nil {
-			t.Fatalf("drain %s: %v", queue, err)
-		}
-		got[string(d.Body)]++
-		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
-			t.Fatalf("drain %s: ack: %v", queue, err)
-		}
-	}
-}
-
 // refusingTopic returns a topic whose maxMessageSize policy (64 bytes) makes the broker
 // refuse a write of big, once the policy has reached the broker; the policy is removed
 // with the test.
@@ -111,7 +82,7 @@ func TestPipelinedRefusedSettleWriteRewinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	transporttest.ExpectNothing(t, c, 2*time.Second)
-	if got := drainBodies(t, tr, ok, 3*time.Second); got[string(src)] != 1 || len(got) != 1 {
+	if got := transporttest.DrainBodies(t, tr, ok, 100, 3*time.Second); got[string(src)] != 1 || len(got) != 1 {
 		t.Fatalf("%s holds %v, want the confirmed write once", ok, got)
 	}
 }
@@ -180,13 +151,13 @@ func TestPipelinedCloseWaitsForWrites(t *testing.T) {
 	if err := tr.Close(ctx); err != nil {
 		t.Fatalf("transport Close: %v", err)
 	}
-	written := drainBodies(t, direct, retry, 3*time.Second)
+	written := transporttest.DrainBodies(t, direct, retry, 100, 3*time.Second)
 	for i := range n {
 		if b := fmt.Sprintf(`{"n":%d}`, i); written[b] != 1 {
 			t.Errorf("%s is on the retry topic %d times, want once", b, written[b])
 		}
 	}
-	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+	if back := transporttest.DrainBodies(t, direct, q, 100, 3*time.Second); len(back) != 0 {
 		t.Errorf("%d messages were left on the source topic after Close: %v", len(back), back)
 	}
 }
@@ -225,7 +196,7 @@ func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	direct := openTransport(t, "", fastNack())
-	dead := drainBodies(t, direct, q+".dlq", 3*time.Second)
+	dead := transporttest.DrainBodies(t, direct, q+".dlq", 100, 3*time.Second)
 	total := 0
 	for b, k := range dead {
 		total += k
@@ -236,7 +207,7 @@ func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
 	if total != n {
 		t.Errorf("the dead-letter topic holds %d messages, want %d", total, n)
 	}
-	if back := drainBodies(t, direct, q, 3*time.Second); len(back) != 0 {
+	if back := transporttest.DrainBodies(t, direct, q, 100, 3*time.Second); len(back) != 0 {
 		t.Errorf("%d messages were left on the source topic after shutdown", len(back))
 	}
 	if int(calls.Load()) != n {
