@@ -155,6 +155,11 @@ type Plan struct {
 	// Drain bounds the wait, after the last publish, for every message to be
 	// accounted for; Linger is the wait after that for late duplicates.
 	Drain, Linger time.Duration
+	// ReportDelay makes the workers report each settlement that much later (zero in
+	// Short and Full): a kill then lands, every time, on settlements the broker has
+	// and the run was not told of, the case a killed worker's last instants make
+	// once in a while, which the queue's residue decides.
+	ReportDelay time.Duration
 }
 
 // Short is the plan of the short form (make test, CI): 300 messages, 4 workers.
@@ -213,8 +218,13 @@ type run struct {
 	injected, healed time.Time
 	victim           *proc
 	orphans          []string
-	dlqHeal          func(context.Context) error
-	notes            []string
+	// residue is what the queue held once every worker had stopped (Kill only,
+	// when an orphan was never settled by another worker); residueErr why it
+	// could not be counted.
+	residue    *transport.QueueStats
+	residueErr error
+	dlqHeal    func(context.Context) error
+	notes      []string
 }
 
 func (r *run) notef(format string, args ...any) {
@@ -313,6 +323,11 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	r.stopWorkers()
 	stopReader()
 	<-readerDone
+	if r.p.Scenario == Kill && r.victim != nil {
+		if _, unsettled := r.led.TakenBack(r.victim.idx, r.orphans, r.injected); len(unsettled) > 0 {
+			r.residue, r.residueErr = r.countResidue(tctx)
+		}
+	}
 	return r.result(started, published, drained), nil
 }
 
@@ -593,10 +608,27 @@ func (r *run) result(started, published, drained time.Time) *Result {
 			break
 		}
 		res.RecoveryOf = fmt.Sprintf("from the SIGKILL until every delivery the killed worker held (%d) was settled by another worker", len(r.orphans))
-		if at, ok := r.led.TakenBack(r.victim.idx, r.orphans, r.injected); ok {
+		at, unsettled := r.led.TakenBack(r.victim.idx, r.orphans, r.injected)
+		if !at.IsZero() {
 			res.Recovery = at.Sub(r.injected)
-		} else {
+		}
+		if len(unsettled) == 0 {
+			break
+		}
+		// Nobody settled them: either the killed worker did, and died before it
+		// reported it, or the broker still holds them for a consumer that is gone.
+		// Only the broker can tell: once every worker stopped, the queue must be
+		// empty.
+		switch empty := r.residue != nil && residueEmpty(*r.residue); {
+		case empty && r.led.Finished(r.victim.idx, unsettled):
+			r.notef("%d of them settled by the killed worker itself, whose handler had returned, before it reported it: "+
+				"nobody else received them and the queue held nothing once the workers stopped", len(unsettled))
+		case r.residueErr != nil:
 			res.Stalled = true
+			res.RecoveryOf += fmt.Sprintf(" (%d never were, and the queue could not be counted: %v)", len(unsettled), r.residueErr)
+		default:
+			res.Stalled = true
+			res.RecoveryOf += fmt.Sprintf(" (%d never were; the queue held %+v once the workers stopped)", len(unsettled), *r.residue)
 		}
 	case Cut, Restart:
 		res.Method = "every connection of every worker cut by a loopback TCP proxy"
@@ -671,6 +703,51 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	return res
 }
 
+// countResidue counts what the queue holds, through a transport opened as a worker
+// (a Kafka group's uncommitted records are the worker group's). Counts the broker
+// gives approximately (SQS) are read again for a few seconds until they are zero. A
+// broker that cannot count (Artemis) is browsed: what it shows is its Ready count.
+func (r *run) countResidue(ctx context.Context) (*transport.QueueStats, error) {
+	tr, err := transport.Open(ctx, r.b.URL(RoleWorker, r.queue))
+	if err != nil {
+		return nil, err
+	}
+	defer closeTransport(tr)
+	count := func(ctx context.Context) (transport.QueueStats, error) {
+		st, err := transport.Stats(ctx, tr, r.queue)
+		b, ok := tr.(transport.Browser)
+		if !errors.Is(err, transport.ErrCannotCount) || !ok {
+			return st, err
+		}
+		page, err := b.Browse(ctx, r.queue, "", 1)
+		return transport.QueueStats{Exists: true, Ready: int64(len(page.Deliveries)), InFlight: transport.UnknownCount,
+			Delayed: transport.UnknownCount, Appended: transport.UnknownCount}, err
+	}
+	var st transport.QueueStats
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		st, err = count(cctx)
+		cancel()
+		if err != nil || residueEmpty(st) || time.Now().After(deadline) {
+			break
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// residueEmpty reports whether st says the queue holds nothing: no message ready,
+// delayed or in flight. A count the broker cannot tell is taken as none: where a
+// broker cannot count what consumers hold (RabbitMQ, Kafka, a browsed Artemis), what
+// a consumer that is gone held is back in Ready once the broker took it back (its
+// connection closed, its group's offsets uncommitted).
+func residueEmpty(st transport.QueueStats) bool {
+	return st.Ready == 0 && st.InFlight <= 0 && st.Delayed <= 0
+}
+
 // proc is one worker process.
 type proc struct {
 	idx       int
@@ -714,7 +791,7 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 	spec := WorkerSpec{
 		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
 		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
-		Cut: r.p.Scenario == Cut && r.b.Cut == nil,
+		Cut: r.p.Scenario == Cut && r.b.Cut == nil, ReportDelay: r.p.ReportDelay,
 	}
 	cmd := r.env.Spawn()
 	cmd.Env = append(cmd.Environ(), spec.environ()...)

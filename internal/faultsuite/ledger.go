@@ -21,14 +21,15 @@ type Ledger struct {
 	mu       sync.Mutex
 	msgs     map[string]*record
 	order    []string
-	inflight map[int]map[string]int // worker -> id -> deliveries received and not settled
-	settles  []settlement           // the settlements that held, in arrival order
-	unknown  map[string]int         // ids seen that were never published
-	problems map[string]int         // things that must not happen, with how often
-	retries  int                    // publishes retried
-	failed   map[string]int         // settlements that failed, by action
-	recvErrs int                    // receives that failed
-	deadTry  map[string][]deadTry   // id -> its dead-letter settlements, whether they held or not
+	inflight map[int]map[string]int  // worker -> id -> deliveries received and not settled
+	finished map[int]map[string]bool // worker -> ids whose handler returned in it
+	settles  []settlement            // the settlements that held, in arrival order
+	unknown  map[string]int          // ids seen that were never published
+	problems map[string]int          // things that must not happen, with how often
+	retries  int                     // publishes retried
+	failed   map[string]int          // settlements that failed, by action
+	recvErrs int                     // receives that failed
+	deadTry  map[string][]deadTry    // id -> its dead-letter settlements, whether they held or not
 }
 
 type deadTry struct {
@@ -57,7 +58,7 @@ func NewLedger(queue string) *Ledger {
 	return &Ledger{
 		queue: queue, msgs: map[string]*record{}, inflight: map[int]map[string]int{},
 		unknown: map[string]int{}, problems: map[string]int{}, failed: map[string]int{},
-		deadTry: map[string][]deadTry{},
+		deadTry: map[string][]deadTry{}, finished: map[int]map[string]bool{},
 	}
 }
 
@@ -126,6 +127,7 @@ func (l *Ledger) Apply(ev Event) {
 	case EvRecvErr:
 		l.recvErrs++
 	case EvHandled:
+		l.finish(ev)
 		r := l.msgs[ev.ID]
 		switch {
 		case r == nil:
@@ -136,6 +138,7 @@ func (l *Ledger) Apply(ev Event) {
 			r.handled++
 		}
 	case EvTried:
+		l.finish(ev)
 		r := l.msgs[ev.ID]
 		switch {
 		case r == nil:
@@ -307,36 +310,57 @@ func (l *Ledger) LongestPause(from, to time.Time) time.Duration {
 	return longest
 }
 
-// TakenBack returns when the last of ids was settled (and held) by a worker other than
-// victim after t: how long the deliveries a killed worker held stayed out of reach. A
-// delivery the victim settled itself (its event still in the pipe when it was killed)
-// was never out of reach. It reports false when one of them was never settled.
-func (l *Ledger) TakenBack(victim int, ids []string, t time.Time) (time.Time, bool) {
+// TakenBack returns when the last of ids, the deliveries victim held when it was
+// killed at t, was settled by another worker after t, and the ids nobody settled:
+// neither another worker after t nor victim itself (a settlement whose event was
+// still in the pipe at the kill).
+func (l *Ledger) TakenBack(victim int, ids []string, t time.Time) (last time.Time, unsettled []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var last time.Time
 	for _, id := range ids {
 		var first time.Time
 		byVictim := false
 		for _, s := range l.settles {
 			if s.id == id && s.worker == victim {
-				byVictim = true // it settled the delivery itself; the event was still in the pipe at the kill
+				byVictim = true
 			}
 			if s.id == id && s.worker != victim && s.at.After(t) && (first.IsZero() || s.at.Before(first)) {
 				first = s.at
 			}
 		}
-		if first.IsZero() {
-			if byVictim {
-				continue
+		switch {
+		case !first.IsZero():
+			if first.After(last) {
+				last = first
 			}
-			return time.Time{}, false
-		}
-		if first.After(last) {
-			last = first
+		case !byVictim:
+			unsettled = append(unsettled, id)
 		}
 	}
-	return last, true
+	return last, unsettled
+}
+
+// Finished reports whether every one of ids was handled to the end in worker: its
+// handler returned (with the message's result or its error), so the runtime was
+// settling it, or had settled it, when the worker died.
+func (l *Ledger) Finished(worker int, ids []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if !l.finished[worker][id] {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *Ledger) finish(ev Event) {
+	m := l.finished[ev.Worker]
+	if m == nil {
+		m = map[string]bool{}
+		l.finished[ev.Worker] = m
+	}
+	m[ev.ID] = true
 }
 
 // Counts is the ledger's account of the messages of a run.

@@ -39,6 +39,7 @@ const (
 	envMaxAttempts  = "BQ_FAULTS_MAX_ATTEMPTS"
 	envHandlerDelay = "BQ_FAULTS_HANDLER_DELAY"
 	envCut          = "BQ_FAULTS_CUT"
+	envReportDelay  = "BQ_FAULTS_REPORT_DELAY"
 )
 
 // The commands a worker reads, one a line, on its standard input. End of input is a
@@ -65,6 +66,9 @@ type WorkerSpec struct {
 	HandlerDelay time.Duration
 	// Cut asks for a transport whose connections go through a [Switch].
 	Cut bool
+	// ReportDelay holds each settlement's report back that long (see
+	// [Plan.ReportDelay]).
+	ReportDelay time.Duration
 }
 
 func (s WorkerSpec) environ() []string {
@@ -76,7 +80,7 @@ func (s WorkerSpec) environ() []string {
 		envRole + "=worker", envBroker + "=" + s.Broker, envURL + "=" + s.URL, envQueue + "=" + s.Queue,
 		envWorker + "=" + strconv.Itoa(s.Worker), envConcurrency + "=" + strconv.Itoa(s.Concurrency),
 		envMaxAttempts + "=" + strconv.Itoa(s.MaxAttempts), envHandlerDelay + "=" + s.HandlerDelay.String(),
-		envCut + "=" + cut,
+		envCut + "=" + cut, envReportDelay + "=" + s.ReportDelay.String(),
 	}
 }
 
@@ -96,6 +100,11 @@ func specFromEnv() (WorkerSpec, error) {
 		errs = append(errs, fmt.Errorf("%s: %w", envHandlerDelay, err))
 	}
 	s.HandlerDelay = d
+	if v := os.Getenv(envReportDelay); v != "" {
+		if s.ReportDelay, err = time.ParseDuration(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", envReportDelay, err))
+		}
+	}
 	if s.URL == "" || s.Queue == "" {
 		errs = append(errs, errors.New("faultsuite: worker without a URL or a queue"))
 	}
@@ -150,7 +159,7 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 	}
 	a, err := babelqueue.New(tr, babelqueue.WithQueue(spec.Queue), babelqueue.WithDeadLetter(true),
 		babelqueue.WithMaxAttempts(spec.MaxAttempts), babelqueue.WithConcurrency(spec.Concurrency),
-		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithLogger(log), babelqueue.WithObserver(observer{em}))
+		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithLogger(log), babelqueue.WithObserver(observer{em: em, delay: spec.ReportDelay}))
 	if err != nil {
 		return err
 	}
@@ -211,12 +220,18 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 		}
 	}()
 	err = a.Run(ctx)
+	time.Sleep(spec.ReportDelay) // the last settlements' reports go out first
 	em.emit(Event{Ev: EvStopped})
 	return err
 }
 
-// observer reports the runtime's receptions, settlements and receive errors.
-type observer struct{ em *emitter }
+// observer reports the runtime's receptions, settlements and receive errors; with a
+// delay, settlements are reported that much later, off the runtime's goroutine, with
+// the time they happened.
+type observer struct {
+	em    *emitter
+	delay time.Duration
+}
 
 func (o observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
 	o.em.emit(Event{Ev: EvReceived, ID: d.ID, Attempts: d.Attempts})
@@ -224,9 +239,13 @@ func (o observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
 
 func (o observer) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
 	ev := Event{Ev: EvSettled, ID: e.Delivery.ID, Kind: string(e.Kind), Action: string(e.Action), Reason: e.Reason,
-		Attempts: e.Attempts, Took: int64(e.Duration)}
+		Attempts: e.Attempts, Took: int64(e.Duration), At: time.Now().UnixNano()}
 	if e.Err != nil {
 		ev.Err = e.Err.Error()
+	}
+	if o.delay > 0 {
+		time.AfterFunc(o.delay, func() { o.em.emit(ev) })
+		return
 	}
 	o.em.emit(ev)
 }
