@@ -17,9 +17,9 @@ import (
 // broker still holds for a dead consumer by the queue's residue, not call it stalled
 // (a clean-clone CI run failed the Redis and SQS kill runs so, recovery 0s, nothing
 // missing). Workers that report each settlement a second late make that case every
-// time.
+// time, on every broker of the suite.
 func TestKillBetweenSettlementAndReport(t *testing.T) {
-	for _, b := range []broker{redisBroker, sqsBroker} {
+	for _, b := range brokers {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			plan := faultsuite.Short(faultsuite.Kill)
