@@ -131,15 +131,9 @@ func TestFaults(t *testing.T) {
 					if dir == "" {
 						dir = t.TempDir()
 					}
-					spawn := func() *exec.Cmd {
-						cmd := exec.Command(os.Args[0], "-test.run=^$")
-						// A worker dies with the test process, whatever happens to it.
-						cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-						return cmd
-					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 					defer cancel()
-					res, err := faultsuite.Run(ctx, binding, plan(sc), faultsuite.Env{Spawn: spawn, Logf: t.Logf, Dir: dir})
+					res, err := faultsuite.Run(ctx, binding, plan(sc), faultsuite.Env{Spawn: spawnWorker, Logf: t.Logf, Dir: dir})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -166,6 +160,14 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spawnWorker returns the command of a worker process: this test binary again, which
+// dies with the test process whatever happens to it.
+func spawnWorker() *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // runs reports whether the form includes scenario s for b.

@@ -2,10 +2,7 @@ package faults_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,14 +21,9 @@ func TestKillBetweenSettlementAndReport(t *testing.T) {
 			t.Parallel()
 			plan := faultsuite.Short(faultsuite.Kill)
 			plan.ReportDelay = time.Second
-			spawn := func() *exec.Cmd {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-				return cmd
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			res, err := faultsuite.Run(ctx, b.shared(t), plan, faultsuite.Env{Spawn: spawn, Logf: t.Logf, Dir: t.TempDir()})
+			res, err := faultsuite.Run(ctx, b.shared(t), plan, faultsuite.Env{Spawn: spawnWorker, Logf: t.Logf, Dir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
