@@ -160,6 +160,11 @@ type Plan struct {
 	// and the run was not told of, the case a killed worker's last instants make
 	// once in a while, which the queue's residue decides.
 	ReportDelay time.Duration
+	// LateHeal makes the first worker let its connections through again that much
+	// after a cut heals (zero in Short and Full; only where each worker cuts its own
+	// connections): a worker back after the stream's last message, which the run's
+	// probes must still see come back.
+	LateHeal time.Duration
 }
 
 // Short is the plan of the short form (make test, CI): 300 messages, 4 workers.
@@ -306,6 +311,9 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	if err := publish(2*third, r.p.Messages); err != nil {
 		return nil, err
 	}
+	if err := r.probe(ctx, pub, app); err != nil {
+		return nil, err
+	}
 	published := time.Now()
 
 	// Every meta.id accounted for, or the drain's deadline.
@@ -331,9 +339,14 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	return r.result(started, published, drained), nil
 }
 
-// publish publishes message i, with the same bytes again until the broker takes it.
+// publish publishes message i of the stream (every FailEvery-th one failing), with the
+// same bytes again until the broker takes it.
 func (r *run) publish(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int) error {
-	failing := (i+1)%r.p.FailEvery == 0
+	return r.publishAs(ctx, tr, app, i, (i+1)%r.p.FailEvery == 0)
+}
+
+// publishAs publishes message i, failing or not.
+func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int, failing bool) error {
 	urn, data := URNGood, Payload{N: i}
 	if failing {
 		urn = URNFail
@@ -360,6 +373,47 @@ func (r *run) publish(ctx context.Context, tr transport.Transport, app *babelque
 		r.led.Retried()
 		sleep(ctx, 100*time.Millisecond)
 	}
+}
+
+// probeEvery is the pace of the probes (see probe).
+const probeEvery = 100 * time.Millisecond
+
+// probe keeps work on the queue after the stream while a worker that was running
+// through a cut or a restart has not settled anything since the heal: a worker whose
+// backoff brings it back after the stream's last message (a short run's last third
+// lasts a second; a reconnection backs off up to seconds) would otherwise have nothing
+// left to settle, and could not be told from one that never came back. It publishes
+// one more good message every probeEvery until each of them settled again, or until
+// twice the scenario's bound after the heal (the longest the run accepts).
+func (r *run) probe(ctx context.Context, tr transport.Transport, app *babelqueue.App) error {
+	if r.p.Scenario != Cut && r.p.Scenario != Restart {
+		return nil
+	}
+	deadline := r.healed.Add(2 * r.b.Bound(r.p.Scenario))
+	probes := 0
+	for i := r.p.Messages; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		lagging := 0
+		for _, p := range r.live() {
+			if p.startedAt.After(r.healed) {
+				continue
+			}
+			if _, ok := r.led.FirstSettleAfter(p.idx, r.healed); !ok {
+				lagging++
+			}
+		}
+		if lagging == 0 {
+			break
+		}
+		if err := r.publishAs(ctx, tr, app, i, false); err != nil {
+			return err
+		}
+		probes++
+		sleep(ctx, probeEvery)
+	}
+	if probes > 0 {
+		r.notef("%d probe messages published after the stream, until every worker running through the fault settled again", probes)
+	}
+	return nil
 }
 
 // readDLQ reads the dead-letter queue until ctx ends, acknowledging what it reads. A
@@ -792,6 +846,9 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
 		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
 		Cut: r.p.Scenario == Cut && r.b.Cut == nil, ReportDelay: r.p.ReportDelay,
+	}
+	if idx == 0 {
+		spec.LateHeal = r.p.LateHeal
 	}
 	cmd := r.env.Spawn()
 	cmd.Env = append(cmd.Environ(), spec.environ()...)

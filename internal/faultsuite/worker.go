@@ -40,6 +40,7 @@ const (
 	envHandlerDelay = "BQ_FAULTS_HANDLER_DELAY"
 	envCut          = "BQ_FAULTS_CUT"
 	envReportDelay  = "BQ_FAULTS_REPORT_DELAY"
+	envLateHeal     = "BQ_FAULTS_LATE_HEAL"
 )
 
 // The commands a worker reads, one a line, on its standard input. End of input is a
@@ -69,6 +70,9 @@ type WorkerSpec struct {
 	// ReportDelay holds each settlement's report back that long (see
 	// [Plan.ReportDelay]).
 	ReportDelay time.Duration
+	// LateHeal lets this worker's connections through again that much after it
+	// acknowledged the heal (see [Plan.LateHeal]).
+	LateHeal time.Duration
 }
 
 func (s WorkerSpec) environ() []string {
@@ -80,7 +84,7 @@ func (s WorkerSpec) environ() []string {
 		envRole + "=worker", envBroker + "=" + s.Broker, envURL + "=" + s.URL, envQueue + "=" + s.Queue,
 		envWorker + "=" + strconv.Itoa(s.Worker), envConcurrency + "=" + strconv.Itoa(s.Concurrency),
 		envMaxAttempts + "=" + strconv.Itoa(s.MaxAttempts), envHandlerDelay + "=" + s.HandlerDelay.String(),
-		envCut + "=" + cut, envReportDelay + "=" + s.ReportDelay.String(),
+		envCut + "=" + cut, envReportDelay + "=" + s.ReportDelay.String(), envLateHeal + "=" + s.LateHeal.String(),
 	}
 }
 
@@ -100,9 +104,11 @@ func specFromEnv() (WorkerSpec, error) {
 		errs = append(errs, fmt.Errorf("%s: %w", envHandlerDelay, err))
 	}
 	s.HandlerDelay = d
-	if v := os.Getenv(envReportDelay); v != "" {
-		if s.ReportDelay, err = time.ParseDuration(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", envReportDelay, err))
+	for name, d := range map[string]*time.Duration{envReportDelay: &s.ReportDelay, envLateHeal: &s.LateHeal} {
+		if v := os.Getenv(name); v != "" {
+			if *d, err = time.ParseDuration(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
 		}
 	}
 	if s.URL == "" || s.Queue == "" {
@@ -192,7 +198,11 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 				}
 				em.emit(Event{Ev: EvCut})
 			case cmdHeal:
-				if sw != nil {
+				switch {
+				case sw == nil:
+				case spec.LateHeal > 0:
+					time.AfterFunc(spec.LateHeal, sw.Up)
+				default:
 					sw.Up()
 				}
 				em.emit(Event{Ev: EvHealed})
