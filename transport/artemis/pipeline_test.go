@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/artemis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -122,105 +120,12 @@ func TestPipelinedSettleCutMidFlight(t *testing.T) {
 }
 
 // Closing a consumer, then the transport, waits for the pipelined settlements in
-// flight: every delivery is accepted once its write is, so each message ends on the
-// retry queue exactly once and none is left on the source queue.
+// flight: every delivery is accepted once its write is (the kit's case).
 func TestPipelinedCloseWaitsForWrites(t *testing.T) {
-	const n = 200
-	direct := openTransport(t)
-	tr := openTransport(t, artemis.WithPipelinedSettles(true))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	q, retry := transporttest.UniqueName("bqtest-close"), transporttest.UniqueName("bqtest-close-retry")
-	msgs := make([]*transport.Message, n)
-	for i := range n {
-		msgs[i] = &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}
-	}
-	if err := direct.PublishConfirmed(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		d := transporttest.Receive(t, c, 30*time.Second)
-		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: retry, Body: d.Body}}}); err != nil {
-			t.Fatalf("Settle: %v", err)
-		}
-	}
-	if err := c.Close(ctx); err != nil {
-		t.Fatalf("consumer Close: %v", err)
-	}
-	if err := tr.Close(ctx); err != nil {
-		t.Fatalf("transport Close: %v", err)
-	}
-	written := transporttest.DrainBodies(t, direct, retry, 50, 3*time.Second)
-	for i := range n {
-		if b := fmt.Sprintf(`{"n":%d}`, i); written[b] != 1 {
-			t.Errorf("%s is on the retry queue %d times, want once", b, written[b])
-		}
-	}
-	if back := transporttest.DrainBodies(t, direct, q, 50, 3*time.Second); len(back) != 0 {
-		t.Errorf("%d messages were left on the source queue after Close: %v", len(back), back)
-	}
+	transporttest.RunPipelinedClose(t, openTransport(t), openTransport(t, artemis.WithPipelinedSettles(true)))
 }
 
-// The runtime's shutdown waits for the pipelined dead-letter writes: every message of
-// a handler that always fails (max_attempts 1, dead-lettering on) ends on the
-// dead-letter queue exactly once, and none is left on the source queue.
+// The runtime's shutdown waits for the pipelined dead-letter writes (the kit's case).
 func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
-	const n = 200
-	q := transporttest.UniqueName("bqtest-shutdown")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	a, err := babelqueue.Open(ctx, withQuery(t, brokerURL(t), "pipeline_settles", "1"), babelqueue.WithQueue(q),
-		babelqueue.WithLogger(quiet()), babelqueue.WithMaxAttempts(1), babelqueue.WithDeadLetter(true),
-		babelqueue.WithConcurrency(8), babelqueue.WithPrefetch(40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = a.Close(context.Background()) }()
-	var calls atomic.Int32
-	all := make(chan struct{})
-	a.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error {
-		if calls.Add(1) == n {
-			close(all)
-		}
-		return errors.New("always fails")
-	})
-	entries := make([]babelqueue.BatchEntry, n)
-	for i := range n {
-		entries[i] = babelqueue.BatchEntry{URN: "urn:babel:orders:created", Data: map[string]int{"n": i}}
-	}
-	if _, err := a.PublishBatch(ctx, entries); err != nil {
-		t.Fatal(err)
-	}
-	stop := runApp(t, a)
-	select {
-	case <-all:
-	case <-ctx.Done():
-		t.Fatalf("only %d of %d messages handled", calls.Load(), n)
-	}
-	stop() // with the last dead-letter writes still in flight
-	if err := a.Close(ctx); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	direct := openTransport(t)
-	dead := transporttest.DrainBodies(t, direct, q+".dlq", 50, 3*time.Second)
-	total := 0
-	for b, k := range dead {
-		total += k
-		if k != 1 {
-			t.Errorf("%s is on the dead-letter queue %d times, want once", b, k)
-		}
-	}
-	if total != n {
-		t.Errorf("the dead-letter queue holds %d messages, want %d", total, n)
-	}
-	if back := transporttest.DrainBodies(t, direct, q, 50, 3*time.Second); len(back) != 0 {
-		t.Errorf("%d messages were left on the source queue after shutdown", len(back))
-	}
-	if int(calls.Load()) != n {
-		t.Errorf("the handler ran %d times, want %d (once per message)", calls.Load(), n)
-	}
+	transporttest.RunRuntimeShutdownWithPipelinedWrites(t, openTransport(t), openTransport(t, artemis.WithPipelinedSettles(true)))
 }
