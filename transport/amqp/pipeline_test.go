@@ -115,6 +115,20 @@ func TestPipelinedNackedWriteRewinds(t *testing.T) {
 	}
 }
 
+// publishNumbered publishes n messages {"n":0} to {"n":n-1} on q, confirmed, and
+// returns them.
+func publishNumbered(t *testing.T, tr *Transport, q string, n int) []*transport.Message {
+	t.Helper()
+	msgs := make([]*transport.Message, n)
+	for i := range msgs {
+		msgs[i] = &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}
+	}
+	if err := tr.PublishConfirmed(ctxT(t), msgs); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
 // TestPipelinedCloseWaitsForWrites: Close waits for the pipelined settlements in flight,
 // so every delivery settled with a write before Close is acked once its write is
 // confirmed: the work queue ends empty and every message is on the retry queue exactly
@@ -130,13 +144,7 @@ func TestPipelinedCloseWaitsForWrites(t *testing.T) {
 			const n = 64
 			tr := openT(t, WithPipelinedSettles(mode.on))
 			q, retry := newQueue(t), newQueue(t)
-			msgs := make([]*transport.Message, n)
-			for i := range msgs {
-				msgs[i] = &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}
-			}
-			if err := tr.PublishConfirmed(ctx, msgs); err != nil {
-				t.Fatal(err)
-			}
+			msgs := publishNumbered(t, tr, q, n)
 			c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: n})
 			if err != nil {
 				t.Fatal(err)
@@ -199,13 +207,7 @@ func TestPipelinedWritesConnectionCut(t *testing.T) {
 	t.Cleanup(func() { _ = trCut.Close(context.Background()) })
 	tr := openT(t)
 	q, retry := newQueue(t), newQueue(t)
-	msgs := make([]*transport.Message, n)
-	for i := range msgs {
-		msgs[i] = &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)}
-	}
-	if err := tr.PublishConfirmed(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
+	msgs := publishNumbered(t, tr, q, n)
 	// The retry queue exists before the cut, so the check below finds it either way.
 	ch := rawChannel(t, rawConn(t))
 	if _, err := ch.QueueDeclare(retry, true, false, false, false, nil); err != nil {

@@ -69,23 +69,31 @@ func fullQueue(t *testing.T, tr transport.Transport, queue string) {
 	}
 }
 
+// refusingRig opens a transport, its settle writes pipelined or not, with a queue
+// Artemis refuses writes to (dlq, full), a queue it takes them on (ok), and one
+// message, body, published on a fresh source queue q.
+func refusingRig(t *testing.T, pipelined bool) (tr *artemis.Transport, q, ok, dlq string, body []byte) {
+	t.Helper()
+	tr = openTransport(t, artemis.WithPipelinedSettles(pipelined))
+	q, ok, dlq = transporttest.UniqueName("bqtest-src"), transporttest.UniqueName("bqtest-ok"), transporttest.UniqueName("bqtest-full")
+	fullQueue(t, tr, dlq)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body = []byte(`{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	return tr, q, ok, dlq, body
+}
+
 // Not pipelined (pipeline_settles=0), a settle write Artemis refuses acknowledges
 // nothing: Settle fails with a SettleWriteError naming the queue, the delivery can then
 // be rewound, and it comes back without a higher delivery-count. Pipelined:
 // TestPipelinedRefusedSettleWriteGivesBack.
 func TestRefusedSettleWriteAcksNothing(t *testing.T) {
-	tr := openTransport(t, artemis.WithPipelinedSettles(false))
-	q := transporttest.UniqueName("bqtest-src")
-	ok := transporttest.UniqueName("bqtest-ok")
-	dlq := transporttest.UniqueName("bqtest-full")
-	fullQueue(t, tr, dlq)
-
+	tr, q, ok, dlq, body := refusingRig(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	body := []byte(`{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
-	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
-		t.Fatal(err)
-	}
 	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)

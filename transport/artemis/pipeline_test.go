@@ -18,18 +18,9 @@ import (
 // gives the delivery back itself, without counting it against max-delivery-attempts,
 // and it comes back. The write accepted before the refused one stays made.
 func TestPipelinedRefusedSettleWriteGivesBack(t *testing.T) {
-	tr := openTransport(t, artemis.WithPipelinedSettles(true))
-	q := transporttest.UniqueName("bqtest-src")
-	ok := transporttest.UniqueName("bqtest-ok")
-	dlq := transporttest.UniqueName("bqtest-full")
-	fullQueue(t, tr, dlq)
-
+	tr, q, ok, dlq, body := refusingRig(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	body := []byte(`{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)
-	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
-		t.Fatal(err)
-	}
 	var failed transporttest.SettleFailures
 	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1, SettleFailed: failed.Record})
 	if err != nil {
