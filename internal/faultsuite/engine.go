@@ -223,9 +223,12 @@ type run struct {
 	injected, healed time.Time
 	victim           *proc
 	orphans          []string
-	// residue is what the queue held once every worker had stopped (Kill only,
-	// when an orphan was never settled by another worker); residueErr why it
+	// takenBack is when another worker settled the last orphan it settled, unsettled
+	// the orphans nobody settled (Kill only, read once the workers stopped); residue
+	// is what the queue then held (only when some are unsettled), residueErr why it
 	// could not be counted.
+	takenBack  time.Time
+	unsettled  []string
 	residue    *transport.QueueStats
 	residueErr error
 	dlqHeal    func(context.Context) error
@@ -332,7 +335,8 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	stopReader()
 	<-readerDone
 	if r.p.Scenario == Kill && r.victim != nil {
-		if _, unsettled := r.led.TakenBack(r.victim.idx, r.orphans, r.injected); len(unsettled) > 0 {
+		r.takenBack, r.unsettled = r.led.TakenBack(r.victim.idx, r.orphans, r.injected)
+		if len(r.unsettled) > 0 {
 			r.residue, r.residueErr = r.countResidue(tctx)
 		}
 	}
@@ -662,9 +666,9 @@ func (r *run) result(started, published, drained time.Time) *Result {
 			break
 		}
 		res.RecoveryOf = fmt.Sprintf("from the SIGKILL until every delivery the killed worker held (%d) was settled by another worker", len(r.orphans))
-		at, unsettled := r.led.TakenBack(r.victim.idx, r.orphans, r.injected)
-		if !at.IsZero() {
-			res.Recovery = at.Sub(r.injected)
+		unsettled := r.unsettled
+		if !r.takenBack.IsZero() {
+			res.Recovery = r.takenBack.Sub(r.injected)
 		}
 		if len(unsettled) == 0 {
 			break
