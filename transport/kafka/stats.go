@@ -78,10 +78,12 @@ const stableWait = 5 * time.Second
 // the broker for a moment, and the record it moved would be shown as waiting. While a
 // transaction stays open longer (a move killed in its middle, until the broker aborts
 // it at its timeout) the stable read is refused; after stableWait the offsets as they
-// stand are read instead.
+// stand are read instead. A group's coordinator that is moving or loading (the first
+// read of a new group, a broker restart) answers with a retriable error for a moment:
+// the read is tried again, backing off, for up to coordinatorWait.
 func committedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
 	sctx, cancel := context.WithTimeout(ctx, stableWait)
-	resp, err := adm.FetchOffsets(kadm.RequireStable(sctx), group)
+	resp, err := fetchOffsets(kadm.RequireStable(sctx), adm, group)
 	cancel()
 	if err == nil {
 		unstable := false
@@ -95,5 +97,42 @@ func committedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, cerr
 	}
-	return adm.FetchOffsets(ctx, group)
+	return fetchOffsets(ctx, adm, group)
+}
+
+// coordinatorWait bounds how long fetchOffsets retries a group coordinator's
+// transient errors.
+const coordinatorWait = 15 * time.Second
+
+// fetchOffsets is adm.FetchOffsets, tried again while the group's coordinator is not
+// available, not loaded yet or has moved (errors kgo gives back rather than retrying
+// for an admin request), with a backoff from 50 ms doubling to 1 s, for up to
+// coordinatorWait or until ctx ends. A group the broker does not know has committed
+// nothing: GROUP_ID_NOT_FOUND (the answer of brokers that speak of groups as KIP-848
+// does) reads as no offsets.
+func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	deadline := time.Now().Add(coordinatorWait)
+	wait := 50 * time.Millisecond
+	for {
+		resp, err := adm.FetchOffsets(ctx, group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return kadm.OffsetResponses{}, nil
+		}
+		if err == nil || !coordinatorMoving(err) || time.Now().Add(wait).After(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// coordinatorMoving reports whether err is a group coordinator's transient state.
+func coordinatorMoving(err error) bool {
+	return errors.Is(err, kerr.CoordinatorNotAvailable) ||
+		errors.Is(err, kerr.CoordinatorLoadInProgress) ||
+		errors.Is(err, kerr.NotCoordinator)
 }
