@@ -37,8 +37,14 @@ kafka_start() {
              -XX:MaxDirectMemorySize=128m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
              -Dlog4j2.configurationFile="$ASSETS/log4j2.properties" -Dkafka.logs.dir="$dir"
              -cp "$home/libs/*")
-  local id; id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-  "$java" "${jvm[@]}" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
+  # A cluster id is 16 random bytes in URL-safe base64, as Kafka's Uuid.randomUuid makes
+  # it; like Kafka, draw again when it starts with '-' (one draw in 64), which the storage
+  # tool's argument parser would read as an option ("--cluster-id: expected one argument").
+  local id=-
+  while [ "${id:0:1}" = - ]; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
+  "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id="$id" -c "$dir/server.properties" \
     >>"$(logfile kafka)" 2>&1 || return 1
   start_bg kafka "$dir" "$java" "${jvm[@]}" kafka.Kafka "$dir/server.properties"
 }
