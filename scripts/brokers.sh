@@ -375,15 +375,23 @@ up_one() {
       return 1
     fi
   done
-  say "$name: starting"
-  if ! "${name}_start"; then
-    say "$name: start failed"; tail_log "$name"; pid_running "$name" && "${name}_stop"; return 1
-  fi
-  if ! wait_for "$name"; then
-    pid_running "$name" && { say "$name: stopping the failed start"; "${name}_stop" >/dev/null 2>&1; }
-    return 1
-  fi
-  say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
+  # Two tries: a first start on a fresh machine can fail for a reason of the moment (a
+  # port still held by a process that just ended, a JVM slower than its timeout); the
+  # cause of the first failure is printed either way.
+  local try
+  for try in 1 2; do
+    if [ "$try" = 1 ]; then say "$name: starting"; else say "$name: starting again (second try)"; fi
+    if ! "${name}_start"; then
+      say "$name: start failed"; tail_log "$name"; pid_running "$name" && "${name}_stop"
+    elif ! wait_for "$name"; then
+      pid_running "$name" && { say "$name: stopping the failed start"; "${name}_stop" >/dev/null 2>&1; }
+    else
+      say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
+      return 0
+    fi
+    [ -s "$(logfile "$name")" ] && mv -f "$(logfile "$name")" "$(logfile "$name").failed"
+  done
+  return 1
 }
 
 cmd_up() {
