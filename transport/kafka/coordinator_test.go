@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,5 +95,24 @@ func TestBrowseAndStatsWaitOutAMovingCoordinator(t *testing.T) {
 	}
 	if refused.Load() == before {
 		t.Fatal("the cluster never refused the count's FindCoordinator")
+	}
+}
+
+// whileCoordinatorMoves calls read again, every 200 ms until ctx ends, while it fails
+// because the group's coordinator is not available, loading or has moved (a new group
+// on a broker that just started, a broker just restarted): the tests' own offset reads
+// wait that out as the transport does.
+func whileCoordinatorMoves(ctx context.Context, read func() error) error {
+	for {
+		err := read()
+		if !errors.Is(err, kerr.CoordinatorNotAvailable) && !errors.Is(err, kerr.CoordinatorLoadInProgress) &&
+			!errors.Is(err, kerr.NotCoordinator) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

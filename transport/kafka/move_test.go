@@ -30,7 +30,11 @@ func groupOffset(t testing.TB, group, topic string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// Stable: a transaction's offset commit may still be pending right after it ended.
-	resp, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), group, topic)
+	var resp kadm.OffsetResponses
+	err := whileCoordinatorMoves(ctx, func() (err error) {
+		resp, err = adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), group, topic)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("offsets of group %s: %v", group, err)
 	}

@@ -331,10 +331,14 @@ func groupBehind(t *testing.T, adm *kadm.Client, group, topic string) []string {
 	if err != nil {
 		t.Fatalf("end offsets of %s: %v", topic, err)
 	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = committed.Error()
-	}
+	var committed kadm.OffsetResponses
+	err = whileCoordinatorMoves(ctx, func() (err error) {
+		committed, err = adm.FetchOffsets(ctx, group)
+		if err == nil {
+			err = committed.Error()
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatalf("committed offsets of %s: %v", group, err)
 	}
