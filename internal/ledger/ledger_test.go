@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"slices"
 	"testing"
 	"time"
 
@@ -499,5 +500,52 @@ func TestReceiveFreesTheSlotWhenTheBrokerFails(t *testing.T) {
 	}
 	if err := settle(l, d, ack, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A driver that keeps the entry beside its delivery (one allocation) gets the same
+// account as with Hand: the entry settles once, Close gives it back in hand-out order
+// with the others, and after Close HandInto frees the slot it was given.
+func TestHandIntoKeepsTheSameAccount(t *testing.T) {
+	l := newLedger(3)
+	type delivery struct {
+		d transport.Delivery
+		e ledger.Entry[string]
+	}
+	handInto := func(v string) *transport.Delivery {
+		t.Helper()
+		if err := acquireWithin(l, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		h := new(delivery)
+		if err := l.HandInto(&h.e, v); err != nil {
+			t.Fatalf("HandInto(%s): %v", v, err)
+		}
+		h.d = transport.Delivery{Queue: "q", Handle: &h.e}
+		return &h.d
+	}
+	a := handInto("a")
+	hand(t, l, "b")
+	handInto("c")
+	if err := settle(l, a, ack, nil); err != nil {
+		t.Fatalf("settle a: %v", err)
+	}
+	if err := settle(l, a, ack, nil); !errors.Is(err, transport.ErrAlreadySettled) {
+		t.Fatalf("second settle of a = %v, want ErrAlreadySettled", err)
+	}
+	if got := l.Close(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("Close gave back %v, want [b c]", got)
+	}
+
+	l = newLedger(1)
+	if err := acquireWithin(l, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := l.HandInto(new(ledger.Entry[string]), "late"); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("HandInto after Close = %v, want ErrClosed", err)
+	}
+	if l.Room() != 1 {
+		t.Fatalf("Room after a refused HandInto = %d, want 1 (the slot freed)", l.Room())
 	}
 }

@@ -11,7 +11,14 @@ import (
 type consumer struct {
 	t     *Transport
 	queue string
+	q     *queue                  // t.queues[queue]: a queue, once made, is never removed
 	book  *ledger.Ledger[*Stored] // the slots and settle state; closed with t.mu held
+}
+
+// delivery is a delivery and its ledger entry, made in one allocation.
+type delivery struct {
+	d transport.Delivery
+	e ledger.Entry[*Stored]
 }
 
 func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
@@ -36,7 +43,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			t.mu.Unlock()
 			return nil, transport.ErrClosed
 		}
-		q := t.q(c.queue)
+		q := c.q
 		var next time.Time
 		if len(q.delayed) > 0 {
 			now := t.now()
@@ -56,8 +63,8 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 		}
 		if len(q.ready) > 0 {
 			s := q.ready[0]
-			e, err := c.book.Hand(s) // never fails: the book closes with t.mu held
-			if err != nil {
+			h := new(delivery)
+			if err := c.book.HandInto(&h.e, s); err != nil { // never fails: the book closes with t.mu held
 				t.mu.Unlock()
 				return nil, err
 			}
@@ -65,7 +72,8 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			q.ready = q.ready[1:]
 			s.inFlight = true
 			q.inflight++
-			d := &transport.Delivery{
+			d := &h.d
+			*d = transport.Delivery{
 				Queue:             c.queue,
 				Body:              s.Body[:len(s.Body):len(s.Body)], // never changed: a write stores a copy
 				Key:               cloneKey(s.Key),
@@ -73,7 +81,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 				Redeliveries:      s.Redeliveries,
 				AttemptsHeader:    s.Attempts,
 				HasAttemptsHeader: true,
-				Handle:            e,
+				Handle:            &h.e,
 			}
 			if t.caps.SchemaGate {
 				d.SchemaVersion = s.SchemaVersion
@@ -122,7 +130,7 @@ func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.
 // or not at all.
 func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
 	t := c.t
-	q := t.q(c.queue)
+	q := c.q
 	switch s.Outcome {
 	case transport.Ack:
 		if t.closed {
@@ -166,7 +174,7 @@ func (c *consumer) Close(context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	back := c.book.Close()
-	q := t.q(c.queue)
+	q := c.q
 	for i := len(back) - 1; i >= 0; i-- {
 		s := back[i]
 		q.settled(s)

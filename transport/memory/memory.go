@@ -272,13 +272,13 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 	if t.closed {
 		return nil, transport.ErrClosed
 	}
-	t.q(queue)
+	q := t.q(queue)
 	outcomes := []transport.Outcome{transport.Ack, transport.Rewind}
 	if t.caps.HandOff {
 		outcomes = append(outcomes, transport.HandOff)
 	}
 	book := ledger.New[*Stored](ledger.Config{Broker: "memory", Queue: queue, Prefetch: opts.Prefetch, Outcomes: outcomes, Logger: t.log})
-	return &consumer{t: t, queue: queue, book: book}, nil
+	return &consumer{t: t, queue: queue, q: q, book: book}, nil
 }
 
 // Close closes the broker; waiting receivers return [transport.ErrClosed].
