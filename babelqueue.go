@@ -248,8 +248,9 @@ type Message struct {
 	// Queue is the queue the message was consumed from.
 	Queue string
 
-	key     []byte
-	headers map[string]string
+	key       []byte
+	headers   map[string]string
+	unmarshal func([]byte, any) error // WithUnmarshal's; nil: encoding/json
 }
 
 // URN returns the message's URN.
@@ -262,8 +263,9 @@ func (m *Message) ID() string { return m.Envelope.Meta.ID }
 // continues it without being told.
 func (m *Message) TraceID() string { return m.Envelope.TraceID }
 
-// Bind decodes the message's data into v.
-func (m *Message) Bind(v any) error { return m.Envelope.Bind(v) }
+// Bind decodes the message's data into v, with encoding/json or the function given to
+// [WithUnmarshal].
+func (m *Message) Bind(v any) error { return m.Envelope.BindWith(v, m.unmarshal) }
 
 // Key returns a copy of the record key; nil when the record has none.
 func (m *Message) Key() []byte {
@@ -312,8 +314,9 @@ func (a *App) Handle(urn string, h Handler, mw ...Middleware) {
 	a.handlers[urn] = r
 }
 
-// Handle registers a typed handler: the message's data is decoded into a T first, and a
-// body whose data does not decode into T fails the delivery.
+// Handle registers a typed handler: the message's data is decoded into a T first
+// ([Message.Bind]: encoding/json, or the function given to [WithUnmarshal]), and a body
+// whose data does not decode into T fails the delivery.
 func Handle[T any](a *App, urn string, h func(ctx context.Context, data T, m *Message) error, mw ...Middleware) {
 	a.Handle(urn, func(ctx context.Context, m *Message) error {
 		var v T

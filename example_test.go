@@ -1,7 +1,9 @@
 package babelqueue_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -128,4 +130,51 @@ type outcomeLog struct{ onSettled func() }
 func (o *outcomeLog) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
 	fmt.Printf("settled %s: %s to %s (reason %s, attempts %d)\n", e.Kind, e.Action, e.Writes[0].Queue, e.Reason, e.Attempts)
 	o.onSettled()
+}
+
+// A typed handler binds its data with encoding/json unless the app is given another
+// decoder: here encoding/json refusing members the struct does not declare, so a
+// producer's misspelt field is dead-lettered instead of being silently dropped. A
+// drop-in faster decoder (github.com/goccy/go-json's Unmarshal) is set the same way.
+func ExampleWithUnmarshal() {
+	ctx := context.Background()
+	strict := func(data []byte, v any) error {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		return dec.Decode(v)
+	}
+	broker := memory.New()
+	app, err := babelqueue.New(broker,
+		babelqueue.WithQueue("orders"),
+		babelqueue.WithUnmarshal(strict),
+		babelqueue.WithMaxAttempts(1),
+		babelqueue.WithDeadLetter(true),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		panic(err)
+	}
+	type order struct {
+		OrderID int `json:"order_id"`
+	}
+	babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, o order, _ *babelqueue.Message) error {
+		fmt.Println("order", o.OrderID)
+		return nil
+	})
+	for _, data := range []map[string]any{{"order_id": 1042}, {"order_id": 1043, "ordre_note": "gift"}} {
+		if _, err := app.Publish(ctx, "urn:babel:orders:created", data); err != nil {
+			panic(err)
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go func() {
+		for len(broker.Messages(app.DeadLetterQueue())) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		stop()
+	}()
+	_ = app.Run(runCtx)
+	fmt.Println("dead-lettered:", len(broker.Messages(app.DeadLetterQueue())))
+	// Output:
+	// order 1042
+	// dead-lettered: 1
 }

@@ -289,7 +289,7 @@ func (a *App) classify(d *transport.Delivery) delivery {
 	x.route = env.Job
 	attempts := settle.ReconcileAttempts(a.caps.Attempts, env.Attempts, true, d)
 	x.facts = settle.Facts{Kind: settle.Handled, Attempts: attempts}
-	msg := Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers}
+	msg := Message{Envelope: env, Attempts: attempts, Queue: d.Queue, key: d.Key, headers: d.Headers, unmarshal: a.cfg.unmarshal}
 	var mc *messageAndContext
 	if a.hooks.any() {
 		mh := &messageWithHooks{messageAndContext: messageAndContext{msg: msg}}

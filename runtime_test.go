@@ -415,6 +415,7 @@ func TestOpenAndOptionErrors(t *testing.T) {
 		"bad strategy":     babelqueue.WithUnknownURN(babelqueue.UnknownURNStrategy(9)),
 		"nil logger":       babelqueue.WithLogger(nil),
 		"negative timeout": babelqueue.WithHandlerTimeout(-1),
+		"nil unmarshal":    babelqueue.WithUnmarshal(nil),
 	} {
 		if _, err := babelqueue.Open(ctx, "memory://", opt); !errors.Is(err, babelqueue.ErrInvalidOption) {
 			t.Errorf("%s: err = %v, want ErrInvalidOption", name, err)

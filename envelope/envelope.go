@@ -71,11 +71,19 @@ type Envelope struct {
 func (e *Envelope) Raw() []byte { return e.raw }
 
 // Bind unmarshals Data into v with encoding/json.
-func (e *Envelope) Bind(v any) error {
+func (e *Envelope) Bind(v any) error { return e.BindWith(v, nil) }
+
+// BindWith unmarshals Data into v with unmarshal, a function with the contract of
+// encoding/json's Unmarshal (encoding/json's own when nil). Data is never changed while
+// the envelope is in use, so unmarshal may keep references into it.
+func (e *Envelope) BindWith(v any, unmarshal func(data []byte, v any) error) error {
 	if len(e.Data) == 0 {
 		return fmt.Errorf("envelope: no data to bind")
 	}
-	return json.Unmarshal(e.Data, v)
+	if unmarshal == nil {
+		unmarshal = json.Unmarshal
+	}
+	return unmarshal(e.Data, v)
 }
 
 // DataAs unmarshals the envelope's Data into a new value of type T.

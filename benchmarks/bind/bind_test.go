@@ -1,0 +1,185 @@
+//go:build unix
+
+package bind_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/transport/memory"
+)
+
+// line is one order line of the large bodies (strings, numbers, a boolean and a null),
+// the same shape as the root module's BenchmarkLargeBodyConsume.
+type line struct {
+	SKU        string  `json:"sku"`
+	Title      string  `json:"title"`
+	Qty        int     `json:"qty"`
+	PriceCents int     `json:"price_cents"`
+	Ratio      float64 `json:"ratio"`
+	Active     bool    `json:"active"`
+	Note       *string `json:"note"`
+}
+
+type order struct {
+	OrderID int    `json:"order_id"`
+	Items   []line `json:"items"`
+}
+
+// bodies makes n envelopes whose data holds about kib KiB of order lines.
+func bodies(n, kib int) [][]byte {
+	var data order
+	for i := 0; len(data.Items)*100 < kib*1024; i++ {
+		data.Items = append(data.Items, line{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042", Title: "Café item — naïve", Qty: i % 7, PriceCents: 1299 + i, Ratio: 0.25, Active: true})
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		data.OrderID = i
+		env, err := envelope.Make("urn:babel:orders:created", data, envelope.WithQueue("bench"))
+		if err != nil {
+			panic(err)
+		}
+		if out[i], err = env.Encode(); err != nil {
+			panic(err)
+		}
+	}
+	return out
+}
+
+// The decoder given to WithUnmarshal must bind what encoding/json binds: the bench body,
+// and the cases where decoders most often differ.
+func TestGoJSONBindsWhatEncodingJSONBinds(t *testing.T) {
+	for _, data := range []string{
+		string(mustData(t, bodies(1, 4)[0])),
+		`{"order_id":1,"items":[{"sku":"a\u00e9\ud83d\ude00","note":null,"qty":-3,"ratio":1e-7}],"unknown":{"x":[1,2]}}`,
+		`{"ORDER_ID":2,"Items":null}`,
+	} {
+		var std, fast order
+		stdErr := json.Unmarshal([]byte(data), &std)
+		fastErr := gojson.Unmarshal([]byte(data), &fast)
+		if (stdErr == nil) != (fastErr == nil) || !reflect.DeepEqual(std, fast) {
+			t.Errorf("%.60s…: encoding/json %+v (%v), go-json %+v (%v)", data, std, stdErr, fast, fastErr)
+		}
+	}
+	var o order
+	if err := gojson.Unmarshal([]byte(`{"order_id":"7"}`), &o); err == nil {
+		t.Error("go-json bound a string into an int")
+	}
+}
+
+func mustData(t *testing.T, body []byte) []byte {
+	t.Helper()
+	env, err := envelope.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.Data
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTypedLargeBody: 64 KiB envelopes waiting on memory://, one worker, a typed
+// handler (babelqueue.Handle) binding the data with encoding/json ("std") and with
+// go-json given to WithUnmarshal ("go-json"); the baselines decode the envelope and bind
+// its data with the same decoder on a bare channel. cpu-µs/KiB is the process's CPU per
+// KiB of body.
+func BenchmarkTypedLargeBody(b *testing.B) {
+	const kib = 64
+	decoders := []struct {
+		name      string
+		unmarshal func([]byte, any) error
+	}{{"std", json.Unmarshal}, {"go-json", gojson.Unmarshal}}
+	for _, dec := range decoders {
+		b.Run("runtime/"+dec.name, func(b *testing.B) {
+			in := bodies(b.N, kib)
+			tr := memory.New()
+			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithUnmarshal(dec.unmarshal),
+				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, body := range in {
+				tr.Inject("bench", memory.Stored{Body: body})
+			}
+			var n atomic.Int64
+			done := make(chan struct{})
+			babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, o order, _ *babelqueue.Message) error {
+				if len(o.Items) == 0 {
+					b.Error("no items bound")
+				}
+				if n.Add(1) == int64(len(in)) {
+					close(done)
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			cpu := processCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { errc <- app.Run(ctx) }()
+			<-done
+			b.StopTimer()
+			report(b, cpu, in)
+			cancel()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+		})
+		b.Run("baseline/"+dec.name, func(b *testing.B) {
+			in := bodies(b.N, kib)
+			cpu := processCPU()
+			b.ReportAllocs()
+			b.ResetTimer()
+			ch := make(chan []byte, 64)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for body := range ch {
+					env, err := envelope.Decode(body)
+					if err != nil {
+						panic(err)
+					}
+					var o order
+					if err := dec.unmarshal(env.Data, &o); err != nil || len(o.Items) == 0 {
+						panic(err)
+					}
+				}
+			}()
+			for _, body := range in {
+				ch <- body
+			}
+			close(ch)
+			<-done
+			b.StopTimer()
+			report(b, cpu, in)
+		})
+	}
+}
+
+func report(b *testing.B, cpu time.Duration, in [][]byte) {
+	size := 0
+	for _, body := range in {
+		size += len(body)
+	}
+	b.SetBytes(int64(size / len(in)))
+	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/1e3/(float64(size)/1024), "cpu-µs/KiB")
+}
