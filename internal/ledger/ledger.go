@@ -444,8 +444,21 @@ func (l *Ledger[H]) Begin(d *transport.Delivery, s transport.Settlement) (*Entry
 // A failure other than a taken-back delivery makes the next Acquire or Pause back off
 // and is logged with its cause.
 func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error {
-	taken := err != nil && errors.Is(err, transport.ErrAlreadySettled)
 	l.mu.Lock()
+	if err == nil && e.state == settling && !e.failed && l.failures == 0 {
+		// The common case, kept short: settled, its slot freed, nothing to log.
+		e.state = settled
+		l.releaseLocked(e)
+		l.mu.Unlock()
+		return nil
+	}
+	return l.finishLocked(e, s, err)
+}
+
+// finishLocked is Finish for every case but a plain success; l.mu is held and is
+// released before it returns.
+func (l *Ledger[H]) finishLocked(e *Entry[H], s transport.Settlement, err error) error {
+	taken := err != nil && errors.Is(err, transport.ErrAlreadySettled)
 	if e.state != settling {
 		l.mu.Unlock()
 		return err

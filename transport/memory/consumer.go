@@ -46,20 +46,7 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 		q := c.q
 		var next time.Time
 		if len(q.delayed) > 0 {
-			now := t.now()
-			kept := q.delayed[:0]
-			for _, s := range q.delayed {
-				if !s.DueAt.After(now) {
-					q.ready = append(q.ready, s)
-					continue
-				}
-				if next.IsZero() || s.DueAt.Before(next) {
-					next = s.DueAt
-				}
-				kept = append(kept, s)
-			}
-			clear(q.delayed[len(kept):])
-			q.delayed = kept
+			next = q.promoteDueLocked(t.now())
 		}
 		if len(q.ready) > 0 {
 			s := q.ready[0]
@@ -115,6 +102,25 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 	}
 }
 
+// promoteDueLocked moves the delayed messages due at now to the ready ones and returns
+// when the next of the others is due (zero when none is left).
+func (q *queue) promoteDueLocked(now time.Time) (next time.Time) {
+	kept := q.delayed[:0]
+	for _, s := range q.delayed {
+		if !s.DueAt.After(now) {
+			q.ready = append(q.ready, s)
+			continue
+		}
+		if next.IsZero() || s.DueAt.Before(next) {
+			next = s.DueAt
+		}
+		kept = append(kept, s)
+	}
+	clear(q.delayed[len(kept):])
+	q.delayed = kept
+	return next
+}
+
 func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.Settlement) error {
 	e, err := c.book.Begin(d, s)
 	if err != nil {
@@ -136,22 +142,9 @@ func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
 		if t.closed {
 			return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
 		}
-		// All writes or none: check every write against the fault hook first.
-		for _, m := range s.Writes {
-			err := transport.CheckSize("memory", m.Queue, len(m.Body), t.maxSize)
-			if err == nil && t.fail != nil {
-				err = t.fail(m)
-			}
-			if err != nil {
-				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-			}
-		}
-		fail := t.fail
-		t.fail = nil
-		defer func() { t.fail = fail }()
-		for _, m := range s.Writes {
-			if err := t.writeLocked(m); err != nil {
-				return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		if len(s.Writes) > 0 {
+			if err := c.writeAllLocked(s.Writes); err != nil {
+				return err
 			}
 		}
 	case transport.Rewind:
@@ -163,6 +156,30 @@ func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
 		q.handedOff = append(q.handedOff, stored)
 	}
 	q.settled(stored)
+	return nil
+}
+
+// writeAllLocked makes the writes of an Ack: all of them or none.
+func (c *consumer) writeAllLocked(writes []*transport.Message) error {
+	t := c.t
+	// All writes or none: check every write against the fault hook first.
+	for _, m := range writes {
+		err := transport.CheckSize("memory", m.Queue, len(m.Body), t.maxSize)
+		if err == nil && t.fail != nil {
+			err = t.fail(m)
+		}
+		if err != nil {
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+	}
+	fail := t.fail
+	t.fail = nil
+	defer func() { t.fail = fail }()
+	for _, m := range writes {
+		if err := t.writeLocked(m); err != nil {
+			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+	}
 	return nil
 }
 
