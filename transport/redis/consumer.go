@@ -273,13 +273,14 @@ func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) error {
 func (c *consumer) delivery(e *ledger.Entry[*handle]) *transport.Delivery {
 	h := e.Value
 	d := &transport.Delivery{Queue: c.queue, Handle: e}
+	raw := []byte(h.raw) // the one copy: h.raw is what the settle names, never changed
 	if !c.t.laravel {
-		if body, headers, ok := unframe([]byte(h.raw)); ok {
+		if body, headers, ok := unframe(raw); ok {
 			d.Body, d.Headers = body, headers
 			return d
 		}
 	}
-	d.Body = []byte(h.raw)
+	d.Body = raw
 	if h.hdr != "" {
 		var hs map[string]string
 		if json.Unmarshal([]byte(h.hdr), &hs) == nil && len(hs) > 0 {

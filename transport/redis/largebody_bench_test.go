@@ -1,0 +1,55 @@
+//go:build unix
+
+package redis_test
+
+import (
+	"context"
+	"testing"
+
+	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// BenchmarkLargeBody is issue 23's large-body figure on Redis: b.N envelopes of 64 KiB
+// pushed before the clock starts, then consumed, "raw" by go-redis doing what a careful
+// list consumer does (BLMOVE into a processing list, LREM once handled; it never looks
+// inside a body), "runtime" by an app with one worker whose handler reads the message.
+// cpu-µs/KiB is the Go process's CPU per KiB of body (redis-server is a process of its
+// own).
+//
+//	CI=true go test -run '^$' -bench LargeBody -benchmem -benchtime 300x -count 3 ./transport/redis/
+func BenchmarkLargeBody(b *testing.B) {
+	const kib = 64
+	b.Run("raw", func(b *testing.B) {
+		c := client(b)
+		ctx := context.Background()
+		q := transporttest.UniqueName("bqbench-large")
+		cleanKeys(b, c, q+"*")
+		bodies := transporttest.LargeBodies(b.N, kib, q)
+		for _, body := range bodies {
+			if err := c.RPush(ctx, q, body).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := transporttest.ProcessCPU()
+		for range bodies {
+			el, err := c.BLMove(ctx, q, q+":processing", "LEFT", "RIGHT", 0).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.LRem(ctx, q+":processing", 1, el).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		transporttest.ReportCPUPerKiB(b, start, bodies)
+	})
+	b.Run("runtime", func(b *testing.B) {
+		c := client(b)
+		q := transporttest.UniqueName("bqbench-large")
+		cleanKeys(b, c, q+"*")
+		transporttest.BenchRuntimeLargeBody(b, bqredis.New(c), q, transporttest.LargeBodies(b.N, kib, q))
+	})
+}
