@@ -13,6 +13,7 @@ import (
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 type benchOrder struct {
@@ -238,29 +239,6 @@ type benchBig struct {
 	Items   []benchLine `json:"items"`
 }
 
-// bigBodies makes n envelopes whose data holds about kib KiB of order lines.
-func bigBodies(n, kib int) [][]byte {
-	var data benchBig
-	for i := 0; ; i++ {
-		data.Items = append(data.Items, benchLine{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042", Title: "Café item — naïve", Qty: i % 7, PriceCents: 1299 + i, Ratio: 0.25, Active: true})
-		if len(data.Items)*100 >= kib*1024 {
-			break
-		}
-	}
-	out := make([][]byte, n)
-	for i := range out {
-		data.OrderID = i
-		env, err := envelope.Make("urn:babel:orders:created", data, envelope.WithQueue("bench"))
-		if err != nil {
-			panic(err)
-		}
-		if out[i], err = env.Encode(); err != nil {
-			panic(err)
-		}
-	}
-	return out
-}
-
 // BenchmarkLargeBodyConsume is the runtime's cost per KiB of body on memory:// with 64
 // KiB envelopes waiting on the queue, one worker: "raw" hands the handler the message
 // (the data left as bytes), "typed" binds the data into a struct (babelqueue.Handle);
@@ -279,7 +257,7 @@ func BenchmarkLargeBodyConsume(b *testing.B) {
 	}
 	for _, mode := range []string{"raw", "typed"} {
 		b.Run("runtime/"+mode, func(b *testing.B) {
-			bodies := bigBodies(b.N, kib)
+			bodies := transporttest.LargeBodies(b.N, kib, "bench")
 			consumePreloaded(b, 1, bodies, func(app *babelqueue.App, handled func()) {
 				if mode == "raw" {
 					app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { handled(); return nil })
@@ -297,7 +275,7 @@ func BenchmarkLargeBodyConsume(b *testing.B) {
 	}
 	for _, mode := range []string{"decode", "bind"} {
 		b.Run("baseline-"+mode, func(b *testing.B) {
-			bodies := bigBodies(b.N, kib)
+			bodies := transporttest.LargeBodies(b.N, kib, "bench")
 			cpu := startCPU()
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -18,10 +18,11 @@ import (
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// line is one order line of the large bodies (strings, numbers, a boolean and a null),
-// the same shape as the root module's BenchmarkLargeBodyConsume.
+// line is one order line of transporttest.LargeBodies: strings, numbers, a boolean and
+// a null.
 type line struct {
 	SKU        string  `json:"sku"`
 	Title      string  `json:"title"`
@@ -37,31 +38,11 @@ type order struct {
 	Items   []line `json:"items"`
 }
 
-// bodies makes n envelopes whose data holds about kib KiB of order lines.
-func bodies(n, kib int) [][]byte {
-	var data order
-	for i := 0; len(data.Items)*100 < kib*1024; i++ {
-		data.Items = append(data.Items, line{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042", Title: "Café item — naïve", Qty: i % 7, PriceCents: 1299 + i, Ratio: 0.25, Active: true})
-	}
-	out := make([][]byte, n)
-	for i := range out {
-		data.OrderID = i
-		env, err := envelope.Make("urn:babel:orders:created", data, envelope.WithQueue("bench"))
-		if err != nil {
-			panic(err)
-		}
-		if out[i], err = env.Encode(); err != nil {
-			panic(err)
-		}
-	}
-	return out
-}
-
 // The decoder given to WithUnmarshal must bind what encoding/json binds: the bench body,
 // and the cases where decoders most often differ.
 func TestGoJSONBindsWhatEncodingJSONBinds(t *testing.T) {
 	for _, data := range []string{
-		string(mustData(t, bodies(1, 4)[0])),
+		string(mustData(t, transporttest.LargeBodies(1, 4, "bench")[0])),
 		`{"order_id":1,"items":[{"sku":"a\u00e9\ud83d\ude00","note":null,"qty":-3,"ratio":1e-7}],"unknown":{"x":[1,2]}}`,
 		`{"ORDER_ID":2,"Items":null}`,
 	} {
@@ -108,7 +89,7 @@ func BenchmarkTypedLargeBody(b *testing.B) {
 	}{{"std", json.Unmarshal}, {"go-json", gojson.Unmarshal}}
 	for _, dec := range decoders {
 		b.Run("runtime/"+dec.name, func(b *testing.B) {
-			in := bodies(b.N, kib)
+			in := transporttest.LargeBodies(b.N, kib, "bench")
 			tr := memory.New()
 			app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithUnmarshal(dec.unmarshal),
 				babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -145,7 +126,7 @@ func BenchmarkTypedLargeBody(b *testing.B) {
 			}
 		})
 		b.Run("baseline/"+dec.name, func(b *testing.B) {
-			in := bodies(b.N, kib)
+			in := transporttest.LargeBodies(b.N, kib, "bench")
 			cpu := processCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
