@@ -83,7 +83,10 @@ type settleItem struct {
 // handle is the transport's bookkeeping for one reservation.
 type handle struct {
 	c      *consumer
-	member string // the deadline member (default) or the reserved member (laravel)
+	// member is the token of the deadline member (default layout: the member itself is
+	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
+	// or the reserved member (laravel).
+	member string
 	raw    string // the element as stored in the list
 	hdr    string // laravel: the headers JSON from the header hash, or ""
 }
@@ -337,7 +340,7 @@ func (c *consumer) reserve(ctx context.Context, n int, sweep bool, acks []*handl
 	}
 	hs := make([]*handle, len(res)-1)
 	for i, raw := range res[1:] {
-		hs[i] = &handle{c: c, raw: raw, member: tokens[i] + ":" + raw}
+		hs[i] = &handle{c: c, raw: raw, member: tokens[i]}
 	}
 	return hs, nil
 }

@@ -23,7 +23,8 @@ import goredis "github.com/redis/go-redis/v9"
 //	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
 //	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
 //	ARGV[4] "1" to sweep first, ARGV[5] the number k of acks, ARGV[6..5+2k] each ack's
-//	member and raw element, then one token per element wanted
+//	token and raw element (its member is "<token>:<raw>"), then one token per element
+//	wanted
 //
 // It returns a string with one character per ack, "1" when settled and "0" when its
 // reservation was no longer ours, then the raw elements reserved, in order, one per
@@ -32,7 +33,7 @@ var reserveDefault = goredis.NewScript(`
 local nacks = tonumber(ARGV[5])
 local flags = {}
 for i = 6, 5 + 2 * nacks, 2 do
-  local ok = redis.call('zrem', KEYS[3], ARGV[i]) == 1 and redis.call('lrem', KEYS[2], 1, ARGV[i + 1]) == 1
+  local ok = redis.call('zrem', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1]) == 1 and redis.call('lrem', KEYS[2], 1, ARGV[i + 1]) == 1
   flags[#flags + 1] = ok and '1' or '0'
 end
 if ARGV[4] == '1' then
@@ -117,8 +118,9 @@ return out
 //	KEYS[2] deadlines zset (default) or the Go-owned header hash (laravel)
 //	KEYS[3] ready list, KEYS[4] notify list (laravel; default: unused, the ready list again)
 //	KEYS[5..] the keys the writes touch, in order
-//	ARGV[1] layout "d" or "l", then per reservation: its member, its raw element, "ack" or
-//	"rewind", and the number of writes, then per write: op, score, value, where op is
+//	ARGV[1] layout "d" or "l", then per reservation: its token (default: the member is
+//	"<token>:<raw>", put together here so that the body is sent once) or its reserved
+//	member (laravel), its raw element, "ack" or "rewind", and the number of writes, then per write: op, score, value, where op is
 //	"r" (RPUSH KEYS[k]), "n" (RPUSH KEYS[k], RPUSH KEYS[k+1] 1) or "z" (ZADD KEYS[k]),
 //	and a headers JSON object ("" for none); with headers the next key is the header hash
 //	(laravel), where they are stored under the SHA-1 of the value.
@@ -171,7 +173,7 @@ while i <= #ARGV do
   i = i + 4
   local ok
   if default then
-    ok = redis.call('zrem', KEYS[2], member) == 1 and redis.call('lrem', KEYS[1], 1, raw) == 1
+    ok = redis.call('zrem', KEYS[2], member .. ':' .. raw) == 1 and redis.call('lrem', KEYS[1], 1, raw) == 1
     if ok and rewind then redis.call('lpush', KEYS[3], raw) end
   else
     ok = redis.call('zrem', KEYS[1], member) == 1
