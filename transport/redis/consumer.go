@@ -82,7 +82,7 @@ type settleItem struct {
 
 // handle is the transport's bookkeeping for one reservation.
 type handle struct {
-	c      *consumer
+	c *consumer
 	// member is the token of the deadline member (default layout: the member itself is
 	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
 	// or the reserved member (laravel).
