@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -207,36 +206,12 @@ func benchBodies(n int) [][]byte {
 // cpuClock measures the process's user+system CPU time across a benchmark.
 type cpuClock struct{ start time.Duration }
 
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func startCPU() cpuClock { return cpuClock{start: processCPU()} }
+func startCPU() cpuClock { return cpuClock{start: transporttest.ProcessCPU()} }
 
 func (c cpuClock) report(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "wall-µs/msg")
-	b.ReportMetric(float64((processCPU()-c.start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64((transporttest.ProcessCPU()-c.start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/msg")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
-
-// benchLine is one order line of the large bodies.
-type benchLine struct {
-	SKU        string  `json:"sku"`
-	Title      string  `json:"title"`
-	Qty        int     `json:"qty"`
-	PriceCents int     `json:"price_cents"`
-	Ratio      float64 `json:"ratio"`
-	Active     bool    `json:"active"`
-	Note       *string `json:"note"`
-}
-
-type benchBig struct {
-	OrderID int         `json:"order_id"`
-	Items   []benchLine `json:"items"`
 }
 
 // BenchmarkLargeBodyConsume is the runtime's cost per KiB of body on memory:// with 64
@@ -247,13 +222,7 @@ type benchBig struct {
 func BenchmarkLargeBodyConsume(b *testing.B) {
 	const kib = 64
 	report := func(b *testing.B, cpu cpuClock, bodies [][]byte) {
-		size := 0
-		for _, body := range bodies {
-			size += len(body)
-		}
-		b.SetBytes(int64(size / len(bodies)))
-		used := float64((processCPU() - cpu.start).Nanoseconds()) / 1e3
-		b.ReportMetric(used/(float64(size)/1024), "cpu-µs/KiB")
+		transporttest.ReportCPUPerKiB(b, cpu.start, bodies)
 	}
 	for _, mode := range []string{"raw", "typed"} {
 		b.Run("runtime/"+mode, func(b *testing.B) {
@@ -263,7 +232,7 @@ func BenchmarkLargeBodyConsume(b *testing.B) {
 					app.Handle("urn:babel:orders:created", func(context.Context, *babelqueue.Message) error { handled(); return nil })
 					return
 				}
-				babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, d benchBig, _ *babelqueue.Message) error {
+				babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, d transporttest.LargeOrder, _ *babelqueue.Message) error {
 					if len(d.Items) == 0 {
 						b.Error("no items")
 					}
@@ -289,7 +258,7 @@ func BenchmarkLargeBodyConsume(b *testing.B) {
 						panic(err)
 					}
 					if mode == "bind" {
-						var d benchBig
+						var d transporttest.LargeOrder
 						if err := env.Bind(&d); err != nil {
 							panic(err)
 						}

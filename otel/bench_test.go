@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -22,6 +20,7 @@ import (
 	bqotel "github.com/babelqueue-go/babelqueue/otel"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // backlog bounds the messages published and not yet handled: the publisher waits
@@ -29,16 +28,6 @@ import (
 // memory broker and every garbage collection marks it, which charges anything that
 // allocates for the size of the pile rather than for its own work.
 const backlog = 256
-
-// cpuTime is the CPU time the process used so far (user and system): on a shared
-// machine it varies far less with the other load than the wall-clock time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkObservedRuntime is the root's BenchmarkRuntime (publish + consume + handle +
 // ack on memory://) with observability off and on, side by side in one run:
@@ -121,7 +110,7 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				go func() { errc <- app.Run(ctx) }()
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu := cpuTime()
+				cpu := transporttest.ProcessCPU()
 				for i := range b.N {
 					window <- struct{}{}
 					if _, err := app.Publish(ctx, "urn:babel:orders:created", map[string]any{"order_id": i, "sku": "A-1"}); err != nil {
@@ -131,7 +120,7 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				<-done
 				b.StopTimer()
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/msg")
+				b.ReportMetric(float64(transporttest.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/msg")
 				cancel()
 				<-errc
 			})
@@ -159,25 +148,25 @@ func BenchmarkSpans(b *testing.B) {
 		b.Run("producer/"+s.name, func(b *testing.B) {
 			publish := tr.PublishMiddleware()(func(context.Context, *babelqueue.Outgoing) error { return nil })
 			b.ReportAllocs()
-			cpu := cpuTime()
+			cpu := transporttest.ProcessCPU()
 			for b.Loop() {
 				if err := publish(ctx, &babelqueue.Outgoing{Envelope: env, Queue: "bench", Headers: map[string]string{}}); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(transporttest.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 		b.Run("consumer/"+s.name, func(b *testing.B) {
 			handle := tr.Middleware()(func(context.Context, *babelqueue.Message) error { return nil })
 			m := &babelqueue.Message{Envelope: env, Queue: "bench"}
 			b.ReportAllocs()
-			cpu := cpuTime()
+			cpu := transporttest.ProcessCPU()
 			for b.Loop() {
 				if err := handle(ctx, m); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(transporttest.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

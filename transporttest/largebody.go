@@ -20,9 +20,9 @@ import (
 // LargeURN is the URN of the envelopes [LargeBodies] makes.
 const LargeURN = "urn:babel:orders:created"
 
-// largeLine is one order line of a large body: strings (some not ASCII), numbers, a
-// boolean and a null, the shape of the root module's large-body benchmarks.
-type largeLine struct {
+// LargeLine is one order line of the data [LargeBodies] makes: strings (some not ASCII),
+// numbers, a boolean and a null. A typed handler binds the data into a [LargeOrder].
+type LargeLine struct {
 	SKU        string  `json:"sku"`
 	Title      string  `json:"title"`
 	Qty        int     `json:"qty"`
@@ -32,17 +32,18 @@ type largeLine struct {
 	Note       *string `json:"note"`
 }
 
-type largeOrder struct {
+// LargeOrder is the data of the envelopes [LargeBodies] makes.
+type LargeOrder struct {
 	OrderID int         `json:"order_id"`
-	Items   []largeLine `json:"items"`
+	Items   []LargeLine `json:"items"`
 }
 
 // LargeBodies makes n encoded envelopes whose data holds about kib KiB of order lines,
 // for queue.
 func LargeBodies(n, kib int, queue string) [][]byte {
-	var data largeOrder
+	var data LargeOrder
 	for i := 0; len(data.Items)*100 < kib*1024; i++ {
-		data.Items = append(data.Items, largeLine{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042",
+		data.Items = append(data.Items, LargeLine{SKU: "SKU-" + string(rune('A'+i%26)) + "-00042",
 			Title: "Café item — naïve", Qty: i % 7, PriceCents: 1299 + i, Ratio: 0.25, Active: true})
 	}
 	out := make([][]byte, n)

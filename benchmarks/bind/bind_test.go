@@ -9,9 +9,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	gojson "github.com/goccy/go-json"
 
@@ -21,22 +19,8 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// line is one order line of transporttest.LargeBodies: strings, numbers, a boolean and
-// a null.
-type line struct {
-	SKU        string  `json:"sku"`
-	Title      string  `json:"title"`
-	Qty        int     `json:"qty"`
-	PriceCents int     `json:"price_cents"`
-	Ratio      float64 `json:"ratio"`
-	Active     bool    `json:"active"`
-	Note       *string `json:"note"`
-}
-
-type order struct {
-	OrderID int    `json:"order_id"`
-	Items   []line `json:"items"`
-}
+// order is the data of transporttest.LargeBodies.
+type order = transporttest.LargeOrder
 
 // The decoder given to WithUnmarshal must bind what encoding/json binds: the bench body,
 // and the cases where decoders most often differ.
@@ -66,14 +50,6 @@ func mustData(t *testing.T, body []byte) []byte {
 		t.Fatal(err)
 	}
 	return env.Data
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkTypedLargeBody: 64 KiB envelopes waiting on memory://, one worker, a typed
@@ -113,13 +89,13 @@ func BenchmarkTypedLargeBody(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
-			cpu := processCPU()
+			cpu := transporttest.ProcessCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
 			go func() { errc <- app.Run(ctx) }()
 			<-done
 			b.StopTimer()
-			report(b, cpu, in)
+			transporttest.ReportCPUPerKiB(b, cpu, in)
 			cancel()
 			if err := <-errc; err != nil {
 				b.Fatal(err)
@@ -127,7 +103,7 @@ func BenchmarkTypedLargeBody(b *testing.B) {
 		})
 		b.Run("baseline/"+dec.name, func(b *testing.B) {
 			in := transporttest.LargeBodies(b.N, kib, "bench")
-			cpu := processCPU()
+			cpu := transporttest.ProcessCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
 			ch := make(chan []byte, 64)
@@ -151,16 +127,7 @@ func BenchmarkTypedLargeBody(b *testing.B) {
 			close(ch)
 			<-done
 			b.StopTimer()
-			report(b, cpu, in)
+			transporttest.ReportCPUPerKiB(b, cpu, in)
 		})
 	}
-}
-
-func report(b *testing.B, cpu time.Duration, in [][]byte) {
-	size := 0
-	for _, body := range in {
-		size += len(body)
-	}
-	b.SetBytes(int64(size / len(in)))
-	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/1e3/(float64(size)/1024), "cpu-µs/KiB")
 }
