@@ -4,9 +4,12 @@ package otel_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 
@@ -39,13 +42,16 @@ const backlog = 256
 //	                    exporter that discards them
 //	prom                metrics on a metrics.Prometheus's provider (its own histograms)
 //	prom+sampled-out    prom, and tracing with a tracer that samples nothing
+//	floor               no OpenTelemetry at all: only what any tracing of SPEC.md §8.4
+//	                    must do per message for a sampled-out span (see floorTracing)
+//	prom+floor          prom, and the floor
 //
 // Besides ns/op and msgs/s it reports cpu-ns/msg, the process's CPU time per message.
 func BenchmarkObservedRuntime(b *testing.B) {
 	variants := []struct {
-		name                   string
-		metrics, prom, tracing bool
-		sampler                sdktrace.Sampler
+		name                          string
+		metrics, prom, tracing, floor bool
+		sampler                       sdktrace.Sampler
 	}{
 		{name: "off"},
 		{name: "metrics", metrics: true},
@@ -53,6 +59,8 @@ func BenchmarkObservedRuntime(b *testing.B) {
 		{name: "full", metrics: true, tracing: true, sampler: sdktrace.AlwaysSample()},
 		{name: "prom", metrics: true, prom: true},
 		{name: "prom+sampled-out", metrics: true, prom: true, tracing: true, sampler: sdktrace.NeverSample()},
+		{name: "floor", floor: true},
+		{name: "prom+floor", metrics: true, prom: true, floor: true},
 	}
 	for _, workers := range []int{1, 8} {
 		for _, v := range variants {
@@ -92,6 +100,10 @@ func BenchmarkObservedRuntime(b *testing.B) {
 				}
 				if tr != nil {
 					tr.Instrument(app)
+				}
+				if v.floor {
+					app.Use(floorConsume)
+					app.UsePublish(floorPublish)
 				}
 				var n atomic.Int64
 				done := make(chan struct{})
@@ -170,3 +182,81 @@ func BenchmarkSpans(b *testing.B) {
 		})
 	}
 }
+
+// floorTracing is the least any tracing of SPEC.md §8.4 can do per message for a span the
+// sampler drops, with no OpenTelemetry code at all: the publish draws a span id, takes
+// the trace id from the envelope's trace_id (a UUID's 16 bytes) and writes the W3C
+// traceparent header (sampled flag off); the consume reads and parses the header and
+// puts the parent in the handler's context, as a handler's own publish must continue
+// the trace. It is no implementation (no tracestate, no SHA-256 for a non-UUID trace_id,
+// no span, no hooks): the benchmark's floor variants say what the header alone costs, a
+// bound below every real tracer.
+type floorSpan struct {
+	context.Context
+	traceID [16]byte
+	spanID  [8]byte
+}
+
+type floorKey struct{}
+
+func (c *floorSpan) Value(key any) any {
+	if key == (floorKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+func floorPublish(next babelqueue.PublishFunc) babelqueue.PublishFunc {
+	return func(ctx context.Context, o *babelqueue.Outgoing) error {
+		var buf [55]byte
+		copy(buf[:], "00-00000000000000000000000000000000-")
+		if id := o.Envelope.TraceID; len(id) == 36 { // a UUID: its 32 hex digits are the trace id
+			copy(buf[3:11], id[0:8])
+			copy(buf[11:15], id[9:13])
+			copy(buf[15:19], id[14:18])
+			copy(buf[19:23], id[19:23])
+			copy(buf[23:35], id[24:36])
+		}
+		var sid [8]byte
+		binary.LittleEndian.PutUint64(sid[:], rand.Uint64()|1)
+		hex.Encode(buf[36:52], sid[:])
+		copy(buf[52:], "-00")
+		o.Headers["traceparent"] = string(buf[:])
+		return next(ctx, o)
+	}
+}
+
+func floorConsume(next babelqueue.Handler) babelqueue.Handler {
+	return func(ctx context.Context, m *babelqueue.Message) error {
+		if tp := m.Header("traceparent"); len(tp) == 55 {
+			s := &floorSpan{Context: ctx}
+			bad := byte(0)
+			for i := range 16 {
+				h, l := unhexTable[tp[3+2*i]], unhexTable[tp[4+2*i]]
+				s.traceID[i], bad = h<<4|l&0x0f, bad|h|l
+			}
+			for i := range 8 {
+				h, l := unhexTable[tp[36+2*i]], unhexTable[tp[37+2*i]]
+				s.spanID[i], bad = h<<4|l&0x0f, bad|h|l
+			}
+			if bad&0xf0 == 0 {
+				ctx = s
+			}
+		}
+		return next(ctx, m)
+	}
+}
+
+// unhexTable maps a lower-case hex digit to its value and any other byte to 0xff.
+var unhexTable = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
