@@ -264,7 +264,7 @@ func orchestrate(args []string) error {
 	fs.BoolVar(&o.verbose, "v", false, "print every run")
 	fs.IntVar(&o.prefetch, "prefetch", 10, "prefetch per worker of the Go SDK and the raw client")
 	impls := fs.String("impls", "raw,go,python", "implementations to measure: raw, go, python")
-	ops := fs.String("ops", "1,8,batch,fail", "runs to make: 1 and 8 (publishers, then as many workers), batch (published in batches, 8 workers), fail (Go only: half the handlers failing; its ratio needs batch)")
+	ops := fs.String("ops", "1,8,batch,fail", "runs to make: 1 and 8 (publishers, then as many workers), batch (published in batches, 8 workers), fail (Go, and the raw RabbitMQ and Kafka clients: half the handlers failing; its ratio needs batch)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func measureBroker(o options, broker, url string) error {
 					workers int
 				}{"batch", "batch", 1})
 			}
-			if impl == "go" {
+			if impl == "go" || impl == "raw" && rawFails[broker] {
 				plan = append(plan, struct {
 					op      string
 					pubOp   string
@@ -670,36 +670,39 @@ func printTable(broker string, n, rounds int, samples map[rowKey][]sample) {
 	}
 }
 
-// printFailures prints the failure-heavy run of the Go SDK beside its all-success
-// consume with the same workers, per round, in two rates: messages finished per second
-// (handled, or dead-lettered after their three attempts) and deliveries settled per
-// second (every attempt). Half the messages take three deliveries, so a message takes
-// two on average: with settle writes that cost nothing the first ratio would be 0.5
-// and the second 1.
+// printFailures prints the failure-heavy run of the Go SDK (and of the raw client, on
+// the brokers where it has one) beside its all-success consume with the same workers,
+// per round, in two rates: messages finished per second (handled, or dead-lettered after
+// their three attempts) and deliveries settled per second (every attempt). Half the
+// messages take three deliveries, so a message takes two on average: with settle writes
+// that cost nothing the first ratio would be 0.5 and the second 1.
 func printFailures(samples map[rowKey][]sample) {
-	fail, ok := samples[rowKey{"go", failRow}], len(samples[rowKey{"go", failRow}]) > 0
-	base := samples[rowKey{"go", "consume, 8 workers (batch-published queue)"}]
-	if !ok || len(base) != len(fail) {
-		return
-	}
-	var rates, drates, ratios, dratios, cpus []float64
-	var bad []string
-	for i := range fail {
-		rates, drates, cpus = append(rates, fail[i].rate), append(drates, fail[i].deliveryRate), append(cpus, fail[i].cpuPerMsg)
-		if base[i].rate > 0 {
-			ratios = append(ratios, fail[i].rate/base[i].rate)
-			dratios = append(dratios, fail[i].deliveryRate/base[i].rate)
+	for _, impl := range []string{"raw", "go"} {
+		fail, ok := samples[rowKey{impl, failRow}], len(samples[rowKey{impl, failRow}]) > 0
+		base := samples[rowKey{impl, "consume, 8 workers (batch-published queue)"}]
+		if !ok || len(base) != len(fail) {
+			continue
 		}
-		if fail[i].check != "" {
-			bad = append(bad, fail[i].check)
+		var rates, drates, ratios, dratios, cpus []float64
+		var bad []string
+		for i := range fail {
+			rates, drates, cpus = append(rates, fail[i].rate), append(drates, fail[i].deliveryRate), append(cpus, fail[i].cpuPerMsg)
+			if base[i].rate > 0 {
+				ratios = append(ratios, fail[i].rate/base[i].rate)
+				dratios = append(dratios, fail[i].deliveryRate/base[i].rate)
+			}
+			if fail[i].check != "" {
+				bad = append(bad, fail[i].check)
+			}
 		}
+		checks := "yes"
+		if len(bad) > 0 {
+			checks = "**NO**: " + strings.Join(bad, "; ")
+		}
+		who := map[string]string{"go": "Go SDK", "raw": "Raw client"}[impl]
+		fmt.Printf("\n%s, %s: %.0f messages finished/s (%.0f deliveries settled/s), %.0f CPU µs per message; **%.2f×** the all-success consume of the same round in messages (rounds %s; 0.5× is the ceiling: a message takes two deliveries on average), **%.2f×** in deliveries (rounds %s); every even message handled once and every odd one attempted three times: %s\n",
+			who, failRow, median(rates), median(drates), median(cpus), median(ratios), roundList(ratios), median(dratios), roundList(dratios), checks)
 	}
-	checks := "yes"
-	if len(bad) > 0 {
-		checks = "**NO**: " + strings.Join(bad, "; ")
-	}
-	fmt.Printf("\nGo SDK, %s: %.0f messages finished/s (%.0f deliveries settled/s), %.0f CPU µs per message; **%.2f×** the all-success consume of the same round in messages (rounds %s; 0.5× is the ceiling: a message takes two deliveries on average), **%.2f×** in deliveries (rounds %s); every even message handled once and every odd one attempted three times: %s\n",
-		failRow, median(rates), median(drates), median(cpus), median(ratios), roundList(ratios), median(dratios), roundList(dratios), checks)
 }
 
 // roundList formats per-round ratios.

@@ -34,6 +34,10 @@ var raws = map[string]func(context.Context, job) (result, error){
 	"redis": rawRedis, "amqp": rawAMQP, "kafka": rawKafka, "sqs": rawSQS, "artemis": rawArtemis, "pulsar": rawPulsar,
 }
 
+// rawFails names the brokers whose raw client also runs the failure-heavy consume
+// (Fail): what the broker itself allows that mix, beside the runtime's figure.
+var rawFails = map[string]bool{"amqp": true, "kafka": true}
+
 // The projected metadata of message n, as the raw clients write it.
 const (
 	metaURN     = "urn:babel:bench:sdk"
@@ -201,7 +205,22 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	dlq := q + ".dlq"
+	if j.Fail {
+		if _, err := setup.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+			return result{}, err
+		}
+	}
 	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
+		var pub *amqp091.Channel // a failing delivery's write, confirmed before its ack
+		if j.Fail {
+			if pub, err = conn.Channel(); err != nil {
+				return err
+			}
+			if err := pub.Confirm(false); err != nil {
+				return err
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -215,12 +234,51 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 					return err
 				}
 				rec.add(n)
+				if j.Fail && n%2 == 1 {
+					if err := rawAMQPFail(ctx, pub, q, dlq, d); err != nil {
+						return err
+					}
+					continue
+				}
 				if err := d.Ack(false); err != nil {
 					return err
 				}
 			}
 		}
 	})
+}
+
+// rawAMQPFail is what a careful raw consumer does with a failed delivery, the work the
+// runtime does with max_attempts 3 and the DLQ on: publish it again with its attempts
+// header one higher (or, at the third attempt, to the dead-letter queue), persistent and
+// confirmed, and ack the delivery once the broker confirmed the write. The confirm is
+// awaited beside the next deliveries, as the runtime pipelines its settle writes.
+func rawAMQPFail(ctx context.Context, pub *amqp091.Channel, q, dlq string, d amqp091.Delivery) error {
+	attempts, _ := d.Headers["x-attempts"].(int32)
+	attempts++
+	to := q
+	if attempts >= 3 {
+		to = dlq
+	}
+	headers := amqp091.Table{}
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	headers["x-attempts"] = attempts
+	dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", to, false, false, amqp091.Publishing{
+		Headers: headers, DeliveryMode: amqp091.Persistent, ContentType: d.ContentType, CorrelationId: d.CorrelationId,
+		MessageId: d.MessageId, Type: d.Type, AppId: d.AppId, Body: d.Body})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			_ = d.Nack(false, true)
+			return
+		}
+		_ = d.Ack(false)
+	}()
+	return nil
 }
 
 // ---- Kafka: produce, then flush; a group consumer committing what it handled ----
@@ -298,6 +356,11 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 		failed.Range(func(_, v any) bool { err = v.(error); return false })
 		return res, err
 	}
+	if j.Fail {
+		if err := createTopic(j.URL, j.Queue+".dlq", 1); err != nil {
+			return result{}, err
+		}
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(j.Group), kgo.ConsumeTopics(j.Queue),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -310,7 +373,7 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 	j1.Workers = 1
 	return consumeWith(ctx, j1, func(ctx context.Context, rec *recorder) error {
 		work := make(chan *kgo.Record)
-		var wg sync.WaitGroup
+		var wg, handled sync.WaitGroup // the records' writes confirmed; the records handled
 		var werr error
 		var once sync.Once
 		for range j.Workers {
@@ -319,10 +382,26 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 					n, err := dataN(r.Value)
 					if err != nil {
 						once.Do(func() { werr = err })
-					} else {
-						rec.add(n)
+						wg.Done()
+						handled.Done()
+						continue
+					}
+					rec.add(n)
+					if j.Fail && n%2 == 1 {
+						// The failed record written again, its attempts header one
+						// higher (at the third attempt to the dead-letter topic); the
+						// poll's offsets are committed once every write is confirmed.
+						cl.Produce(ctx, rawKafkaRetry(r, j.Queue), func(_ *kgo.Record, err error) {
+							if err != nil {
+								once.Do(func() { werr = err })
+							}
+							wg.Done()
+						})
+						handled.Done()
+						continue
 					}
 					wg.Done()
+					handled.Done()
 				}
 			}()
 		}
@@ -342,8 +421,16 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 				}
 			}
 			wg.Add(len(recs))
+			handled.Add(len(recs))
 			for _, r := range recs {
 				work <- r
+			}
+			if j.Fail {
+				// The writes go out now, not after the producer's linger.
+				handled.Wait()
+				if err := cl.Flush(ctx); err != nil {
+					return err
+				}
 			}
 			wg.Wait()
 			if werr != nil {
@@ -357,6 +444,24 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 		}
 		return nil
 	})
+}
+
+// rawKafkaRetry is a failed record written again: the same value and headers, its
+// bq-attempts one higher, to the dead-letter topic at the third attempt.
+func rawKafkaRetry(r *kgo.Record, topic string) *kgo.Record {
+	hs := make([]kgo.RecordHeader, len(r.Headers))
+	copy(hs, r.Headers)
+	attempts := 0
+	for i, h := range hs {
+		if h.Key == "bq-attempts" {
+			attempts, _ = strconv.Atoi(string(h.Value))
+			hs[i].Value = []byte(strconv.Itoa(attempts + 1))
+		}
+	}
+	if attempts+1 >= 3 {
+		topic += ".dlq"
+	}
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
 }
 
 // ---- SQS: SendMessage (SendMessageBatch of 10); ReceiveMessage of 10, DeleteMessage each ----
