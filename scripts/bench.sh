@@ -13,7 +13,12 @@ for d in transport/*/; do
   [ "$name" = memory ] && continue
   go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
 done
+go test -run '^$' -bench . -benchmem ./internal/ledger/
+go test -run '^$' -bench . -benchmem -benchtime 300x ./benchmarks/bind/
+go test -run '^$' -bench . -benchmem ./otel/ ./otel/metrics/
 go test -run '^$' -bench . -benchmem ./schema/...
+go test -run '^$' -bench . -benchmem ./idempotency/ ./idempotency/redisstore/ ./idempotency/pgstore/
+go test -run '^$' -bench . -benchmem ./outbox/pgstore/ ./dlq/
 go test -run '^$' -bench Index -benchmem -benchtime 5x ./console/
 # The Go runtime beside the Python SDK and the raw clients, every broker (about 30 min).
 bash scripts/sdkbench.sh -rounds 3
