@@ -43,7 +43,7 @@ const backlog = 256
 //	prom                metrics on a metrics.Prometheus's provider (its own histograms)
 //	prom+sampled-out    prom, and tracing with a tracer that samples nothing
 //	floor               no OpenTelemetry at all: only what any tracing of SPEC.md §8.4
-//	                    must do per message for a sampled-out span (see floorTracing)
+//	                    must do per message for a sampled-out span (see floorSpan)
 //	prom+floor          prom, and the floor
 //
 // Besides ns/op and msgs/s it reports cpu-ns/msg, the process's CPU time per message.
@@ -183,14 +183,15 @@ func BenchmarkSpans(b *testing.B) {
 	}
 }
 
-// floorTracing is the least any tracing of SPEC.md §8.4 can do per message for a span the
+// floorSpan, floorPublish and floorConsume are the least any tracing of SPEC.md §8.4 can do per message for a span the
 // sampler drops, with no OpenTelemetry code at all: the publish draws a span id, takes
 // the trace id from the envelope's trace_id (a UUID's 16 bytes) and writes the W3C
 // traceparent header (sampled flag off); the consume reads and parses the header and
 // puts the parent in the handler's context, as a handler's own publish must continue
-// the trace. It is no implementation (no tracestate, no SHA-256 for a non-UUID trace_id,
-// no span, no hooks): the benchmark's floor variants say what the header alone costs, a
-// bound below every real tracer.
+// the trace. They are no implementation (no tracestate, no SHA-256 for a non-UUID
+// trace_id, no span, no hooks): the benchmark's floor variants say what the header alone
+// costs, a bound below every real tracer. A floorSpan is the parsed parent in the
+// handler's context.
 type floorSpan struct {
 	context.Context
 	traceID [16]byte
