@@ -607,27 +607,52 @@ func (a *App) logOutcome(x delivery, dec settle.Decision) {
 	if !a.log.Enabled(ctx, level) {
 		return // a handled message at the default level costs no attributes
 	}
-	attrs := []any{"queue", x.d.Queue, "urn", x.route, "action", dec.Action.String(), "attempts", x.facts.Attempts}
+	// slog.Attr values and a message per kind: the line is the same, without a boxed
+	// value or a concatenation per attribute.
+	var buf [9]slog.Attr
+	attrs := append(buf[:0], slog.String("queue", x.d.Queue), slog.String("urn", x.route),
+		slog.String("action", dec.Action.String()), slog.Int("attempts", x.facts.Attempts))
 	if x.env != nil {
-		attrs = append(attrs, "id", x.env.Meta.ID)
+		attrs = append(attrs, slog.String("id", x.env.Meta.ID))
 	}
 	if x.cause != nil {
-		attrs = append(attrs, "error", x.cause.Error())
+		attrs = append(attrs, slog.String("error", x.cause.Error()))
 	}
 	switch dec.Action {
 	case settle.ActRetry, settle.ActRelease, settle.ActPoisonRetry, settle.ActHandOff, settle.ActRewind:
 		if dec.Delay > 0 {
-			attrs = append(attrs, "delay", dec.Delay)
+			attrs = append(attrs, slog.Duration("delay", dec.Delay))
 		}
 	case settle.ActDrop:
-		attrs = append(attrs, "reason", dec.Reason)
+		attrs = append(attrs, slog.String("reason", dec.Reason))
 	case settle.ActDeadLetter, settle.ActPoisonDeadLetter, settle.ActRawDeadLetter:
-		attrs = append(attrs, "dead_letter_queue", a.deadLetterQueueOf(x.d.Queue))
+		attrs = append(attrs, slog.String("dead_letter_queue", a.deadLetterQueueOf(x.d.Queue)))
 		if dec.Reason != "" {
-			attrs = append(attrs, "reason", dec.Reason)
+			attrs = append(attrs, slog.String("reason", dec.Reason))
 		}
 	}
-	a.log.Log(ctx, level, "babelqueue: settled "+x.facts.Kind.String(), attrs...)
+	a.log.LogAttrs(ctx, level, settledMessage(x.facts.Kind), attrs...)
+}
+
+// settledMessage is the message of a settlement's log line.
+func settledMessage(k settle.Kind) string {
+	switch k {
+	case settle.Handled:
+		return "babelqueue: settled handled"
+	case settle.Failed:
+		return "babelqueue: settled failed"
+	case settle.UnknownURN:
+		return "babelqueue: settled unknown_urn"
+	case settle.Poison:
+		return "babelqueue: settled poison"
+	case settle.SchemaRejected:
+		return "babelqueue: settled schema_rejected"
+	case settle.Unretryable:
+		return "babelqueue: settled unretryable"
+	case settle.Requeued:
+		return "babelqueue: settled requeued"
+	}
+	return "babelqueue: settled " + k.String()
 }
 
 // deadLetterQueueOf is the dead-letter queue of a delivery's queue: the app's own,

@@ -1,0 +1,37 @@
+package babelqueue
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/memory"
+)
+
+// BenchmarkLogOutcome is the settlement log line of a retried and of a dead-lettered
+// delivery through a text handler at level Info that discards what it writes: what a
+// failure storm costs in logging.
+func BenchmarkLogOutcome(b *testing.B) {
+	a, err := New(memory.New(), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, err := envelope.Make("urn:babel:orders:created", map[string]any{"order_id": 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := delivery{d: &transport.Delivery{Queue: "default"}, env: env, route: env.Job,
+		facts: settle.Facts{Kind: settle.Failed, Attempts: 1}, cause: errors.New("payment service refused")}
+	for _, dec := range []settle.Decision{{Action: settle.ActRetry, Attempts: 2}, {Action: settle.ActDeadLetter, Attempts: 3, Reason: "failed"}} {
+		b.Run(dec.Action.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				a.logOutcome(x, dec)
+			}
+		})
+	}
+}
