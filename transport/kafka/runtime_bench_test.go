@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -34,10 +35,10 @@ func (s *settleCounter) OnSettled(_ context.Context, ev babelqueue.SettledEvent)
 // benchmarks/sdkcompare does) until every message is finished (handled, or retried
 // twice and dead-lettered: max attempts 3, DLQ on), and returns the settlements made
 // and the time they took from the first receive.
-func runtimeTurn(b *testing.B, tr *kafka.Transport, n int, halfFail bool) (int64, time.Duration) {
+func runtimeTurn(b *testing.B, tr *kafka.Transport, n int, partitions int32, halfFail bool) (int64, time.Duration) {
 	b.Helper()
 	q := newTopic(b, "bqbench-rt")
-	createTopic(b, q, 1)
+	createTopic(b, q, partitions)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const okURN, failURN = "urn:babel:bench:ok", "urn:babel:bench:fail"
@@ -98,7 +99,8 @@ func runtimeTurn(b *testing.B, tr *kafka.Transport, n int, halfFail bool) (int64
 // (deliveries settled) and messages finished per second of each turn, and each
 // half-failing turn's settlements per second over the all-success turn's (a failing
 // message takes three deliveries, so two per message on average). Each turn runs on a
-// topic filled for it, in one process, so the figures are comparable.
+// topic filled for it, in one process, so the figures are comparable; the three turns
+// run on topics of one partition, then of eight (as benchmarks/sdkcompare makes them).
 func BenchmarkRuntimeHalfFailing(b *testing.B) {
 	brokerURL(b)
 	turns := []struct {
@@ -110,20 +112,24 @@ func BenchmarkRuntimeHalfFailing(b *testing.B) {
 		{"half-failing-pipelined", true, nil},
 		{"half-failing-awaited", true, []string{"pipeline_settles", "0"}},
 	}
-	var total time.Duration
-	var base float64
-	for _, turn := range turns {
-		tr := openKafka(b, turn.params...)
-		settled, took := runtimeTurn(b, tr, b.N, turn.halfFail)
-		total += took
-		rate := float64(settled) / took.Seconds()
-		b.ReportMetric(rate, turn.name+"-settled/s")
-		b.ReportMetric(float64(b.N)/took.Seconds(), turn.name+"-finished/s")
-		if base == 0 {
-			base = rate
-		} else {
-			b.ReportMetric(rate/base, turn.name+"-settled-ratio")
-		}
+	for _, partitions := range []int32{1, 8} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			var total time.Duration
+			var base float64
+			for _, turn := range turns {
+				tr := openKafka(b, turn.params...)
+				settled, took := runtimeTurn(b, tr, b.N, partitions, turn.halfFail)
+				total += took
+				rate := float64(settled) / took.Seconds()
+				b.ReportMetric(rate, turn.name+"-settled/s")
+				b.ReportMetric(float64(b.N)/took.Seconds(), turn.name+"-finished/s")
+				if base == 0 {
+					base = rate
+				} else {
+					b.ReportMetric(rate/base, turn.name+"-settled-ratio")
+				}
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
+		})
 	}
-	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/op")
 }
