@@ -634,23 +634,19 @@ func (a *App) logOutcome(x delivery, dec settle.Decision) {
 	a.log.LogAttrs(ctx, level, settledMessage(x.facts.Kind), attrs...)
 }
 
+// settledMessages are the messages of the settlement log lines, one per kind, made once
+// from the kinds' names.
+var settledMessages = func() (m [settle.Requeued + 1]string) {
+	for k := range m {
+		m[k] = "babelqueue: settled " + settle.Kind(k).String()
+	}
+	return m
+}()
+
 // settledMessage is the message of a settlement's log line.
 func settledMessage(k settle.Kind) string {
-	switch k {
-	case settle.Handled:
-		return "babelqueue: settled handled"
-	case settle.Failed:
-		return "babelqueue: settled failed"
-	case settle.UnknownURN:
-		return "babelqueue: settled unknown_urn"
-	case settle.Poison:
-		return "babelqueue: settled poison"
-	case settle.SchemaRejected:
-		return "babelqueue: settled schema_rejected"
-	case settle.Unretryable:
-		return "babelqueue: settled unretryable"
-	case settle.Requeued:
-		return "babelqueue: settled requeued"
+	if k >= 0 && int(k) < len(settledMessages) {
+		return settledMessages[k]
 	}
 	return "babelqueue: settled " + k.String()
 }
