@@ -214,6 +214,7 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 	return consumeWith(ctx, j, func(ctx context.Context, rec *recorder) error {
 		var pub *amqp091.Channel // a failing delivery's write, confirmed before its ack
 		if j.Fail {
+			var err error // this worker's own: the workers run at once
 			if pub, err = conn.Channel(); err != nil {
 				return err
 			}
