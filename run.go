@@ -521,14 +521,24 @@ func (a *App) tellSettled(ctx context.Context, x delivery, dec settle.Decision, 
 	}
 }
 
+// settleWrite is a settlement's one write and the slice that holds it, in one
+// allocation.
+type settleWrite struct {
+	msg    transport.Message
+	writes [1]*transport.Message
+}
+
+// settlement is the consumer's settlement of a decision: the outcome and the writes
+// it makes (a retry, a release or a dead letter writes one message).
 func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement, error) {
 	d := x.d
 	write := func(queue string, body []byte, attempts int, delay time.Duration) transport.Settlement {
-		m := &transport.Message{Queue: queue, Body: body, Key: d.Key, Headers: d.Headers, Attempts: attempts, Delay: delay}
+		w := &settleWrite{msg: transport.Message{Queue: queue, Body: body, Key: d.Key, Headers: d.Headers, Attempts: attempts, Delay: delay}}
 		if x.env != nil {
-			m.Projection = projection.Of(x.env)
+			w.msg.Projection = projection.Of(x.env)
 		}
-		return transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{m}}
+		w.writes[0] = &w.msg
+		return transport.Settlement{Outcome: transport.Ack, Writes: w.writes[:]}
 	}
 	dlq := a.deadLetterQueueOf(d.Queue)
 	switch dec.Action {
@@ -595,10 +605,16 @@ func exceptionName(err error) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
 }
 
+// logOutcome logs a settlement at its level. A plain success, a retry and a release
+// (the handler asked for one) are Debug: they are the policy working, as the reference
+// SDK (Python 1.24.0) logs none of them either, and a line per failed attempt would make
+// a failure storm a log storm (the dead-letter queue, the settle hooks and the metrics
+// record them). A poison retry, a hand-off and a rewind are Info; a drop and a dead
+// letter Warn; a settlement that failed is logged at Error by settle.
 func (a *App) logOutcome(x delivery, dec settle.Decision) {
 	level := slog.LevelDebug
 	switch dec.Action {
-	case settle.ActRetry, settle.ActRelease, settle.ActPoisonRetry, settle.ActHandOff, settle.ActRewind:
+	case settle.ActPoisonRetry, settle.ActHandOff, settle.ActRewind:
 		level = slog.LevelInfo
 	case settle.ActDrop, settle.ActDeadLetter, settle.ActPoisonDeadLetter, settle.ActRawDeadLetter:
 		level = slog.LevelWarn
