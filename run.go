@@ -545,7 +545,13 @@ func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement,
 	case settle.ActAck, settle.ActDrop:
 		return transport.Settlement{Outcome: transport.Ack}, nil
 	case settle.ActRetry:
-		body, err := envelope.SetAttempts(d.Body, dec.Attempts)
+		var body []byte
+		var err error
+		if x.env != nil { // its envelope was decoded from d.Body
+			body, err = x.env.RetryBody(dec.Attempts)
+		} else {
+			body, err = envelope.SetAttempts(d.Body, dec.Attempts)
+		}
 		if err != nil {
 			return transport.Settlement{}, err
 		}
@@ -566,17 +572,16 @@ func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement,
 			msg, typ := x.cause.Error(), exceptionName(x.cause)
 			dl.Error, dl.Exception = &msg, &typ
 		}
-		// The dead-lettered body records the attempts made, like the dead_letter block;
-		// an immediate dead-letter by strategy made no attempt and only appends the block.
-		body := d.Body
-		immediate := x.facts.Kind == settle.UnknownURN && a.pol.OnUnknownURN == settle.UnknownDeadLetter
-		if x.env != nil && !immediate && x.env.Attempts != dec.Attempts {
-			var err error
-			if body, err = envelope.SetAttempts(body, dec.Attempts); err != nil {
-				return transport.Settlement{}, err
-			}
+		// The dead-lettered body records the attempts made, like the dead_letter block
+		// (DeadLetterBody); an immediate dead-letter by strategy made no attempt and
+		// only appends the block.
+		var body []byte
+		var err error
+		if immediate := x.facts.Kind == settle.UnknownURN && a.pol.OnUnknownURN == settle.UnknownDeadLetter; x.env != nil && !immediate {
+			body, err = x.env.DeadLetterBody(dl)
+		} else {
+			body, err = envelope.AppendDeadLetter(d.Body, dl)
 		}
-		body, err := envelope.AppendDeadLetter(body, dl)
 		if err != nil {
 			return transport.Settlement{}, err
 		}

@@ -142,3 +142,39 @@ func BenchmarkPoisonScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettleBodies is the body of a retry and of a dead letter built from a
+// decoded envelope (the spans Decode recorded) beside the scanning editors on the
+// same bytes, which scan the body again (twice for a dead letter whose attempts
+// change).
+func BenchmarkSettleBodies(b *testing.B) {
+	msg, typ := "payment service refused", "errors.errorString"
+	dl := DeadLetter{Reason: ReasonFailed, Error: &msg, Exception: &typ, OriginalQueue: "orders", Attempts: 3, FailedAt: 1749132727000}
+	for _, bb := range benchBodies {
+		env, err := Decode(bb.body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run := func(name string, f func() ([]byte, error)) {
+			b.Run(bb.name+"/"+name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(bb.body)))
+				for b.Loop() {
+					if _, err := f(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		run("retry", func() ([]byte, error) { return env.RetryBody(2) })
+		run("retry-rescan", func() ([]byte, error) { return SetAttempts(bb.body, 2) })
+		run("dead-letter", func() ([]byte, error) { return env.DeadLetterBody(dl) })
+		run("dead-letter-rescan", func() ([]byte, error) {
+			body, err := SetAttempts(bb.body, dl.Attempts)
+			if err != nil {
+				return nil, err
+			}
+			return AppendDeadLetter(body, dl)
+		})
+	}
+}

@@ -37,14 +37,14 @@ const memberBuf = 16
 func Decode(body []byte) (*Envelope, error) {
 	var buf [memberBuf]member
 	s := scanner{b: body, nestMeta: true}
-	members, _, ok := s.scanTop(buf[:0])
+	members, close, ok := s.scanTop(buf[:0])
 	if !ok {
 		return nil, s.poison()
 	}
 	if s.nonFinite {
 		return nil, &PoisonError{Reason: ReasonInvalidJSON, Detail: "NaN or Infinity literal"}
 	}
-	e := &Envelope{raw: body}
+	e := &Envelope{raw: body, spans: editSpans{decoded: true, close: close}}
 	var strs stringBatch
 	var job, urn *member
 	for i := range members {
@@ -52,6 +52,7 @@ func Decode(body []byte) (*Envelope, error) {
 		if m.nested {
 			continue // a meta object's member, read with its meta
 		}
+		e.spans.members++
 		name := keyName(body, m)
 		switch name {
 		case "job":
@@ -78,6 +79,7 @@ func Decode(body []byte) (*Envelope, error) {
 				return nil, wrongType(name, wantInt, m)
 			}
 			e.Attempts, e.hasAttempts = int(n), m.kind == kindNumber
+			e.spans.attempts = e.spans.attempts.add(m)
 		case "meta":
 			if !objectOrNull(m) {
 				return nil, wrongType(name, "an object or null", m)
@@ -95,6 +97,7 @@ func Decode(body []byte) (*Envelope, error) {
 				return nil, wrongType(name, "an object or null", m)
 			}
 			e.DeadLetter = nil
+			e.spans.deadLetter = e.spans.deadLetter.add(m)
 			if m.kind == kindObject {
 				dl := new(DeadLetter)
 				if err := decodeDeadLetter(body[m.valStart:m.valEnd], dl); err != nil {

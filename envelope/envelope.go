@@ -64,6 +64,7 @@ type Envelope struct {
 	hasMeta     bool
 	dataIsObj   bool
 	hasAttempts bool
+	spans       editSpans
 }
 
 // Raw returns the exact bytes the envelope was decoded from (nil for an

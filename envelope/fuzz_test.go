@@ -48,6 +48,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("PeekAttempts = %d %v", n, ok)
 			}
 		}
+		checkEditsFromSpans(t, env)
 		msg := "e"
 		dl, err := AppendDeadLetter(body, DeadLetter{Reason: ReasonFailed, Error: &msg, OriginalQueue: "q", Attempts: 1})
 		if err != nil {
@@ -69,4 +70,35 @@ func FuzzPoisonBody(f *testing.F) {
 		out := PoisonBody(body, DeadLetter{OriginalQueue: "q\"<>", Attempts: 2, FailedAt: failedAtMs})
 		checkPoisonBodyInvariants(t, body, out)
 	})
+}
+
+// checkEditsFromSpans: the bodies of a retry and a dead letter that a decoded envelope
+// writes from the spans Decode recorded are the bytes the scanning editors write.
+func checkEditsFromSpans(t *testing.T, env *Envelope) {
+	t.Helper()
+	body := env.Raw()
+	for _, n := range []int{env.Attempts, env.Attempts + 1, 0, 12345, -1} {
+		want, wantErr := SetAttempts(body, n)
+		got, err := env.RetryBody(n)
+		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
+			t.Fatalf("RetryBody(%d) = %q, %v; SetAttempts gives %q, %v", n, got, err, want, wantErr)
+		}
+		msg, typ := "boom \"quoted\" \u2028", "errors.errorString"
+		for _, dl := range []DeadLetter{
+			{Reason: ReasonFailed, Error: &msg, Exception: &typ, OriginalQueue: "q", Attempts: n, FailedAt: failedAtMs},
+			{Reason: ReasonUnknownURN, OriginalQueue: "orders\u0000", Attempts: n, Lang: "go"},
+		} {
+			wantDL, wantErr := body, error(nil)
+			if n != env.Attempts {
+				wantDL, wantErr = SetAttempts(body, n)
+			}
+			if wantErr == nil {
+				wantDL, wantErr = AppendDeadLetter(wantDL, dl)
+			}
+			got, err := env.DeadLetterBody(dl)
+			if (err != nil) != (wantErr != nil) || !bytes.Equal(got, wantDL) {
+				t.Fatalf("DeadLetterBody(attempts %d) = %q, %v; the scanning editors give %q, %v", n, got, err, wantDL, wantErr)
+			}
+		}
+	}
 }
