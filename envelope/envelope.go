@@ -5,8 +5,9 @@
 // ([Decode]) with a single-pass scanner that tells a usable envelope from a
 // poison body, applies the consumer acceptance rule ([Envelope.Accepts]) and
 // edits received bodies at byte level ([SetAttempts], [AppendDeadLetter],
-// [PoisonBody]) so that every byte the runtime does not own stays exactly as
-// received.
+// [PoisonBody]; from a decoded envelope without a second scan,
+// [Envelope.RetryBody] and [Envelope.DeadLetterBody]) so that every byte the
+// runtime does not own stays exactly as received.
 //
 // The package uses the standard library only.
 package envelope

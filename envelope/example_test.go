@@ -69,3 +69,20 @@ func ExampleSetAttempts() {
 	// Output:
 	// {"job":"urn:a", "attempts": 2, "x": 1e400}
 }
+
+// A received body's retry and dead letter, written from the decoded envelope: every
+// byte the runtime does not own stays as received (the spaces, the member order).
+func ExampleEnvelope_RetryBody() {
+	env, err := envelope.Decode([]byte(`{"job":"urn:babel:orders:created", "data":{"id":7}, "trace_id":"t", "attempts":1}`))
+	if err != nil {
+		panic(err)
+	}
+	retry, _ := env.RetryBody(2)
+	fmt.Println(string(retry))
+	msg := "payment refused"
+	dead, _ := env.DeadLetterBody(envelope.DeadLetter{Reason: envelope.ReasonFailed, Error: &msg, OriginalQueue: "orders", Attempts: 3, FailedAt: 1749132727000})
+	fmt.Println(string(dead))
+	// Output:
+	// {"job":"urn:babel:orders:created", "data":{"id":7}, "trace_id":"t", "attempts":2}
+	// {"job":"urn:babel:orders:created", "data":{"id":7}, "trace_id":"t", "attempts":3,"dead_letter":{"reason":"failed","error":"payment refused","exception":null,"failed_at":1749132727000,"original_queue":"orders","attempts":3,"lang":"go"}}
+}
