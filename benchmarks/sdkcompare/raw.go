@@ -306,11 +306,40 @@ func createTopic(raw, topic string, partitions int32) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic)
+	adm := kadm.NewClient(cl)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
 	if err != nil {
 		return err
 	}
-	return resp.Err
+	if resp.Err != nil {
+		return resp.Err
+	}
+	// Wait until the brokers' metadata has the topic with a leader for each partition:
+	// a producer that writes to it sooner waits for its own metadata refresh, which
+	// once stalled a raw failure-heavy consume past its idle time.
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(partitions) && allLed(td.Partitions) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s has no leader after 30 s: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// allLed reports whether every partition has a leader.
+func allLed(ps kadm.PartitionDetails) bool {
+	for _, p := range ps {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func rawKafka(ctx context.Context, j job) (result, error) {
