@@ -2,6 +2,7 @@ package babelqueue_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -116,15 +117,41 @@ func BenchmarkRuntimeConsume(b *testing.B) {
 	}
 }
 
+// BenchmarkRuntimeConsumeHalfFailing is BenchmarkRuntimeConsume with the handlers of
+// the odd messages failing (max_attempts 3, dead-lettering on, a text logger at Info
+// that discards): the runtime's failure path with no broker's cost beside it (decide,
+// rewrite the body, write the retry or the dead letter, acknowledge). An op is one
+// message: an even one is handled once, an odd one three times, so two deliveries a
+// message.
+func BenchmarkRuntimeConsumeHalfFailing(b *testing.B) {
+	failing := errors.New("this handler fails")
+	for _, workers := range []int{1, 8} {
+		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
+			consumePreloaded(b, workers, benchBodies(b.N), func(app *babelqueue.App, handled func()) {
+				babelqueue.Handle(app, "urn:babel:orders:created", func(_ context.Context, o benchOrder, m *babelqueue.Message) error {
+					if o.OrderID%2 == 0 {
+						handled()
+						return nil
+					}
+					if m.Attempts == 2 { // the last attempt: dead-lettered as it returns
+						handled()
+					}
+					return failing
+				})
+			}, func(cpu cpuClock) { cpu.report(b) }, babelqueue.WithMaxAttempts(3), babelqueue.WithDeadLetter(true))
+		})
+	}
+}
+
 // consumePreloaded puts bodies on memory:// and times an app with workers workers
 // consuming them: register installs the handlers, which call handled once per message.
 // Once all are handled the timer stops and measure gets the CPU clock started with it,
 // before the app stops.
-func consumePreloaded(b *testing.B, workers int, bodies [][]byte, register func(app *babelqueue.App, handled func()), measure func(cpuClock)) {
+func consumePreloaded(b *testing.B, workers int, bodies [][]byte, register func(app *babelqueue.App, handled func()), measure func(cpuClock), opts ...babelqueue.Option) {
 	b.Helper()
 	tr := memory.New()
-	app, err := babelqueue.New(tr, babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
-		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	app, err := babelqueue.New(tr, append([]babelqueue.Option{babelqueue.WithQueue("bench"), babelqueue.WithConcurrency(workers),
+		babelqueue.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -134,6 +134,10 @@ type worker struct {
 	scancel   context.CancelFunc
 	sdeadline time.Time
 
+	// failed holds the errors.As targets that read a handler's error, reused so that
+	// a failure allocates none.
+	failed failureTargets
+
 	mu        sync.Mutex
 	current   delivery // the delivery whose handler runs, when busy
 	busy      bool
@@ -391,7 +395,7 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 				}
 			}
 			if err != nil {
-				x.facts.Kind, x.facts.After, x.cause = classifyFailure(err)
+				x.facts.Kind, x.facts.After, x.cause = w.failed.classify(err)
 			}
 		}
 	}
@@ -399,17 +403,22 @@ func (w *worker) process(d *transport.Delivery, now time.Time) bool {
 	return true
 }
 
-// classifyFailure reads a handler's error: a requeue, a failure not to retry, or a
-// failure. (Its own function so that a handled message does not pay for the targets
-// errors.As needs on the heap.)
-func classifyFailure(err error) (settle.Kind, time.Duration, error) {
-	var requeue *RequeueError
-	if errors.As(err, &requeue) {
-		return settle.Requeued, requeue.After, err
+// failureTargets are the errors.As targets that read a handler's error. A worker
+// keeps one set (it reads one error at a time): targets on the heap, which errors.As
+// needs, cost no allocation per failure.
+type failureTargets struct {
+	requeue *RequeueError
+	noRetry *NoRetryError
+}
+
+// classify reads a handler's error: a requeue, a failure not to retry, or a failure.
+func (f *failureTargets) classify(err error) (settle.Kind, time.Duration, error) {
+	defer func() { f.requeue, f.noRetry = nil, nil }() // keep no error alive
+	if errors.As(err, &f.requeue) {
+		return settle.Requeued, f.requeue.After, err
 	}
-	var noRetry *NoRetryError
-	if errors.As(err, &noRetry) {
-		return settle.Unretryable, 0, noRetry.Err
+	if errors.As(err, &f.noRetry) {
+		return settle.Unretryable, 0, f.noRetry.Err
 	}
 	return settle.Failed, 0, err
 }
