@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -616,7 +617,7 @@ func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement,
 // exceptionName is the dead_letter "exception" of an error: its Go type name, without
 // the pointer star ("errors.errorString", "babelqueue.PanicError").
 func exceptionName(err error) string {
-	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
+	return strings.TrimPrefix(reflect.TypeOf(err).String(), "*") // what %T prints, without formatting
 }
 
 // logOutcome logs a settlement at its level. A plain success, a retry and a release
