@@ -617,6 +617,9 @@ func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement,
 // exceptionName is the dead_letter "exception" of an error: its Go type name, without
 // the pointer star ("errors.errorString", "babelqueue.PanicError").
 func exceptionName(err error) string {
+	if err == nil {
+		return "<nil>" // what %T prints for nil
+	}
 	return strings.TrimPrefix(reflect.TypeOf(err).String(), "*") // what %T prints, without formatting
 }
 
