@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -160,7 +159,7 @@ func wireMessage(o *Outgoing) (*transport.Message, error) {
 		Body:       body,
 		Key:        o.Key,
 		Headers:    headers,
-		Projection: projection.Of(o.Envelope),
+		Projection: transport.ProjectionOf(o.Envelope),
 	}, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -107,6 +106,6 @@ func redriveWrite(d *transport.Delivery, fallback string) (*transport.Message, b
 	}
 	return &transport.Message{
 		Queue: queue, Body: body, Key: d.Key, Headers: d.Headers,
-		Projection: projection.Of(env),
+		Projection: transport.ProjectionOf(env),
 	}, true
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -545,7 +544,7 @@ func (a *App) settlement(x delivery, dec settle.Decision) (transport.Settlement,
 	write := func(queue string, body []byte, attempts int, delay time.Duration) transport.Settlement {
 		w := &settleWrite{msg: transport.Message{Queue: queue, Body: body, Key: d.Key, Headers: d.Headers, Attempts: attempts, Delay: delay}}
 		if x.env != nil {
-			w.msg.Projection = projection.Of(x.env)
+			w.msg.Projection = transport.ProjectionOf(x.env)
 		}
 		w.writes[0] = &w.msg
 		return transport.Settlement{Outcome: transport.Ack, Writes: w.writes[:]}

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -205,7 +205,7 @@ func New(brokers []Broker, opts ...Option) (*Console, error) {
 				return nil, fmt.Errorf("console: broker %s: a queue has no name", st.name)
 			}
 			if q.DLQ == "" {
-				q.DLQ = settle.DeadLetterQueue(q.Name, "", "", b.Transport.Capabilities())
+				q.DLQ = dlq.QueueFor(q.Name, b.Transport.Capabilities())
 			}
 			if q.DLQ == q.Name {
 				c.cancel()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -321,7 +320,7 @@ func (e *Entry) Redriven(to string, poison, bypass bool) (*transport.Message, er
 			}
 		}
 		m.Body = body
-		m.Projection = projection.Of(e.Envelope)
+		m.Projection = transport.ProjectionOf(e.Envelope)
 	}
 	if bypass {
 		if m.Headers == nil {
@@ -343,7 +342,7 @@ func keep(d *transport.Delivery, env *envelope.Envelope) *transport.Message {
 	m := &transport.Message{Queue: d.Queue, Body: d.Body, Key: d.Key, Headers: maps.Clone(d.Headers)}
 	if env != nil {
 		m.Attempts = env.Attempts
-		m.Projection = projection.Of(env)
+		m.Projection = transport.ProjectionOf(env)
 	}
 	if d.HasAttemptsHeader {
 		m.Attempts = d.AttemptsHeader

@@ -47,6 +47,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/babelqueue-go/babelqueue/envelope"
 )
 
 // Transport is a connection to one broker.
@@ -157,6 +159,20 @@ type Projection struct {
 	Lang          string // meta.lang
 	SchemaVersion int    // meta.schema_version; zero when unknown
 	CreatedAt     int64  // meta.created_at, Unix ms; zero when unknown
+}
+
+// ProjectionOf returns the projection of e, exactly as the runtime hands it to a
+// transport with every write: a tool that publishes an envelope it did not build (a
+// bridge, a redrive) projects it with this so its headers match the runtime's.
+func ProjectionOf(e *envelope.Envelope) Projection {
+	return Projection{
+		URN:           e.Job,
+		TraceID:       e.TraceID,
+		MessageID:     e.Meta.ID,
+		Lang:          e.Meta.Lang,
+		SchemaVersion: e.Meta.SchemaVersion,
+		CreatedAt:     e.Meta.CreatedAt,
+	}
 }
 
 // Delivery is one received message.

@@ -5,9 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -65,5 +65,14 @@ func FixtureProjection(t testing.TB, body []byte) (transport.Projection, int) {
 	if err != nil {
 		t.Fatalf("fixture is not an envelope: %v", err)
 	}
-	return projection.Of(e), e.Attempts
+	return transport.ProjectionOf(e), e.Attempts
+}
+
+// RunPythonPeer runs scripts/py/<script> with the Python SDK babelqueue==1.24.0 that
+// scripts/pyenv.sh installs (the family's reference, the interop tests' peer), with
+// stdin and args, and returns what it printed. A peer that cannot be found fails the
+// test under CI=true and skips it elsewhere; one that fails or outlives timeout fails it.
+func RunPythonPeer(t testing.TB, timeout time.Duration, stdin []byte, script string, args ...string) []byte {
+	t.Helper()
+	return pyinterop.Run(t, timeout, stdin, pyinterop.Script(t, script), args...)
 }

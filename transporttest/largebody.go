@@ -13,7 +13,6 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -108,7 +107,7 @@ func BenchRuntimeLargeBody(b *testing.B, tr transport.Transport, queue string, b
 		if err != nil {
 			b.Fatal(err)
 		}
-		msgs = append(msgs, &transport.Message{Queue: queue, Body: body, Projection: projection.Of(env)})
+		msgs = append(msgs, &transport.Message{Queue: queue, Body: body, Projection: transport.ProjectionOf(env)})
 		if len(msgs) == cap(msgs) {
 			flush()
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -29,7 +28,7 @@ type bridgeView struct {
 func bridgeWrite(d *transport.Delivery, queue string) *transport.Message {
 	m := &transport.Message{Queue: queue, Body: d.Body, Key: d.Key, Headers: d.Headers}
 	if env, err := envelope.Decode(d.Body); err == nil {
-		m.Projection = projection.Of(env)
+		m.Projection = transport.ProjectionOf(env)
 		m.Attempts = env.Attempts
 	}
 	if d.HasAttemptsHeader {

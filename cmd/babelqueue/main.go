@@ -22,7 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/babelqueue-go/babelqueue/internal/demo"
+	"github.com/babelqueue-go/babelqueue/examples/tour"
 )
 
 func main() {
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "demo":
-		err = demo.Run(ctx, stdout, args[1:])
+		err = tour.Run(ctx, stdout, args[1:])
 	case "publish":
 		err = publish(ctx, args[1:], stdout, stderr)
 	case "consume":

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -185,7 +185,10 @@ func (q *queueFlags) register(fs *flag.FlagSet) {
 
 // name returns the dead-letter queue on b.
 func (q *queueFlags) name(b *broker) string {
-	return settle.DeadLetterQueue(q.queue, q.dlq, "", b.tr.Capabilities())
+	if q.dlq != "" {
+		return q.dlq
+	}
+	return dlq.QueueFor(q.queue, b.tr.Capabilities())
 }
 
 // isTerminal reports whether w is a terminal.

@@ -15,13 +15,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/babelqueue-go/babelqueue/internal/demo"
+	"github.com/babelqueue-go/babelqueue/examples/tour"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := demo.Run(ctx, os.Stdout, os.Args[1:]); err != nil {
+	if err := tour.Run(ctx, os.Stdout, os.Args[1:]); err != nil {
 		stop()
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)

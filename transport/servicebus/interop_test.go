@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -95,7 +94,7 @@ func TestInteropPythonToGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}, time.Now())
+	goMsg, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: transport.ProjectionOf(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func TestInteropGoToPython(t *testing.T) {
 		pyHeaders map[string]string
 	}
 	base := func() *transport.Message {
-		return &transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}
+		return &transport.Message{Queue: "orders", Body: fixture, Projection: transport.ProjectionOf(env)}
 	}
 	withHeaders := base()
 	withHeaders.Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -173,7 +172,7 @@ func TestManifestASBProjection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fixture: %v", err)
 	}
-	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: projection.Of(env)}, time.Now())
+	m, err := Project(&transport.Message{Queue: "orders", Body: fixture, Projection: transport.ProjectionOf(env)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +319,7 @@ func TestReconcileUsesOnlyTheSDKFields(t *testing.T) {
 	// Message (what a redrive would send), projects back to the same properties.
 	_, fixture := loadASB(t)
 	env, _ := envelope.Decode(fixture)
-	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: projection.Of(env), Attempts: 2,
+	m, err := Project(&transport.Message{Queue: "q", Body: fixture, Projection: transport.ProjectionOf(env), Attempts: 2,
 		Headers: map[string]string{"traceparent": "00-abc-01"}}, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue"
-	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -120,7 +119,7 @@ func Python(t testing.TB, doc any, args ...string) []json.RawMessage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := pyinterop.Run(t, 60*time.Second, in, pyinterop.Script(t, "schema_peer.py"), args...)
+	out := transporttest.RunPythonPeer(t, 60*time.Second, in, "schema_peer.py", args...)
 	var lines []json.RawMessage
 	for _, l := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
 		if len(l) > 0 {

@@ -1,8 +1,8 @@
-// Package demo is the BabelQueue demo: the main job on the embedded default broker,
+// Package tour is the BabelQueue demo: the main job on the embedded default broker,
 // memory://, with no broker to install. It runs behind both "make demo"
 // (examples/demo) and "babelqueue demo" (cmd/babelqueue), and imports nothing but
 // the standard library and this module, so running it compiles no broker client.
-package demo
+package tour
 
 import (
 	"context"

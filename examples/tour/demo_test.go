@@ -1,4 +1,4 @@
-package demo_test
+package tour_test
 
 import (
 	"bytes"
@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/babelqueue-go/babelqueue/internal/demo"
+	"github.com/babelqueue-go/babelqueue/examples/tour"
 )
 
 func TestDemoShowsEverySettlement(t *testing.T) {
 	var out bytes.Buffer
-	if err := demo.Run(context.Background(), &out, nil); err != nil {
+	if err := tour.Run(context.Background(), &out, nil); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	s := out.String()
@@ -31,7 +31,7 @@ func TestDemoShowsEverySettlement(t *testing.T) {
 
 func TestDemoRejectsUnknownFlags(t *testing.T) {
 	var out bytes.Buffer
-	if err := demo.Run(context.Background(), &out, []string{"-nope"}); err == nil {
+	if err := tour.Run(context.Background(), &out, []string{"-nope"}); err == nil {
 		t.Fatal("demo -nope: no error")
 	}
 }
