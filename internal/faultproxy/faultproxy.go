@@ -2,7 +2,8 @@
 // touching the broker: fault tests run against the brokers other test suites share, so
 // they never stop them. A [Proxy] forwards loopback TCP connections to a target; while it
 // is down it cuts every connection it forwards and closes new ones at once, as a broker
-// that went away would. Its [Proxy.DialContext] gives the same switch to clients that
+// that went away would; while it is frozen ([Proxy.Freeze]) every connection stays open
+// and silent, as behind a network that drops packets. Its [Proxy.DialContext] gives the same switch to clients that
 // find their broker's address themselves (a Kafka client dials the addresses the
 // cluster's metadata names, not a proxy's). Only loopback targets are allowed.
 //
@@ -13,9 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
+	"os"
 	"sync"
+	"time"
 )
 
 // ErrDown is returned by [Proxy.DialContext] while the proxy is down.
@@ -31,6 +33,7 @@ type Proxy struct {
 	down   bool
 	closed bool
 	conns  map[net.Conn]struct{}
+	thawed chan struct{} // closed while bytes flow; open while the proxy is frozen
 	wg     sync.WaitGroup
 }
 
@@ -44,7 +47,9 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	thawed := make(chan struct{})
+	close(thawed)
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, thawed: thawed}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -87,6 +92,67 @@ func (p *Proxy) Up() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
+}
+
+// Freeze turns the proxy into a black hole: every connection stays open, new ones are
+// accepted, and no byte passes either way until Thaw, as on a network that drops packets
+// without resetting anything. What was sent meanwhile is delivered after Thaw, as TCP
+// retransmits it once a partition heals. Down still cuts frozen connections.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default: // already frozen
+	}
+}
+
+// Thaw lets bytes through again after Freeze.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
+}
+
+// passable returns a channel that is closed while bytes may pass.
+func (p *Proxy) passable() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.thawed
+}
+
+// waitThawed blocks while the proxy is frozen. It returns nil once bytes may pass,
+// [net.ErrClosed] when c was cut meanwhile (Down or Close), so a frozen copy never
+// outlives its connection, and [os.ErrDeadlineExceeded] once deadline (when not zero)
+// passes, as a read or write of a silent network times out.
+func (p *Proxy) waitThawed(c net.Conn, deadline time.Time) error {
+	for {
+		gate := p.passable()
+		select {
+		case <-gate:
+			return nil
+		default:
+		}
+		p.mu.Lock()
+		_, live := p.conns[c]
+		p.mu.Unlock()
+		if !live {
+			return net.ErrClosed
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return os.ErrDeadlineExceeded
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // IsDown reports whether the proxy is down.
@@ -159,7 +225,21 @@ func (p *Proxy) forward(c net.Conn) {
 	defer p.untrack(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if p.waitThawed(src, time.Time{}) != nil {
+					break
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		// One side ended: end the other, so neither copy outlives the pair.
 		_ = dst.Close()
 		_ = src.Close()
@@ -193,11 +273,62 @@ func (p *Proxy) DialContext(ctx context.Context, network, addr string) (net.Conn
 	return &trackedConn{Conn: c, p: p}, nil
 }
 
-// trackedConn forgets itself on Close.
+// trackedConn forgets itself on Close, and holds its reads and writes while the proxy
+// is frozen (until the deadlines the client set, as on a silent network).
 type trackedConn struct {
 	net.Conn
 	p    *Proxy
 	once sync.Once
+
+	mu                          sync.Mutex
+	readDeadline, writeDeadline time.Time
+}
+
+func (c *trackedConn) deadlines() (read, write time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readDeadline, c.writeDeadline
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		read, _ := c.deadlines()
+		if werr := c.p.waitThawed(c.Conn, read); werr != nil {
+			// The bytes read are dropped: the connection is cut or timed out either way.
+			return 0, werr
+		}
+	}
+	return n, err
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	_, write := c.deadlines()
+	if err := c.p.waitThawed(c.Conn, write); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *trackedConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline, c.writeDeadline = t, t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *trackedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *trackedConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.writeDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *trackedConn) Close() error {

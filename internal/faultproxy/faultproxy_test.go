@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -114,5 +115,96 @@ func TestOnlyLoopback(t *testing.T) {
 	defer p.Close()
 	if _, err := p.DialContext(context.Background(), "tcp", "192.168.1.1:9092"); err == nil {
 		t.Error("DialContext dialled an address off the loopback")
+	}
+}
+
+// Freeze keeps every connection open and silent, through the listener and the dialer
+// alike: a round trip times out at the client's deadline, a connection made meanwhile
+// is accepted and silent too, and after Thaw both answer again on the same connections.
+func TestFreezeAndThaw(t *testing.T) {
+	for _, via := range []string{"listener", "dialer"} {
+		t.Run(via, func(t *testing.T) {
+			target := echoServer(t)
+			p, err := New(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			dial := func() net.Conn {
+				var c net.Conn
+				var err error
+				if via == "listener" {
+					c, err = net.Dial("tcp", p.Addr())
+				} else {
+					c, err = p.DialContext(context.Background(), "tcp", target)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			silent := func(c net.Conn, line string) {
+				t.Helper()
+				_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+				_, _ = io.WriteString(c, line+"\n")
+				buf := make([]byte, 64)
+				n, err := c.Read(buf)
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("a frozen connection answered %q (err %v), want a read timeout", buf[:n], err)
+				}
+			}
+
+			c := dial()
+			mustEcho(t, c, "before")
+			p.Freeze()
+			if via == "listener" {
+				// Bytes sent while frozen are held, and arrive after Thaw.
+				silent(c, "held")
+				c2 := dial()
+				silent(c2, "new while frozen")
+				p.Thaw()
+				for _, held := range []struct {
+					c    net.Conn
+					line string
+				}{{c, "held"}, {c2, "new while frozen"}} {
+					_ = held.c.SetDeadline(time.Now().Add(5 * time.Second))
+					got, err := bufio.NewReader(held.c).ReadString('\n')
+					if err != nil || got != held.line+"\n" {
+						t.Fatalf("after Thaw: got %q, %v; want %q, held while frozen", got, err, held.line)
+					}
+				}
+				mustEcho(t, c2, "after")
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := io.WriteString(c, "held\n"); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("a write through a frozen dialer connection: %v, want a timeout", err)
+			}
+			p.Thaw()
+			mustEcho(t, c, "after")
+		})
+	}
+}
+
+// Down cuts a frozen connection at once.
+func TestDownCutsFrozen(t *testing.T) {
+	p, err := New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mustEcho(t, c, "before")
+	p.Freeze()
+	_, _ = io.WriteString(c, "held\n")
+	p.Down()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 8)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from a frozen connection that Down cut: %v, want it closed", err)
 	}
 }
