@@ -122,6 +122,12 @@ type Counter interface {
 // ErrNoStore is returned by [Writer.Write] on a Writer without a store or app.
 var ErrNoStore = errors.New("outbox: writer has no store or no app")
 
+// ErrNoTable matches the error of a store whose table does not exist: the migration
+// was never applied (pgstore's Store.Migrate, `babelqueue outbox migrate`). A relay
+// says so once, with the command, and keeps trying, so it starts working as soon as
+// the table is made.
+var ErrNoTable = errors.New("outbox: the outbox table does not exist")
+
 // Writer writes messages into the outbox inside the caller's transactions.
 type Writer struct {
 	app   *babelqueue.App

@@ -16,6 +16,7 @@ const (
 	DefaultBatchSize     = 100
 	DefaultPollInterval  = 250 * time.Millisecond
 	DefaultBatchTimeout  = 30 * time.Second
+	DefaultStoreTimeout  = 10 * time.Second
 	DefaultPurgeInterval = time.Minute
 )
 
@@ -57,13 +58,25 @@ func WithBackoff(f func(attempts int) time.Duration) RelayOption {
 	}
 }
 
-// WithBatchTimeout bounds the claim and the publish of one batch (default
-// [DefaultBatchTimeout]); the rows of a publish that runs out of time are failed and
-// retried. The commit of the claim gets the same time again.
+// WithBatchTimeout bounds the publish of one batch (default [DefaultBatchTimeout]);
+// the rows of a publish that runs out of time are failed and retried.
 func WithBatchTimeout(d time.Duration) RelayOption {
 	return func(r *Relay) {
 		if d > 0 {
 			r.timeout = d
+		}
+	}
+}
+
+// WithStoreTimeout bounds each call on the store: a claim, its commit or rollback, a
+// purge (default [DefaultStoreTimeout]). A database connection that went silent is
+// given up after that long, logged, and retried on a new one, so neither the relay
+// nor its shutdown waits on it longer. The store timeout is also the longest a claim
+// can make [Relay.Run] wait after its context ends, besides the publish in flight.
+func WithStoreTimeout(d time.Duration) RelayOption {
+	return func(r *Relay) {
+		if d > 0 {
+			r.storeTimeout = d
 		}
 	}
 }
@@ -106,17 +119,19 @@ type Stats struct {
 // Relay publishes the rows of a [Store] through a transport. Its methods are safe for
 // concurrent use; several relays (in one process or many) may share one store.
 type Relay struct {
-	store      Store
-	tr         transport.Transport
-	batch      int
-	poll       time.Duration
-	timeout    time.Duration
-	purgeEvery time.Duration
-	backoff    func(int) time.Duration
-	log        *slog.Logger
+	store        Store
+	tr           transport.Transport
+	batch        int
+	poll         time.Duration
+	timeout      time.Duration
+	storeTimeout time.Duration
+	purgeEvery   time.Duration
+	backoff      func(int) time.Duration
+	log          *slog.Logger
 
-	mu    sync.Mutex
-	stats Stats
+	mu      sync.Mutex
+	stats   Stats
+	noTable bool // the last claim failed for a missing table, and was logged
 }
 
 // NewRelay returns a relay that publishes the rows of store through tr. The transport
@@ -124,14 +139,15 @@ type Relay struct {
 // [transport.Capabilities.PublishConfirmed].
 func NewRelay(store Store, tr transport.Transport, opts ...RelayOption) *Relay {
 	r := &Relay{
-		store:      store,
-		tr:         tr,
-		batch:      DefaultBatchSize,
-		poll:       DefaultPollInterval,
-		timeout:    DefaultBatchTimeout,
-		purgeEvery: DefaultPurgeInterval,
-		backoff:    DefaultBackoff,
-		log:        slog.Default(),
+		store:        store,
+		tr:           tr,
+		batch:        DefaultBatchSize,
+		poll:         DefaultPollInterval,
+		timeout:      DefaultBatchTimeout,
+		storeTimeout: DefaultStoreTimeout,
+		purgeEvery:   DefaultPurgeInterval,
+		backoff:      DefaultBackoff,
+		log:          slog.Default(),
 	}
 	for _, o := range opts {
 		o(r)
@@ -189,7 +205,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 }
 
 func (r *Relay) relayOnce(ctx context.Context) (BatchResult, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	cctx, cancel := context.WithTimeout(ctx, r.storeTimeout)
 	claim, err := r.store.Claim(cctx, r.batch)
 	cancel()
 	if err != nil {
@@ -199,7 +215,7 @@ func (r *Relay) relayOnce(ctx context.Context) (BatchResult, error) {
 	}
 	recs := claim.Records()
 	if len(recs) == 0 {
-		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		cctx, cancel := context.WithTimeout(ctx, r.storeTimeout)
 		defer cancel()
 		if err := claim.Rollback(cctx); err != nil {
 			err = fmt.Errorf("outbox: end an empty claim: %w", err)
@@ -219,7 +235,7 @@ func (r *Relay) relayOnce(ctx context.Context) (BatchResult, error) {
 	cancel()
 	res := r.outcome(recs, perr)
 
-	cctx, cancel = context.WithTimeout(ctx, r.timeout)
+	cctx, cancel = context.WithTimeout(ctx, r.storeTimeout)
 	defer cancel()
 	out := BatchResult{Claimed: len(recs), Published: len(res.Published), Failed: len(res.Failed)}
 	if err := claim.Commit(cctx, res); err != nil {
@@ -286,6 +302,32 @@ func (r *Relay) noteError(err error) {
 	r.mu.Unlock()
 }
 
+// tableFound notes a batch that worked, so a table dropped later is said again.
+func (r *Relay) tableFound() {
+	r.mu.Lock()
+	r.noTable = false
+	r.mu.Unlock()
+}
+
+// logBatchError logs a failed batch. A missing table is said once, with the command
+// that makes it (every retry after that is logged at Debug), until a batch works.
+func (r *Relay) logBatchError(err error, wait time.Duration) {
+	if !errors.Is(err, ErrNoTable) {
+		r.log.Error("outbox: relay batch failed; retrying", "error", err, "retry_in", wait)
+		return
+	}
+	r.mu.Lock()
+	said := r.noTable
+	r.noTable = true
+	r.mu.Unlock()
+	if said {
+		r.log.Debug("outbox: the outbox table still does not exist; retrying", "retry_in", wait)
+		return
+	}
+	r.log.Error("outbox: the outbox table does not exist: run `babelqueue outbox migrate -db DSN` (or the relay with -migrate) to create it; the relay retries until it exists",
+		"error", err, "retry_in", wait)
+}
+
 // Drain relays batches until one publishes nothing (the store is empty, or only rows
 // that are not due or keep failing remain) or ctx ends, and returns the total.
 func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
@@ -309,7 +351,7 @@ func (r *Relay) Drain(ctx context.Context) (BatchResult, error) {
 }
 
 // Run relays until ctx ends, then returns nil once the batch in flight is published and
-// committed (within the batch timeout). When a batch was full it claims again at once;
+// committed (within the store timeout, the batch timeout and the store timeout again). When a batch was full it claims again at once;
 // otherwise it waits the poll interval. A store error (the database went away) is logged
 // and retried after a backoff; a broker that went away shows as rows not confirmed,
 // which wait their backoff and go out when it is back. Run returns an error only for a
@@ -337,16 +379,18 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err != nil:
 			storeErrs++
 			wait = r.backoff(storeErrs)
-			r.log.Error("outbox: relay batch failed; retrying", "error", err, "retry_in", wait)
+			r.logBatchError(err, wait)
 		case b.Claimed == r.batch && b.Published > 0:
 			storeErrs = 0
 			wait = 0
+			r.tableFound()
 		default:
 			storeErrs = 0
+			r.tableFound()
 		}
 		if purger != nil && time.Now().After(nextPurge) {
 			nextPurge = time.Now().Add(r.purgeEvery)
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.storeTimeout)
 			n, err := purger.Purge(pctx)
 			cancel()
 			if err != nil {

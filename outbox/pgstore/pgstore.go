@@ -280,23 +280,45 @@ func rowArgs(m *transport.Message) ([]any, error) {
 }
 
 // Claim begins a transaction and locks up to limit due rows, oldest first (see the
-// package documentation).
+// package documentation). ctx bounds the claim's statements, BEGIN among them, so a
+// connection that went silent fails the claim when ctx ends instead of hanging; the
+// transaction itself outlives the call, until Commit or Rollback. A table that does
+// not exist is an error matching [outbox.ErrNoTable].
 func (s *Store) Claim(ctx context.Context, limit int) (outbox.Claim, error) {
 	if limit <= 0 {
 		return nil, errors.New("pgstore: claim limit must be positive")
 	}
-	// database/sql rolls a transaction back when the context it began with ends; the
-	// claim outlives this call (ctx bounds the claim's queries, not the claim itself).
-	tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
+	// database/sql ends a transaction when the context it began with ends, and uses
+	// that context for BEGIN, COMMIT and ROLLBACK alike. The claim outlives this call,
+	// so its transaction gets a context of its own, cancelled when ctx ends during
+	// BEGIN here, and during COMMIT or ROLLBACK by the claim's methods (bound).
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
+	c := &claim{s: s, end: end}
+	err := c.bound(ctx, func() (err error) {
+		c.tx, err = s.db.BeginTx(life, nil)
+		return err
+	})
 	if err != nil {
-		return nil, err
+		end()
+		return nil, s.explain(err)
 	}
-	recs, err := s.claim(ctx, tx, limit)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, err
+	if c.recs, err = s.claim(ctx, c.tx, limit); err != nil {
+		_ = c.Rollback(ctx)
+		return nil, s.explain(err)
 	}
-	return &claim{s: s, tx: tx, recs: recs}, nil
+	return c, nil
+}
+
+// explain wraps err in [outbox.ErrNoTable] when PostgreSQL said the table does not
+// exist (SQLSTATE 42P01, undefined_table), naming the table and the ways to create it.
+// Every PostgreSQL driver for database/sql reports the state with a SQLState method.
+func (s *Store) explain(err error) error {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) && state.SQLState() == "42P01" {
+		return fmt.Errorf("%w: %s (create it with `babelqueue outbox migrate -table %s`, Store.Migrate or pgstore.Schema): %w",
+			outbox.ErrNoTable, s.table, s.table, err)
+	}
+	return err
 }
 
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, limit int) ([]outbox.Record, error) {
@@ -485,16 +507,37 @@ func text(s string) string {
 type claim struct {
 	s    *Store
 	tx   *sql.Tx
+	end  context.CancelFunc // ends the transaction's context
 	recs []outbox.Record
+}
+
+// bound runs f, a call on the transaction, and ends the transaction's context if ctx
+// ends first: the driver then gives up on a connection that went silent, and
+// database/sql rolls the transaction back and discards the connection. It returns
+// ctx's error when that happened.
+func (c *claim) bound(ctx context.Context, f func() error) error {
+	stop := context.AfterFunc(ctx, c.end)
+	err := f()
+	if !stop() && ctx.Err() != nil {
+		if err == nil || errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("pgstore: the database did not answer in time: %w", ctx.Err())
+		}
+		return fmt.Errorf("pgstore: the database did not answer in time: %w (%w)", ctx.Err(), err)
+	}
+	return err
 }
 
 func (c *claim) Records() []outbox.Record { return c.recs }
 
-func (c *claim) Rollback(context.Context) error { return c.tx.Rollback() }
+func (c *claim) Rollback(ctx context.Context) error {
+	defer c.end()
+	return c.bound(ctx, c.tx.Rollback)
+}
 
 func (c *claim) Commit(ctx context.Context, r outbox.Result) error {
+	defer c.end()
 	if err := c.commit(ctx, r); err != nil {
-		_ = c.tx.Rollback()
+		_ = c.bound(ctx, c.tx.Rollback)
 		return err
 	}
 	return nil
@@ -530,5 +573,5 @@ func (c *claim) commit(ctx context.Context, r outbox.Result) error {
 			return fmt.Errorf("pgstore: record %d failed rows: %w", len(groups[g]), err)
 		}
 	}
-	return c.tx.Commit()
+	return c.bound(ctx, c.tx.Commit)
 }
