@@ -243,7 +243,10 @@ type Message struct {
 	// Envelope is the decoded envelope; Envelope.Raw() holds the received bytes. Treat
 	// it as read-only: the runtime settles the delivery from the received bytes.
 	Envelope *envelope.Envelope
-	// Attempts is the reconciled attempts counter: 0 on a first delivery.
+	// Attempts is the reconciled attempts counter: 0 on a first delivery. A body
+	// written with a negative attempts (the SPEC forbids it; another producer may not
+	// care) is handed over as written, as the Python SDK does, and its retry is
+	// re-published with attempts 0 (docs/settlement.md).
 	Attempts int
 	// Queue is the queue the message was consumed from.
 	Queue string

@@ -3,6 +3,7 @@ package babelqueue_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,9 @@ func TestEveryRowEndToEnd(t *testing.T) {
 		queue    int    // messages waiting on the work queue afterwards
 		attempts string // the re-published body's attempts member, when queue is 1
 		dlq      string // the dead_letter reason on the DLQ, "raw" for an unchanged body, "" for none
+		dlqHas   string // a piece of the dead-lettered body, when set
 		handOff  bool
+		saw      string // the attempts the handler saw, when set
 	}
 	for _, tc := range []struct {
 		name    string
@@ -80,19 +83,37 @@ func TestEveryRowEndToEnd(t *testing.T) {
 		{"attempts at MaxInt, handler fails, DLQ off: dropped now", plain, []babelqueue.Option{park}, strings.Replace(good, `"attempts":0`, `"attempts":9223372036854775807`, 1), memory.Stored{}, failing, where{}, "failed/drop"},
 		{"attempts at MaxInt, unknown URN, DLQ on: dead-lettered now", plain, []babelqueue.Option{dlqOn, park}, strings.Replace(good, `"attempts":0`, `"attempts":9223372036854775807`, 1), memory.Stored{}, "", where{dlq: "unknown_urn"}, "unknown_urn/dead_letter"},
 		{"poison with a readable attempts at max, DLQ off: drop", plain, []babelqueue.Option{park}, `{"trace_id":"t","attempts":2}`, memory.Stored{}, handled, where{}, "poison/drop"},
+
+		// A negative attempts (docs/settlement.md): the handler sees it as written and the
+		// retry counts on from it, as in the Python SDK; what the runtime writes is never
+		// below 0.
+		{"attempts -1, handler fails: handler sees -1, retry re-published with attempts 0", plain, []babelqueue.Option{park, dlqOn}, minus("-1"), memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":0`, saw: "-1"}, "failed/retry"},
+		{"attempts -1, max_attempts 1: retried once, as Python", plain, []babelqueue.Option{park, dlqOn, babelqueue.WithMaxAttempts(1)}, minus("-1"), memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":0`, saw: "-1"}, "failed/retry"},
+		{"attempts -5, handler fails: retry re-published with attempts 0, never negative", plain, []babelqueue.Option{park, dlqOn}, minus("-5"), memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":0`, saw: "-5"}, "failed/retry"},
+		{"attempts -1, unknown URN, dead_letter: body kept, the block records 0", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownDeadLetter)}, minus("-1"), memory.Stored{}, "", where{dlq: "unknown_urn", dlqHas: `"attempts":-1,"x-extra":{"kept":true},"dead_letter":{"reason":"unknown_urn","error":null,"exception":null,"failed_at":`}, "unknown_urn/dead_letter"},
+		{"attempts -1, unknown URN, release: re-published unchanged", plain, []babelqueue.Option{babelqueue.WithUnknownURN(babelqueue.UnknownRelease)}, minus("-1"), memory.Stored{}, "", where{queue: 1, attempts: `"attempts":-1`}, "unknown_urn/release"},
+		{"attempts -1, handler says no retry: dead-lettered with attempts 0", plain, []babelqueue.Option{dlqOn}, minus("-1"), memory.Stored{}, noRetry, where{dlq: "failed", dlqHas: `"original_queue":"orders","attempts":0,`, saw: "-1"}, "unretryable/dead_letter"},
+		{"kafka: bq-attempts header -1 is authoritative: handler sees -1", kafka, []babelqueue.Option{park}, good, memory.Stored{Attempts: -1}, failing, where{queue: 1, attempts: `"attempts":0`, saw: "-1"}, "failed/retry"},
+		{"sqs/sb/pulsar/artemis: attempts -1 on a first delivery is max(-1, native 0) = 0", sqs, []babelqueue.Option{park}, minus("-1"), memory.Stored{}, failing, where{queue: 1, attempts: `"attempts":1`, saw: "0"}, "failed/retry"},
+		{"poison with attempts -1, DLQ on: the block records 0", plain, []babelqueue.Option{dlqOn}, `{"trace_id":"t","attempts":-1}`, memory.Stored{}, handled, where{dlq: "poison", dlqHas: `"attempts":0,"lang":"go"`}, "poison/poison_dead_letter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := memory.New(memory.WithCapabilities(tc.caps))
 			h := newHarness(t, tr, tc.opts...)
-			calls := 0
+			calls, saw := 0, ""
 			switch tc.handler {
 			case handled:
 				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return nil })
 			case failing:
-				h.app.Handle(known, func(context.Context, *babelqueue.Message) error { calls++; return errors.New("no") })
-			case noRetry:
-				h.app.Handle(known, func(context.Context, *babelqueue.Message) error {
+				h.app.Handle(known, func(_ context.Context, m *babelqueue.Message) error {
 					calls++
+					saw = strconv.Itoa(m.Attempts)
+					return errors.New("no")
+				})
+			case noRetry:
+				h.app.Handle(known, func(_ context.Context, m *babelqueue.Message) error {
+					calls++
+					saw = strconv.Itoa(m.Attempts)
 					return babelqueue.NoRetry(errors.New("order has no lines"))
 				})
 			case requeue:
@@ -132,6 +153,12 @@ func TestEveryRowEndToEnd(t *testing.T) {
 			case tc.want.dlq != "" && tc.want.dlq != "raw" && (len(dlq) != 1 || !strings.Contains(string(dlq[0].Body), `"dead_letter":{"reason":"`+tc.want.dlq+`"`)):
 				t.Errorf("DLQ should hold one %s dead letter, holds %v", tc.want.dlq, bodies(dlq))
 			}
+			if tc.want.dlqHas != "" && (len(dlq) != 1 || !strings.Contains(string(dlq[0].Body), tc.want.dlqHas)) {
+				t.Errorf("DLQ should hold a body with %s, holds %v", tc.want.dlqHas, bodies(dlq))
+			}
+			if tc.want.saw != "" && saw != tc.want.saw {
+				t.Errorf("the handler saw attempts %q, want %s", saw, tc.want.saw)
+			}
 			if tc.want.handOff != (len(off) == 1) {
 				t.Errorf("handed off %d, want handOff=%v", len(off), tc.want.handOff)
 			}
@@ -141,3 +168,6 @@ func TestEveryRowEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// minus is the good envelope with its attempts member written as n.
+func minus(n string) string { return strings.Replace(good, `"attempts":0`, `"attempts":`+n, 1) }

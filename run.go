@@ -309,11 +309,12 @@ func (a *App) classify(d *transport.Delivery) delivery {
 // poisonAttempts is the attempts counter of a poison body: the transport's attempts
 // header (a bounded retry re-publishes poison unchanged and counts there) or the
 // body's own attempts member when it is a readable integer, whichever is larger
-// (Kafka: the header when present, as for every record).
+// (Kafka: the header when present, as for every record). It is never below 0: the
+// Python SDK counts a poison body's negative attempts as 0 too.
 func (a *App) poisonAttempts(d *transport.Delivery) int {
 	n, ok := envelope.PeekAttempts(d.Body)
 	if a.caps.Attempts == transport.AttemptsHeaderAuthoritative {
-		return settle.ReconcileAttempts(a.caps.Attempts, n, ok, d)
+		return max(settle.ReconcileAttempts(a.caps.Attempts, n, ok, d), 0)
 	}
 	got := settle.ReconcileAttempts(a.caps.Attempts, 0, false, d)
 	if ok && n > got {

@@ -61,28 +61,32 @@ func asciiBlank(s string) bool {
 
 // ReconcileAttempts applies rule to a delivery. bodyAttempts is the attempts member of
 // the body, meaningful only when bodyKnown is true (the body decoded).
+//
+// A count read from a decoded body, or from the attempts header beside one, is taken
+// as written, a negative one too (docs/settlement.md, "A negative attempts"): the
+// SPEC's attempts ≥ 0 binds writers, and the Python SDK 1.24.0, the tie-breaker for
+// what a reader does with a value it did not write, hands its handler the body's value
+// and counts on from it. A native redelivery count only ever raises it. Without a
+// decoded body (poison, a gate rejection) the count is never below 0, as in Python.
 func ReconcileAttempts(rule transport.AttemptsRule, bodyAttempts int, bodyKnown bool, d *transport.Delivery) int {
-	if rule == transport.AttemptsHeaderAuthoritative {
-		switch {
-		case d.HasAttemptsHeader:
-			return max(d.AttemptsHeader, 0)
-		case bodyKnown:
-			return max(bodyAttempts, 0)
-		default:
-			return 0
+	if !bodyKnown {
+		n := 0
+		if d.HasAttemptsHeader {
+			n = d.AttemptsHeader
 		}
+		if rule == transport.AttemptsMaxNative {
+			n = max(n, d.Redeliveries)
+		}
+		return max(n, 0)
 	}
-	n := 0
-	switch {
-	case bodyKnown:
-		n = bodyAttempts
-	case d.HasAttemptsHeader:
-		n = d.AttemptsHeader
+	if rule == transport.AttemptsHeaderAuthoritative && d.HasAttemptsHeader {
+		return d.AttemptsHeader
 	}
+	n := bodyAttempts
 	if rule == transport.AttemptsMaxNative && d.Redeliveries > n {
 		n = d.Redeliveries
 	}
-	return max(n, 0)
+	return n
 }
 
 // DeadLetterQueue names the dead-letter queue of queue: override when set, else queue

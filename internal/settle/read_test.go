@@ -46,7 +46,14 @@ func TestReconcileAttempts(t *testing.T) {
 		{"header authoritative lower", transport.AttemptsHeaderAuthoritative, 5, true, transport.Delivery{AttemptsHeader: 1, HasAttemptsHeader: true}, 1},
 		{"header absent", transport.AttemptsHeaderAuthoritative, 3, true, transport.Delivery{}, 3},
 		{"nothing known", transport.AttemptsHeaderAuthoritative, 0, false, transport.Delivery{}, 0},
-		{"negative clamps", transport.AttemptsFromBody, -4, true, transport.Delivery{}, 0},
+		// A negative count is read as written (docs/settlement.md, "A negative attempts").
+		{"negative body read as written", transport.AttemptsFromBody, -4, true, transport.Delivery{}, -4},
+		{"negative body, header authoritative absent", transport.AttemptsHeaderAuthoritative, -1, true, transport.Delivery{}, -1},
+		{"negative header authoritative", transport.AttemptsHeaderAuthoritative, 3, true, transport.Delivery{AttemptsHeader: -1, HasAttemptsHeader: true}, -1},
+		{"max native raises a negative body to the native count (first delivery: 0)", transport.AttemptsMaxNative, -1, true, transport.Delivery{}, 0},
+		{"max native on a redelivery", transport.AttemptsMaxNative, -1, true, transport.Delivery{Redeliveries: 2}, 2},
+		{"no body: a negative header counts 0", transport.AttemptsFromBody, 0, false, transport.Delivery{AttemptsHeader: -3, HasAttemptsHeader: true}, 0},
+		{"no body, header authoritative: a negative header counts 0", transport.AttemptsHeaderAuthoritative, 0, false, transport.Delivery{AttemptsHeader: -3, HasAttemptsHeader: true}, 0},
 	} {
 		if got := settle.ReconcileAttempts(tc.rule, tc.body, tc.bodyKnown, &tc.d); got != tc.want {
 			t.Errorf("%s: got %d, want %d", tc.name, got, tc.want)

@@ -118,7 +118,8 @@ func (a Action) String() string {
 type Facts struct {
 	// Kind is what became of the delivery.
 	Kind Kind
-	// Attempts is the delivery's reconciled attempts counter.
+	// Attempts is the delivery's reconciled attempts counter, as read: negative when
+	// the body (or Kafka's header) says so ([ReconcileAttempts]).
 	Attempts int
 	// After is how long a Requeued delivery should wait before it comes again.
 	After time.Duration
@@ -155,7 +156,9 @@ type Decision struct {
 	// Reason is the dead_letter reason for ActDeadLetter and ActPoisonDeadLetter, and
 	// a short word for ActDrop.
 	Reason string
-	// Attempts is the counter written by a retry, or recorded in a dead_letter block.
+	// Attempts is the counter written by a retry, or recorded in a dead_letter block:
+	// never negative. A release re-publishes the delivery unchanged and carries
+	// Facts.Attempts as it was read.
 	Attempts int
 	// Delay is the retry tier's delay for ActRetry and ActPoisonRetry.
 	Delay time.Duration
@@ -207,26 +210,26 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 		case UnknownRelease:
 			return Decision{Action: ActRelease, Attempts: f.Attempts}
 		case UnknownDeadLetter:
-			return Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: f.Attempts}
+			return Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: recorded(f.Attempts)}
 		default:
 			return failPath(f, p, c, ReasonUnknownURN)
 		}
 
 	case Poison:
 		if c.PoisonAlwaysDeadLetter {
-			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: f.Attempts}
+			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: recorded(f.Attempts)}
 		}
 		if p.OnUnknownURN == UnknownDelete {
 			return Decision{Action: ActDrop, Reason: dropDeleted}
 		}
 		if p.DLQOn() {
-			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: f.Attempts}
+			return Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: recorded(f.Attempts)}
 		}
 		if c.HandOff {
 			return Decision{Action: ActHandOff}
 		}
 		if c.PoisonNeedsRetryTiers && len(p.RetryTiers) == 0 {
-			return Decision{Action: ActDrop, Reason: dropNoTiers, Attempts: f.Attempts}
+			return Decision{Action: ActDrop, Reason: dropNoTiers, Attempts: recorded(f.Attempts)}
 		}
 		n := next(f.Attempts)
 		if n < p.MaxAttempts {
@@ -239,7 +242,7 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 		case p.OnUnknownURN == UnknownDelete:
 			return Decision{Action: ActDrop, Reason: dropDeleted}
 		case p.DLQOn():
-			return Decision{Action: ActRawDeadLetter, Attempts: f.Attempts}
+			return Decision{Action: ActRawDeadLetter, Attempts: recorded(f.Attempts)}
 		case c.HandOff:
 			return Decision{Action: ActHandOff}
 		default:
@@ -249,14 +252,23 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 	return Decision{Action: ActRewind}
 }
 
-// next is attempts+1, saturating at the largest int: a counter at its maximum stays
-// there (and so is at or past any max_attempts), it never wraps to a negative number.
+// next is the counter after one more attempt: attempts+1, as the Python SDK counts, so
+// a body that says -1 gets the one more delivery Python gives it. It is never below 0
+// (what the runtime writes is a valid count; SPEC §1, and the envelope schema's
+// minimum 0): a counter below -1 restarts at 0, so max_attempts still bounds the
+// deliveries (at most one more than a body that says 0). It saturates at the largest
+// int: a counter at its maximum stays there (at or past any max_attempts) and never
+// wraps.
 func next(attempts int) int {
 	if attempts >= math.MaxInt {
 		return math.MaxInt
 	}
-	return max(attempts, 0) + 1
+	return max(attempts, -1) + 1
 }
+
+// recorded is the count a dead_letter block records for a delivery settled without a
+// new attempt (an immediate dead letter): the delivery's count, never below 0.
+func recorded(attempts int) int { return max(attempts, 0) }
 
 func failPath(f Facts, p Policy, c transport.Capabilities, reason string) Decision {
 	n := next(f.Attempts)
@@ -270,12 +282,13 @@ func failPath(f Facts, p Policy, c transport.Capabilities, reason string) Decisi
 }
 
 // tierDelay is the delay of the retry that makes attempt n (1-based): the n-th tier,
-// or the last tier once the tiers run out.
+// or the last tier once the tiers run out. The retry of a body that said -1 (n is 0)
+// waits the first tier, as every first retry does.
 func tierDelay(tiers []time.Duration, n int, c transport.Capabilities) time.Duration {
-	if len(tiers) == 0 || n < 1 {
+	if len(tiers) == 0 {
 		return 0
 	}
-	d := tiers[min(n, len(tiers))-1]
+	d := tiers[min(max(n, 1), len(tiers))-1]
 	if c.MaxDelay > 0 && d > c.MaxDelay {
 		d = c.MaxDelay
 	}

@@ -55,6 +55,22 @@ func TestDecide(t *testing.T) {
 		{"unknown URN at MaxInt attempts, fail: dead-letter unknown_urn", Facts{Kind: UnknownURN, Attempts: math.MaxInt}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: math.MaxInt}},
 		{"poison at MaxInt attempts, DLQ off: drop", Facts{Kind: Poison, Attempts: math.MaxInt}, off, plain, Decision{Action: ActDrop, Reason: dropExhausted, Attempts: math.MaxInt}},
 
+		// a negative attempts (docs/settlement.md): read as written and counted on from, as
+		// the Python SDK does; what the runtime writes or records is never below 0
+		{"failed at attempts -1: retry with attempts 0 (one more delivery, as Python)", Facts{Kind: Failed, Attempts: -1}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
+		{"failed at attempts -1, max_attempts 1: retried once, as Python", Facts{Kind: Failed, Attempts: -1}, Policy{MaxAttempts: 1, DeadLetter: true}, plain, Decision{Action: ActRetry, Attempts: 0}},
+		{"failed at attempts -1 with tiers: the first tier, as every first retry", Facts{Kind: Failed, Attempts: -1}, tiered, plain, Decision{Action: ActRetry, Attempts: 0, Delay: time.Second}},
+		{"failed at attempts -5: retry with attempts 0, never a negative write", Facts{Kind: Failed, Attempts: -5}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
+		{"failed at the smallest int: retry with attempts 0", Facts{Kind: Failed, Attempts: math.MinInt}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
+		{"no retry at attempts -1, DLQ on: dead-letter recording 0", Facts{Kind: Unretryable, Attempts: -1}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 0}},
+		{"unknown at attempts -1, dead_letter: the block records 0, not -1", Facts{Kind: UnknownURN, Attempts: -1}, dlqURN, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 0}},
+		{"unknown at attempts -1, fail: retried with attempts 0", Facts{Kind: UnknownURN, Attempts: -1}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
+		{"unknown at attempts -1, release: re-published unchanged, count as read", Facts{Kind: UnknownURN, Attempts: -1}, rel, plain, Decision{Action: ActRelease, Attempts: -1}},
+		{"requeued at attempts -1: unchanged, count as read", Facts{Kind: Requeued, Attempts: -1}, on, plain, Decision{Action: ActRelease, Attempts: -1}},
+		{"poison at attempts -1, DLQ on: the block records 0", Facts{Kind: Poison, Attempts: -1}, on, plain, Decision{Action: ActPoisonDeadLetter, Reason: ReasonPoison, Attempts: 0}},
+		{"poison at attempts -1, DLQ off: bounded retry from 0", Facts{Kind: Poison, Attempts: -1}, off, plain, Decision{Action: ActPoisonRetry, Attempts: 0}},
+		{"gate rejected at attempts -1, DLQ on: raw, counted 0", Facts{Kind: SchemaRejected, Attempts: -1}, on, kafka, Decision{Action: ActRawDeadLetter, Attempts: 0}},
+
 		// the handler said do not retry
 		{"no retry, DLQ on: dead-letter failed at once", Facts{Kind: Unretryable}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 1}},
 		{"no retry on a later attempt: counted", Facts{Kind: Unretryable, Attempts: 1}, Policy{MaxAttempts: 9, DeadLetter: true}, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 2}},
