@@ -215,8 +215,10 @@ type ValidationError struct {
 	// document, such as "/properties/order_id/minimum" (in the referenced document
 	// when the rule was reached through a "$ref" to another file).
 	SchemaLocation string
-	// Message says what is wrong, as the validator puts it. It never shows a value at
-	// or under an x-gdpr-sensitive path.
+	// Message says what is wrong, as the validator puts it, with every number written
+	// as JSON writes it: "got 9007199254740993, want 1000000", never a rounded float or
+	// a locale's digit grouping. It never shows a value at or under an x-gdpr-sensitive
+	// path.
 	Message string
 }
 
@@ -250,8 +252,11 @@ func (s *Schema) violation(top *jsonschema.ValidationError) *ValidationError {
 		return strings.Compare(keywordLocation(a), keywordLocation(b))
 	})
 	keyword := keywordOf(first)
-	msg := first.ErrorKind.LocalizedString(printer)
-	msg = strings.TrimPrefix(msg, keyword+": ")
+	msg, ok := numberMessage(first.ErrorKind)
+	if !ok {
+		msg = first.ErrorKind.LocalizedString(printer)
+		msg = strings.TrimPrefix(msg, keyword+": ")
+	}
 	if s.sensitiveAt(first.InstanceLocation) {
 		msg = "the value does not satisfy " + keyword + " (not shown: the field is x-gdpr-sensitive)"
 	}
