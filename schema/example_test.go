@@ -125,3 +125,22 @@ func ExampleMiddleware() {
 	// failed
 	// schema: urn:babel:orders:created: data at /order_id violates "type": got string, want integer
 }
+
+// Divergences finds what another SDK of the family evaluates differently before a
+// mixed fleet meets it: here the Python SDK 1.24.0 calls 1.0 not in the enum, and rejects
+// "note" as an additional property.
+func ExampleSchema_Divergences() {
+	s, err := schema.Compile("urn:babel:orders:created", []byte(`{
+		"type": "object",
+		"properties": {"qty": {"enum": [1, 2, 3]}, "note": true, "sku": {"type": "string"}},
+		"additionalProperties": false}`))
+	if err != nil {
+		panic(err)
+	}
+	for _, d := range s.Divergences() {
+		fmt.Println(d.Location, d.Harm)
+	}
+	// Output:
+	// #/properties/note rejects-valid
+	// #/properties/qty/enum rejects-valid
+}

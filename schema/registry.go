@@ -91,7 +91,7 @@ func LoadRegistry(dir string, opts ...Option) (*Registry, error) {
 	if m.Schemas == nil {
 		return nil, fmt.Errorf("%w: %s has no \"schemas\" list", ErrRegistry, manifest)
 	}
-	c, err := newCompiler(opts)
+	c, cfg, err := newCompiler(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func LoadRegistry(dir string, opts ...Option) (*Registry, error) {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(base, path)
 		}
-		s, err := compileFile(c, e.URN, path)
+		s, err := compileFile(c, e.URN, path, cfg.assertFormat)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %s (%s): %w", ErrRegistry, manifest, e.URN, e.Schema, err)
 		}
@@ -121,7 +121,7 @@ func LoadRegistry(dir string, opts ...Option) (*Registry, error) {
 	return r, nil
 }
 
-func compileFile(c *jsonschema.Compiler, urn, path string) (*Schema, error) {
+func compileFile(c *jsonschema.Compiler, urn, path string, assertFormat bool) (*Schema, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func compileFile(c *jsonschema.Compiler, urn, path string) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newSchema(urn, doc, compiled), nil
+	return newSchema(urn, doc, compiled, assertFormat), nil
 }
 
 func isDuplicate(err error) bool {

@@ -108,7 +108,7 @@ func WithDefaultDraft(d Draft) Option { return func(c *config) { c.draft = d } }
 // always assert it (email, date-time, uuid, ipv4, uri, ...; an unknown format passes).
 func WithFormatAssertion() Option { return func(c *config) { c.assertFormat = true } }
 
-func newCompiler(opts []Option) (*jsonschema.Compiler, error) {
+func newCompiler(opts []Option) (*jsonschema.Compiler, config, error) {
 	var cfg config
 	for _, o := range opts {
 		if o != nil {
@@ -117,22 +117,25 @@ func newCompiler(opts []Option) (*jsonschema.Compiler, error) {
 	}
 	d, err := cfg.draft.lib()
 	if err != nil {
-		return nil, err
+		return nil, cfg, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(d)
 	if cfg.assertFormat {
 		c.AssertFormat()
 	}
-	return c, nil
+	return c, cfg, nil
 }
 
 // Schema is the compiled JSON Schema of one URN's data. It is safe for concurrent use.
 type Schema struct {
-	urn      string
-	compiled *jsonschema.Schema
-	marks    []SensitivePath
-	marksErr error
+	urn            string
+	doc            any // the schema document, as JSON decodes it (numbers as json.Number)
+	compiled       *jsonschema.Schema
+	formatAsserted bool
+	marks          []SensitivePath
+	marksErr       error
+	markIssues     []Divergence // marks the Python SDK does not read as Go does
 }
 
 // Compile compiles schemaJSON, a JSON Schema document, as the schema of urn's data. A
@@ -147,7 +150,7 @@ func Compile(urn string, schemaJSON []byte, opts ...Option) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema: %s: the schema is not JSON: %w", urn, err)
 	}
-	c, err := newCompiler(opts)
+	c, cfg, err := newCompiler(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,12 +162,12 @@ func Compile(urn string, schemaJSON []byte, opts ...Option) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema: %s: %w", urn, err)
 	}
-	return newSchema(urn, doc, compiled), nil
+	return newSchema(urn, doc, compiled, cfg.assertFormat), nil
 }
 
-func newSchema(urn string, doc any, compiled *jsonschema.Schema) *Schema {
-	s := &Schema{urn: urn, compiled: compiled}
-	s.marks, s.marksErr = sensitivePaths(urn, doc)
+func newSchema(urn string, doc any, compiled *jsonschema.Schema, assertFormat bool) *Schema {
+	s := &Schema{urn: urn, doc: doc, compiled: compiled, formatAsserted: assertFormat || compiled.DraftVersion < 2019}
+	s.marks, s.markIssues, s.marksErr = sensitivePaths(urn, doc)
 	return s
 }
 

@@ -88,22 +88,34 @@ func markOf(node map[string]any) (string, bool) {
 }
 
 // sensitivePaths finds the marks the family honours (reached through properties and
-// object-valued items, as every SDK walks them) and every other mark in the document.
-func sensitivePaths(urn string, doc any) ([]SensitivePath, error) {
+// object-valued items, as every SDK walks them) and every other mark in the document,
+// and the honoured marks the Python SDK does not read as Go does ([Schema.PortableMarks]).
+func sensitivePaths(urn string, doc any) ([]SensitivePath, []Divergence, error) {
 	honoured := map[string]bool{}
 	var paths []SensitivePath
-	var walk func(node any, loc string, steps []Step, covered bool)
-	walk = func(node any, loc string, steps []Step, covered bool) {
+	var issues []Divergence
+	var walk func(node any, loc string, steps []Step, covered string)
+	walk = func(node any, loc string, steps []Step, covered string) {
 		obj, ok := node.(map[string]any)
 		if !ok {
 			return
 		}
 		if cat, marked := markOf(obj); marked {
 			honoured[loc] = true
-			if !covered && len(steps) > 0 {
-				paths = append(paths, SensitivePath{Path: familyPath(steps), Category: cat, Steps: steps})
+			switch {
+			case covered != "":
+				issues = append(issues, markIssue(loc, fmt.Sprintf("a mark under the marked %q: the Python SDK 1.24.0 encrypts the outer value, then fails to decrypt "+
+					"the inner mark's (DecryptError), on its own messages too; drop the inner mark", covered)))
+			case len(steps) > 0:
+				p := SensitivePath{Path: familyPath(steps), Category: cat, Steps: steps}
+				paths = append(paths, p)
+				if why := unportable(p); why != "" {
+					issues = append(issues, markIssue(loc, why))
+				}
 			}
-			covered = covered || len(steps) > 0
+			if covered == "" && len(steps) > 0 {
+				covered = familyPath(steps)
+			}
 		}
 		if props, ok := obj["properties"].(map[string]any); ok {
 			for name, sub := range props {
@@ -117,8 +129,9 @@ func sensitivePaths(urn string, doc any) ([]SensitivePath, error) {
 			walk(items, loc+"/items", next, covered)
 		}
 	}
-	walk(doc, "", nil, false)
+	walk(doc, "", nil, "")
 	sort.Slice(paths, func(i, j int) bool { return paths[i].Path < paths[j].Path })
+	sort.Slice(issues, func(i, j int) bool { return issues[i].Location < issues[j].Location })
 
 	var lost []string
 	allMarks(doc, "", func(loc string) {
@@ -128,10 +141,35 @@ func sensitivePaths(urn string, doc any) ([]SensitivePath, error) {
 	})
 	if len(lost) > 0 {
 		sort.Strings(lost)
-		return paths, fmt.Errorf("%w: %s marks %s (only properties and items below the root of data are encrypted)",
+		return paths, issues, fmt.Errorf("%w: %s marks %s (only properties and items below the root of data are encrypted)",
 			ErrMarkNotProtectable, urn, strings.Join(lost, ", "))
 	}
-	return paths, nil
+	return paths, issues, nil
+}
+
+func markIssue(loc, detail string) Divergence {
+	return Divergence{Location: "#" + loc, Keyword: SensitiveKeyword, Harm: MarkMisread, Detail: detail}
+}
+
+// unportable says why the Python SDK 1.24.0 does not read p where Go does, or "". It
+// finds a mark by splitting the family path at "." and reading a trailing "[]" as one
+// array level, and it takes the path "" for the root of data.
+func unportable(p SensitivePath) string {
+	const clear = ": its producer leaves the value in clear (or encrypts another field), its consumer hands a Go producer's ciphertext to its handler"
+	if p.Steps[0].Property == "" {
+		return `a mark on the property "" of data, whose path the Python SDK 1.24.0 reads as the root and skips` + clear
+	}
+	for _, st := range p.Steps {
+		switch {
+		case strings.Contains(st.Property, "."):
+			return fmt.Sprintf("the property name %q holds a \".\", where the Python SDK 1.24.0 splits the path %q", st.Property, p.Path) + clear
+		case strings.HasSuffix(st.Property, "[]"):
+			return fmt.Sprintf("the property name %q ends in \"[]\", which the Python SDK 1.24.0 reads as an array to descend into", st.Property) + clear
+		case st.Items > 1:
+			return fmt.Sprintf("an array of arrays (%q), which the Python SDK 1.24.0 does not descend into", p.Path) + clear
+		}
+	}
+	return ""
 }
 
 func familyPath(steps []Step) string {

@@ -5,7 +5,8 @@ Usage: schema_peer.py COMMAND [ARG...]
 Commands reading one JSON document on stdin and printing JSON on stdout:
   verdicts             stdin {"cases": [{"name", "schema", "data"}]}; prints one line
                        {"name", "valid", "violation"} per case, from
-                       babelqueue.schema.validate_schema (the Python subset).
+                       babelqueue.schema.validate_schema (the Python subset); a
+                       case it raises on is invalid, the violation naming the raise.
   protect KEY          stdin {"schema", "data"}; prints {"data": ...} with the
                        x-gdpr-sensitive fields encrypted by babelqueue.gdpr.protect.
   unprotect KEY        stdin {"schema", "data"}; prints {"data": ...}, or
@@ -66,7 +67,10 @@ def main():
     command = sys.argv[1]
     if command == "verdicts":
         for case in read_stdin()["cases"]:
-            violation = validate_schema(case["schema"], case["data"])
+            try:
+                violation = validate_schema(case["schema"], case["data"])
+            except Exception as exc:  # a raise fails the message as a violation does
+                violation = "raised %s: %s" % (type(exc).__name__, exc)
             emit({"name": case["name"], "valid": violation is None, "violation": violation})
     elif command == "protect":
         doc = read_stdin()
