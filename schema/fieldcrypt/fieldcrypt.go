@@ -51,31 +51,65 @@ type Cipher interface {
 // Fields protects and unprotects the sensitive fields of data. It is safe for
 // concurrent use.
 type Fields struct {
-	p schema.Provider
-	c Cipher
+	p        schema.Provider
+	c        Cipher
+	portable bool
 }
+
+// Option tunes [New].
+type Option func(*Fields)
+
+// WithPortablePathsOnly refuses a schema with an x-gdpr-sensitive mark that the Python
+// SDK 1.24.0 does not read where Go does ([schema.ErrMarkNotPortable]; the forms are in
+// schema/PARITY.md): a mark under an array of arrays ("m[][].v"), on a property whose
+// name holds a "." or ends in "[]", on a property of data named "", or under a marked
+// object or array. Go encrypts and decrypts all of them; a Python producer leaves such a
+// field in clear, and a Python consumer hands the ciphertext to its handler or fails the
+// message. Turn it on where Python services share the queues: [New] then fails for such
+// a schema in a provider that lists its URNs, and protecting or unprotecting data of
+// such a schema fails (a Publish sends nothing; a delivery is dead-lettered as
+// [babelqueue.NoRetry]). Off by default.
+func WithPortablePathsOnly() Option { return func(f *Fields) { f.portable = true } }
 
 // urnLister is the optional Provider method New uses to check every schema at once.
 type urnLister interface{ URNs() []string }
 
 // New returns the protection for the schemas p provides, with cipher c. When p can list
 // its URNs (a [schema.Registry] can), every schema is checked now: one with a mark that
-// cannot be honoured ([schema.ErrMarkNotProtectable]) is an error here, not a field left
-// in clear later.
-func New(p schema.Provider, c Cipher) (*Fields, error) {
+// cannot be honoured ([schema.ErrMarkNotProtectable]), or, with
+// [WithPortablePathsOnly], one the Python SDK does not read as Go does, is an error
+// here, not a field left in clear later.
+func New(p schema.Provider, c Cipher, opts ...Option) (*Fields, error) {
 	if p == nil || c == nil {
 		return nil, errors.New("fieldcrypt: New needs a schema provider and a cipher")
+	}
+	f := &Fields{p: p, c: c}
+	for _, o := range opts {
+		if o != nil {
+			o(f)
+		}
 	}
 	if l, ok := p.(urnLister); ok {
 		for _, urn := range l.URNs() {
 			if s := p.Schema(urn); s != nil {
-				if _, err := s.SensitivePaths(); err != nil {
+				if err := f.check(s); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	return &Fields{p: p, c: c}, nil
+	return f, nil
+}
+
+// check returns the error of a schema f does not protect with.
+func (f *Fields) check(s *schema.Schema) error {
+	if _, err := s.SensitivePaths(); err != nil {
+		return err
+	}
+	if f.portable {
+		return s.PortableMarks()
+	}
+	return nil
 }
 
 // ErrDecrypt matches every *[DecryptError].
@@ -197,10 +231,10 @@ func (f *Fields) each(urn string, data []byte, leaf leafFunc) ([]byte, bool, err
 	if s == nil || len(data) == 0 {
 		return data, false, nil
 	}
-	paths, err := s.SensitivePaths()
-	if err != nil {
+	if err := f.check(s); err != nil {
 		return nil, false, err
 	}
+	paths, _ := s.SensitivePaths()
 	if len(paths) == 0 {
 		return data, false, nil
 	}

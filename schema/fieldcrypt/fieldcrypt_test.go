@@ -327,3 +327,58 @@ func (p single) Schema(urn string) *schema.Schema {
 	}
 	return nil
 }
+
+// TestPortablePathsOnly: told to, the protection refuses a schema whose marks the Python
+// SDK 1.24.0 does not read where Go does (TestPythonEdgeForms shows what Python does
+// with each form); without the option Go protects them all.
+func TestPortablePathsOnly(t *testing.T) {
+	ctx := context.Background()
+	c := newCipher(t, newKey(t, "k"))
+	for _, form := range []struct{ schema, data string }{
+		{`{"properties":{"a.b":{"x-gdpr-sensitive":true}}}`, `{"a.b":"secret"}`},
+		{`{"properties":{"tags[]":{"x-gdpr-sensitive":true}}}`, `{"tags[]":"secret"}`},
+		{`{"properties":{"":{"x-gdpr-sensitive":true}}}`, `{"":"secret"}`},
+		{`{"properties":{"m":{"items":{"items":{"properties":{"v":{"x-gdpr-sensitive":true}}}}}}}`, `{"m":[[{"v":"secret"}]]}`},
+		{`{"properties":{"p":{"x-gdpr-sensitive":true,"properties":{"q":{"x-gdpr-sensitive":true}}}}}`, `{"p":{"q":"secret"}}`},
+	} {
+		s, err := schema.Compile("urn:x", []byte(form.schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := schema.NewRegistry(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := newFields(t, reg, c).ProtectData(ctx, "urn:x", []byte(form.data))
+		if err != nil || bytes.Contains(sealed, []byte("secret")) {
+			t.Errorf("%s without the option: %s %v", form.schema, sealed, err)
+		}
+		if _, err := fieldcrypt.New(reg, c, fieldcrypt.WithPortablePathsOnly()); !errors.Is(err, schema.ErrMarkNotPortable) {
+			t.Errorf("%s: New with the option: %v", form.schema, err)
+		}
+		f, err := fieldcrypt.New(single{s}, c, fieldcrypt.WithPortablePathsOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.ProtectData(ctx, "urn:x", []byte(form.data)); !errors.Is(err, schema.ErrMarkNotPortable) {
+			t.Errorf("%s: ProtectData with the option: %v", form.schema, err)
+		}
+		if _, err := f.UnprotectData(ctx, "urn:x", sealed); !errors.Is(err, schema.ErrMarkNotPortable) {
+			t.Errorf("%s: UnprotectData with the option: %v", form.schema, err)
+		}
+	}
+	// Every path form of the example registry is one Python reads.
+	f, err := fieldcrypt.New(registry(t), c, fieldcrypt.WithPortablePathsOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := f.ProtectData(ctx, usersURN, []byte(userData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := f.UnprotectData(ctx, usersURN, sealed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameJSON(t, plain, []byte(userData))
+}

@@ -276,3 +276,58 @@ func TestPythonEdgeForms(t *testing.T) {
 		t.Fatalf("Go: %s %v", sealed, err)
 	}
 }
+
+// TestPythonMisreadsPathForms records what the Python SDK 1.24.0 does with the path
+// forms it does not read where Go does (schema/PARITY.md; refused by
+// fieldcrypt.WithPortablePathsOnly): its protect leaves the marked value in clear (or
+// seals another field), and its unprotect of Go's sealed data hands the ciphertext on
+// without an error, so its handler sees ciphertext (or, where the path it reads leads
+// to another string, fails with DecryptError).
+func TestPythonMisreadsPathForms(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t, "shared")
+	for _, form := range []struct {
+		name, schema, data string
+		sealsOther         bool // Python's protect seals a field that is not marked
+		unprotectFails     bool // Python's unprotect of Go's data fails
+	}{
+		{"property name with a dot", `{"properties":{"a.b":{"x-gdpr-sensitive":true}}}`, `{"a.b":"secret"}`, false, false},
+		{"property name with a dot beside the object it names", `{"properties":{"a.b":{"x-gdpr-sensitive":true}}}`, `{"a.b":"secret","a":{"b":"other"}}`, true, true},
+		{"property name ending in []", `{"properties":{"tags[]":{"x-gdpr-sensitive":true}}}`, `{"tags[]":"secret"}`, false, false},
+		{"property named \"\" at the top of data", `{"properties":{"":{"x-gdpr-sensitive":true}}}`, `{"":"secret"}`, false, false},
+		{"array of arrays", `{"properties":{"m":{"items":{"items":{"properties":{"v":{"x-gdpr-sensitive":true}}}}}}}`, `{"m":[[{"v":"secret"}]]}`, false, false},
+	} {
+		t.Run(form.name, func(t *testing.T) {
+			doc := json.RawMessage(form.schema)
+			byPython := python(t, map[string]any{"schema": doc, "data": json.RawMessage(form.data)}, "protect", b64(k)).Data
+			if !bytes.Contains(byPython, []byte("secret")) {
+				t.Fatalf("Python now seals this form (%s): update schema/PARITY.md and schema.PortableMarks", byPython)
+			}
+			if sealedOther := strings.Contains(form.data, "other") && !bytes.Contains(byPython, []byte("other")); sealedOther != form.sealsOther {
+				t.Fatalf("Python sealed %s; the row says it seals another field: %v", byPython, form.sealsOther)
+			}
+			s, err := schema.Compile("urn:x", doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PortableMarks(); !errors.Is(err, schema.ErrMarkNotPortable) {
+				t.Fatalf("PortableMarks: %v, want ErrMarkNotPortable", err)
+			}
+			reg, err := schema.NewRegistry(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byGo, err := newFields(t, reg, newCipher(t, k)).ProtectData(ctx, "urn:x", []byte(form.data))
+			if err != nil || bytes.Contains(byGo, []byte("secret")) {
+				t.Fatalf("Go: %s %v", byGo, err)
+			}
+			a := python(t, map[string]any{"schema": doc, "data": json.RawMessage(byGo)}, "unprotect", b64(k))
+			switch {
+			case form.unprotectFails && !strings.HasPrefix(a.Error, "DecryptError"):
+				t.Fatalf("Python's unprotect of Go's data: %+v; the row says it fails", a)
+			case !form.unprotectFails && (a.Error != "" || bytes.Contains(a.Data, []byte("secret"))):
+				t.Fatalf("Python's unprotect of Go's data: %+v; the row says its handler gets the ciphertext", a)
+			}
+		})
+	}
+}
