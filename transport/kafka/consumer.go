@@ -268,6 +268,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.OnPartitionsLost(c.lost),
 		kgo.MetadataMaxAge(t.cfg.metadataMaxAge),
 		kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.FetchMaxWait(fetchMaxWait),
 		// A topic just created (the queue's first publish auto-creates it) can drop out
 		// of a metadata answer for a while on a busy broker; a regex consumer purges a
 		// topic missing for longer than this, revoking its partitions. Give it a minute
@@ -302,6 +303,15 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	go c.delayLoop()
 	return c, nil
 }
+
+// fetchMaxWait is how long the broker may hold a consumer's fetch while its partitions
+// have no new records (Kafka's fetch.max.wait.ms; the Java client's default, where
+// franz-go's is 5 s). A partition the consumer is newly assigned (the first delay
+// topic of a delay, a queue topic created by the first record moved back to it) is
+// read only from the next fetch on, so it waited up to that long behind a fetch already
+// waiting on the others; twice on the way of one delayed message (issue 37). An idle
+// consumer asks twice a second instead of once every 5 s.
+const fetchMaxWait = 500 * time.Millisecond
 
 func signal(ch chan struct{}) {
 	select {
