@@ -2,8 +2,11 @@
 #   make demo   the main job on the embedded default (memory://): no broker needed;
 #               examples/demo is in the root module, so no broker client is compiled
 #   make test   every test, brokers included (starts them first)
+#
+# make release VERSION=v0.3.0 is scripts/release.sh v0.3.0: a dry run; add
+# DRY_RUN=false to tag (README.md, Modules, Releases).
 
-.PHONY: demo test brokers brokers-down bench fuzz faults
+.PHONY: demo test brokers brokers-down bench fuzz faults release
 
 demo:
 	go run ./examples/demo
@@ -13,6 +16,11 @@ test:
 
 brokers:
 	bash scripts/brokers.sh up
+
+DRY_RUN ?= true
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z [DRY_RUN=false]" >&2; exit 2; }
+	bash scripts/release.sh $(VERSION) -dry-run=$(DRY_RUN)
 
 brokers-down:
 	bash scripts/brokers.sh down

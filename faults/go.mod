@@ -1,3 +1,5 @@
+// babelqueue:unpublished: the fault suite of make test and make faults, for development only;
+// scripts/release.sh neither tags nor publishes it.
 module github.com/babelqueue-go/babelqueue/faults
 
 go 1.26.0

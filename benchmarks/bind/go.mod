@@ -1,3 +1,5 @@
+// babelqueue:unpublished: a benchmark of WithUnmarshal (BENCHMARKS.md), for development only;
+// scripts/release.sh neither tags nor publishes it.
 module github.com/babelqueue-go/babelqueue/benchmarks/bind
 
 go 1.26.0

@@ -1,3 +1,5 @@
+// babelqueue:unpublished: the SDK-against-raw-client benchmarks of make bench, for development only;
+// scripts/release.sh neither tags nor publishes it.
 module github.com/babelqueue-go/babelqueue/benchmarks/sdkcompare
 
 go 1.26.0
