@@ -69,6 +69,27 @@ PATH="$(go env GOPATH)/bin:$PATH" staticcheck "${pkgs[@]}"
 step "go test -race"
 go test -race -count=1 -timeout 25m "${pkgs[@]}"
 
+# The release tooling (README.md, Modules, Releases) is a module of its own outside
+# go.work, so that its dependencies stay out of the workspace: its own vet,
+# staticcheck and tests, with GOWORK=off. Then the release check: the release state of
+# the work tree zipped into a local module proxy, installed by version in scratch
+# modules outside the tree (go get, the README quick start, go install
+# cmd/babelqueue@version), the README's module counts compared, and each module's API
+# compared with its last release once one is tagged. About a minute on a warm cache.
+if [ "$#" -eq 0 ]; then
+  step "release tooling (tools/release, GOWORK=off): go vet, staticcheck, go test -race"
+  (
+    cd tools/release
+    export GOWORK=off
+    go vet ./...
+    PATH="$(go env GOPATH)/bin:$PATH" staticcheck ./...
+    go test -race -count=1 -timeout 15m ./...
+  )
+  step "release check (install from a local module proxy; API against the last release)"
+  repo="$PWD"
+  (cd tools/release && GOWORK=off go run . check -repo "$repo")
+fi
+
 # The console's 100,000-dead-letter measure (README.md, Console): the race detector
 # slows decoding tenfold, so go test -race above checks it at 10,000; here it runs
 # once at full size without it.

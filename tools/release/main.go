@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string) error {
 		if !strings.HasPrefix(v, "v") {
 			v = "v" + v
 		}
-		return release.Release(ctx, release.ReleaseOptions{Options: opts(v), DryRun: *dryRun})
+		return release.Release(ctx, release.ReleaseOptions{Options: opts(v), Push: !*dryRun})
 	case "check":
 		version := fs.String("version", "", "version to build (default: the CHANGELOG's next, or the patch after the last tag)")
 		pos, err := parse(fs, args)

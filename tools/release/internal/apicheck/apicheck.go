@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -107,6 +108,9 @@ type Config struct {
 	Version string
 	// Modules to compare; those without a base are new and skipped.
 	Modules []Module
+	// VersionConst is the module path whose root package has the Version constant
+	// that every release sets: its change of value is no API change.
+	VersionConst string
 	// Log receives the reports.
 	Log io.Writer
 }
@@ -136,11 +140,19 @@ func Run(ctx context.Context, c Config) ([]*Result, error) {
 	for _, m := range compared {
 		r := &Result{Module: m, Version: c.Version}
 		r.Report = apidiff.ModuleChanges(oldAPI[m.Path], newAPI[m.Path])
+		if m.Path == c.VersionConst {
+			r.Report.Changes = slices.DeleteFunc(r.Report.Changes, func(ch apidiff.Change) bool {
+				return versionChange.MatchString(ch.Message)
+			})
+		}
 		r.Needed, r.Got = Needed(m.Base, r.Report), BumpOf(m.Base, c.Version)
 		out = append(out, r)
 	}
 	return out, nil
 }
+
+// versionChange is apidiff's message for the new value of the root's Version.
+var versionChange = regexp.MustCompile(`^Version: value changed from "[^"]*" to "[^"]*"$`)
 
 // Print writes the results, one paragraph per module that changed.
 func Print(w io.Writer, results []*Result) {

@@ -10,6 +10,8 @@ package installcheck
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/tools/release/internal/goenv"
+	"github.com/babelqueue-go/babelqueue/tools/release/internal/relstate"
 	"github.com/babelqueue-go/babelqueue/tools/release/internal/workspace"
 )
 
@@ -88,6 +91,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, fmt.Errorf("installcheck: the root module is not among the released modules")
 	}
 
+	// 0. Every released go.mod, as the proxy serves it: no replace directive, every
+	// sibling at the version. (A user's build ignores a dependency's replace
+	// directives, and "go install pkg@version" refuses a module that has one.)
+	if err := c.checkGoMods(ctx); err != nil {
+		return nil, err
+	}
+
 	// 1. The quick start, as a user writes it after "go get" of what it imports.
 	start := time.Now()
 	imports, err := importsOf(c.QuickStart)
@@ -142,10 +152,12 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	targets := []*workspace.Module{nil}
 	targets = append(targets, Brokers(c.Modules)...)
 	for _, b := range targets {
+		// A broker's program gets the broker alone: the root comes at the version the
+		// broker's go.mod requires, as it does for a user who only adds a broker.
 		name, get, src := "none", []string{root.Path + "@" + c.Version}, "package main\n\nimport _ \""+root.Path+"\"\n\nfunc main() {}\n"
 		if b != nil {
 			name = path.Base(b.Dir)
-			get = append(get, b.Path+"@"+c.Version)
+			get = []string{b.Path + "@" + c.Version}
 			src = "package main\n\nimport (\n\t_ \"" + root.Path + "\"\n\t_ \"" + b.Path + "\"\n)\n\nfunc main() {}\n"
 		}
 		dir, err := c.userModule("count-"+name, map[string][]byte{"main.go": []byte(src)})
@@ -167,6 +179,51 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	res.Count = time.Since(start)
 	c.printf("  go list -m all | wc -l of a program importing the root and one broker: %s (%.1fs)\n", FormatCounts(res.Counts), res.Count.Seconds())
 	return res, nil
+}
+
+// checkGoMods downloads the go.mod of every released module from the proxy and
+// checks it can be installed by version.
+func (c *Config) checkGoMods(ctx context.Context) error {
+	dir, err := c.userModule("gomods", map[string][]byte{})
+	if err != nil {
+		return err
+	}
+	args := []string{"mod", "download", "-json"}
+	siblings := map[string]bool{}
+	for _, m := range c.Modules {
+		args = append(args, m.Path+"@"+c.Version)
+		siblings[m.Path] = true
+	}
+	out, err := c.Env.Go(ctx, dir, args...)
+	if err != nil {
+		return fmt.Errorf("installcheck: go mod download of the released modules: %w", err)
+	}
+	var errs []error
+	dec := json.NewDecoder(strings.NewReader(out))
+	for {
+		var d struct{ Path, Version, GoMod, Error string }
+		if err := dec.Decode(&d); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("installcheck: go mod download -json: %w", err)
+		}
+		if d.Error != "" {
+			errs = append(errs, fmt.Errorf("%s@%s: %s", d.Path, d.Version, d.Error))
+			continue
+		}
+		data, err := os.ReadFile(d.GoMod)
+		if err != nil {
+			return err
+		}
+		if err := relstate.CheckPublishable(d.Path+"@"+d.Version+"/go.mod", data, siblings, c.Version); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("installcheck: a released go.mod cannot be installed by version: %w", errors.Join(errs...))
+	}
+	c.printf("  go mod download of %d modules: every go.mod requires its siblings at %s, no replace\n", len(c.Modules), c.Version)
+	return nil
 }
 
 func countLines(s string) int {

@@ -125,10 +125,11 @@ func (b *Build) CompareAPI(ctx context.Context) ([]*apicheck.Result, error) {
 		}
 	}
 	results, err := apicheck.Run(ctx, apicheck.Config{
-		Env:     b.Env,
-		Dir:     filepath.Join(b.Scratch, "api"),
-		Version: b.Version,
-		Modules: mods,
+		Env:          b.Env,
+		Dir:          filepath.Join(b.Scratch, "api"),
+		Version:      b.Version,
+		Modules:      mods,
+		VersionConst: b.Workspace.RootModule().Path,
 	})
 	if err != nil {
 		return nil, err
@@ -150,8 +151,9 @@ func (b *Build) printEnv() {
 // ReleaseOptions configure Release.
 type ReleaseOptions struct {
 	Options
-	// DryRun prints what would be tagged and pushes nothing.
-	DryRun bool
+	// Push tags for real, pushing the tags into the repository; without it (the zero
+	// value) Release is a dry run that tags nothing there.
+	Push bool
 	// SkipChecks skips the API and install checks (not for real releases).
 	SkipChecks bool
 }
@@ -159,7 +161,7 @@ type ReleaseOptions struct {
 // Release makes release o.Version from the checked-out commit in a scratch clone:
 // the release state, its checks, a release commit (whose parent is the commit
 // released; the branch keeps its development go.mod files) and one tag per module in
-// dependency order. Unless DryRun, it then pushes the tags into the repository.
+// dependency order. With Push, it then pushes the tags into the repository.
 func Release(ctx context.Context, o ReleaseOptions) error {
 	if o.Version == "" {
 		return errors.New("release: a version is required (vX.Y.Z)")
@@ -186,7 +188,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 		return fmt.Errorf("release: %w", err)
 	}
 	mode := "DRY RUN (nothing is pushed; -dry-run=false to tag)"
-	if !o.DryRun {
+	if o.Push {
 		mode = "for real: the tags are pushed into " + repo
 	}
 	b.Printf("release %s of %s from %s, %s\n", b.Version, b.Workspace.RootModule().Path, short(b.Commit), mode)
@@ -223,7 +225,7 @@ func Release(ctx context.Context, o ReleaseOptions) error {
 	for _, t := range tags {
 		b.Printf("  %s\n", t)
 	}
-	if o.DryRun {
+	if !o.Push {
 		b.Printf("dry run: nothing tagged in %s\n", repo)
 		return nil
 	}
