@@ -143,7 +143,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			return nil, fmt.Errorf("installcheck: %s version printed %q, which does not name %s", path.Base(m.Path), strings.TrimSpace(out), c.Version)
 		}
 		res.Commands[m.Path] = strings.TrimSpace(out)
-		c.printf("  go install %s@%s; %s version: %s\n", m.Path, c.Version, path.Base(m.Path), firstLine(out))
+		c.printf("  go install %s@%s; %s version: %s (%.1fs)\n", m.Path, c.Version, path.Base(m.Path), firstLine(out), time.Since(start).Seconds())
 	}
 	res.Install = time.Since(start)
 
