@@ -41,6 +41,7 @@ const (
 	Major
 )
 
+// String is "patch", "minor" or "major".
 func (b Bump) String() string {
 	return [...]string{"patch", "minor", "major"}[b]
 }

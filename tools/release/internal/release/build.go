@@ -274,7 +274,7 @@ func (b *Build) Diff(args ...string) (string, error) {
 	return gitx.Git(b.Tree, append([]string{"diff", "HEAD"}, args...)...)
 }
 
-// Commit commits the release state in the copy and tags it, one tag per module in
+// CommitAndTag commits the release state in the copy and tags it, one tag per module in
 // dependency order; it returns the commit and the tags.
 func (b *Build) CommitAndTag() (string, []string, error) {
 	if _, err := gitx.Git(b.Tree, "add", "--all"); err != nil {

@@ -143,7 +143,7 @@ func (b *Build) CompareAPI(ctx context.Context) ([]*apicheck.Result, error) {
 func (b *Build) printEnv() {
 	sum := "checksum database reachable: third-party modules checked against it"
 	if !b.Env.SumDBReachable {
-		sum = "checksum database NOT reachable: GOSUMDB=off, scratch go.sum files seeded from the repository's"
+		sum = "checksum database off or not reachable: GOSUMDB=off, scratch go.sum files seeded from the repository's"
 	}
 	b.Printf("  GOPROXY=%s\n  GONOSUMDB=%s; %s\n", b.Env.Proxy, b.Env.NoSumDB, sum)
 }
