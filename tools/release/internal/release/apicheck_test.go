@@ -23,6 +23,7 @@ func checkAt(t *testing.T, repo, version string) (string, error) {
 }
 
 func TestAPICheckAgainstTheLastRelease(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	tagFixture(t, repo, "v0.1.0")
 	root := filepath.Join(repo, "bqfix.go")

@@ -15,6 +15,7 @@ import (
 )
 
 func TestReleaseDryRunPrintsModulesTagsAndChangesAndTagsNothing(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	head := git(t, repo, "rev-parse", "HEAD")
 	log := releaseFixture(t, repo, "v0.1.0")
@@ -56,6 +57,7 @@ func TestReleaseDryRunPrintsModulesTagsAndChangesAndTagsNothing(t *testing.T) {
 }
 
 func TestReleaseTagsTheReleaseCommitAndLeavesTheBranch(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	head := strings.TrimSpace(git(t, repo, "rev-parse", "HEAD"))
 	tagFixture(t, repo, "v0.1.0")
@@ -99,6 +101,7 @@ func TestReleaseTagsTheReleaseCommitAndLeavesTheBranch(t *testing.T) {
 }
 
 func TestReleaseRefuses(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	ctx := context.Background()
 	try := func(version string) error {
@@ -137,6 +140,7 @@ func TestReleaseRefuses(t *testing.T) {
 }
 
 func TestCheckInstallsTheWorkTreeAtTheChangelogsVersion(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	// Uncommitted work counts: the check builds what is on disk.
 	write(t, filepath.Join(repo, "transport/echo/echo.go"), strings.Replace(fixtureFiles["transport/echo/echo.go"], `"echo "`, `"ECHO "`, 1))
@@ -161,6 +165,7 @@ func TestCheckInstallsTheWorkTreeAtTheChangelogsVersion(t *testing.T) {
 }
 
 func TestCheckFailsWhenTheREADMEDisagrees(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	md := strings.Replace(fixtureFiles["README.md"], "| `transport/echo` | 3 |", "| `transport/echo` | 4 |", 1)
 	md = strings.Replace(md, "| `…/cmd/tool` | both | 1.26 |", "| `…/cmd/tool` | both | 1.25 |", 1)
@@ -180,6 +185,7 @@ func TestCheckFailsWhenTheREADMEDisagrees(t *testing.T) {
 // A go.mod left as in development (siblings at the placeholder version, replace
 // directives) fails the install check.
 func TestInstallCheckFailsOnADevelopmentGoMod(t *testing.T) {
+	t.Parallel()
 	repo := newFixture(t)
 	ctx := context.Background()
 	var log bytes.Buffer

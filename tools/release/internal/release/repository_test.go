@@ -17,6 +17,7 @@ import (
 // next minor release passes. The root module needs nothing from outside, so no proxy
 // is used.
 func TestAPICheckFailsOnAnIncompatibleChangeToTheRepository(t *testing.T) {
+	t.Parallel()
 	top, err := gitx.Git(".", "rev-parse", "--show-toplevel")
 	if err != nil {
 		t.Fatal(err)
