@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // QueueStatter is implemented by transports that can count a queue's messages without
@@ -38,6 +39,51 @@ type QueueStats struct {
 	// grows (a log's end offsets), from which a rate of arrivals can be told. Most
 	// brokers keep none.
 	Appended int64 `json:"appended"`
+	// Oldest is when the oldest ready message was written: the broker's own time of
+	// the message where it keeps one, else the envelope's meta.created_at (each
+	// driver's QueueStats says which). It is the zero time when no message is ready
+	// and when the broker cannot tell; [QueueStats.OldestAge] tells the two apart.
+	Oldest time.Time `json:"oldest,omitzero"`
+	// Partitions are the counts of each partition of a partitioned log (Kafka), in
+	// partition order; nil on the other brokers.
+	Partitions []PartitionStats `json:"partitions,omitempty"`
+}
+
+// PartitionStats is what a broker says of one partition of a log.
+type PartitionStats struct {
+	// Partition is the partition's number.
+	Partition int32 `json:"partition"`
+	// Lag counts the records the consumer group has not committed yet.
+	Lag int64 `json:"lag"`
+	// Oldest is the timestamp of the first record the group has not committed; the
+	// zero time when Lag is 0 or the record could not be read.
+	Oldest time.Time `json:"oldest,omitzero"`
+}
+
+// OldestAge is how long the oldest ready message has waited at at: at − Oldest (never
+// below 0), 0 when no message is ready. ok is false when the broker cannot tell (no
+// Oldest while messages are ready, or Ready itself unknown).
+func (s QueueStats) OldestAge(at time.Time) (age time.Duration, ok bool) {
+	if s.Ready == 0 {
+		return 0, true
+	}
+	if s.Ready < 0 || s.Oldest.IsZero() {
+		return 0, false
+	}
+	return max(at.Sub(s.Oldest), 0), true
+}
+
+// LagAge is how long the first record the group has not committed has waited at at:
+// at − Oldest (never below 0), 0 when Lag is 0; ok is false when the record's time is
+// not known.
+func (p PartitionStats) LagAge(at time.Time) (age time.Duration, ok bool) {
+	if p.Lag == 0 {
+		return 0, true
+	}
+	if p.Oldest.IsZero() {
+		return 0, false
+	}
+	return max(at.Sub(p.Oldest), 0), true
 }
 
 // ErrCannotCount matches the error of a transport that cannot count a queue's

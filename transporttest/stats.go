@@ -20,7 +20,22 @@ type StatsOptions struct {
 	// Wait bounds how long a count may lag a change (eventually consistent counts).
 	// Default 10s.
 	Wait time.Duration
+	// Oldest says where the broker's QueueStats.Oldest comes from.
+	Oldest OldestSource
 }
+
+// OldestSource says how a broker tells when its oldest ready message was written.
+type OldestSource int
+
+const (
+	// OldestUnknown: the broker cannot tell; Oldest stays zero.
+	OldestUnknown OldestSource = iota
+	// OldestCreatedAt: Oldest is the first ready message's meta.created_at (or the
+	// native time the binding projects it onto).
+	OldestCreatedAt
+	// OldestWritten: Oldest is the broker's own time of the write.
+	OldestWritten
+)
 
 // RunStats checks the [transport.QueueStatter] of the transport cfg opens against its
 // broker: a queue nobody wrote to does not exist (or is empty) and counting it creates
@@ -141,5 +156,82 @@ func RunStats(t *testing.T, cfg Config, opts StatsOptions) {
 			t.Fatal(err)
 		}
 		eventually(q, "two more written", func(s transport.QueueStats) bool { return s.Appended == appended+2 })
+	}
+
+	checkOldest(t, cfg, tr, opts, stats, eventually)
+}
+
+// checkOldest writes two envelopes whose meta.created_at runs backwards (the first
+// written is 30 minutes old, the second an hour old) and checks QueueStats.Oldest:
+// the first message's created_at, or the time it was written, as the broker tells it;
+// and that every partition's lag adds up to Ready.
+func checkOldest(t *testing.T, cfg Config, tr transport.Transport, opts StatsOptions,
+	stats func(string) transport.QueueStats, eventually func(string, string, func(transport.QueueStats) bool) transport.QueueStats) {
+	t.Helper()
+	q := cfg.NewQueue(t)
+	if age, ok := stats(q).OldestAge(time.Now()); !ok || age != 0 {
+		t.Errorf("an empty queue: OldestAge %v, %v (want 0, true)", age, ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	now := time.Now()
+	first, second := now.Add(-30*time.Minute).Truncate(time.Millisecond), now.Add(-time.Hour).Truncate(time.Millisecond)
+	var ms []*transport.Message
+	for i, at := range []time.Time{first, second} {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		body := fmt.Sprintf(`{"job":"urn:babel:stats:oldest","trace_id":%q,"data":{"n":%d},"meta":{"id":%q,"queue":%q,"lang":"go","schema_version":1,"created_at":%d},"attempts":0}`,
+			id, i, id, q, at.UnixMilli())
+		ms = append(ms, &transport.Message{Queue: q, Body: []byte(body), Projection: transport.Projection{
+			URN: "urn:babel:stats:oldest", TraceID: id, MessageID: id, Lang: "go", SchemaVersion: 1, CreatedAt: at.UnixMilli()}})
+	}
+	before := time.Now()
+	for _, m := range ms { // one at a time: the first is written first
+		if err := transport.PublishConfirmed(ctx, tr, []*transport.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := time.Now()
+	s := eventually(q, "two envelopes written", func(s transport.QueueStats) bool {
+		return s.Ready == 2 && (opts.Oldest == OldestUnknown || !s.Oldest.IsZero())
+	})
+	const slack = 5 * time.Second
+	switch opts.Oldest {
+	case OldestUnknown:
+		if !s.Oldest.IsZero() {
+			t.Errorf("Oldest is %v where the broker cannot tell", s.Oldest)
+		}
+		if _, ok := s.OldestAge(time.Now()); ok {
+			t.Errorf("OldestAge is known where the broker cannot tell")
+		}
+	case OldestCreatedAt:
+		if d := s.Oldest.Sub(first).Abs(); d > slack {
+			t.Errorf("Oldest %v, want the first message's created_at %v (the head, not the oldest created_at behind it)", s.Oldest, first)
+		}
+	case OldestWritten:
+		if s.Oldest.Before(before.Add(-slack)) || s.Oldest.After(after.Add(slack)) {
+			t.Errorf("Oldest %v, want when the first message was written (between %v and %v)", s.Oldest, before, after)
+		}
+	}
+	if age, ok := s.OldestAge(time.Now()); opts.Oldest != OldestUnknown && (!ok || age <= 0) {
+		t.Errorf("OldestAge %v, %v with two messages waiting", age, ok)
+	}
+	if len(s.Partitions) > 0 {
+		var lag int64
+		oldest := time.Time{}
+		for _, p := range s.Partitions {
+			lag += p.Lag
+			if p.Lag > 0 && (oldest.IsZero() || p.Oldest.Before(oldest)) {
+				oldest = p.Oldest
+			}
+			if (p.Lag == 0) != p.Oldest.IsZero() && opts.Oldest != OldestUnknown {
+				t.Errorf("partition %d: lag %d, oldest %v", p.Partition, p.Lag, p.Oldest)
+			}
+		}
+		if lag != s.Ready {
+			t.Errorf("the partitions' lag adds up to %d, Ready is %d", lag, s.Ready)
+		}
+		if !oldest.Equal(s.Oldest) {
+			t.Errorf("the partitions' oldest is %v, Oldest is %v", oldest, s.Oldest)
+		}
 	}
 }

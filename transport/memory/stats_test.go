@@ -11,5 +11,5 @@ import (
 func TestStatsKit(t *testing.T) {
 	transporttest.RunStats(t, transporttest.Config{
 		Open: func(*testing.T) transport.Transport { return memory.New() },
-	}, transporttest.StatsOptions{})
+	}, transporttest.StatsOptions{Oldest: transporttest.OldestCreatedAt})
 }
