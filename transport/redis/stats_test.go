@@ -27,7 +27,7 @@ func TestStatsKit(t *testing.T) {
 				},
 				NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqtest-stats") },
 				Prefetch: 1,
-			}, transporttest.StatsOptions{AlwaysExists: true})
+			}, transporttest.StatsOptions{AlwaysExists: true, Oldest: transporttest.OldestCreatedAt})
 		})
 	}
 }
