@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -18,7 +20,11 @@ var _ transport.QueueStatter = (*Transport)(nil)
 // Ready is what the transport's consumer group has not committed yet, partition by
 // partition (from the log start where the group has committed nothing, as a new
 // consumer would read), and Appended is the sum of the end offsets, which only grows
-// and so gives the rate of arrivals. InFlight and Delayed are
+// and so gives the rate of arrivals. Partitions has each partition's lag (what the
+// group has not committed) and the timestamp of its first uncommitted record (read with
+// a consumer of its own that joins no group, one record per lagging partition; the
+// record timestamp is the envelope's meta.created_at, as the binding writes it); Oldest
+// is the earliest of those. InFlight and Delayed are
 // [transport.UnknownCount]: Kafka does not know what a consumer holds between its
 // commits, and delayed messages wait on delay topics of their own. Offsets of
 // transaction markers and compacted records count as messages. A topic that does not
@@ -54,6 +60,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		return s, fmt.Errorf("kafka: stats %q: offsets of group %q: %w", queue, t.cfg.group, err)
 	}
 	s.Exists = true
+	from := map[int32]kgo.Offset{}
 	ends.Each(func(o kadm.ListedOffset) {
 		s.Appended += o.Offset
 		at := int64(0)
@@ -63,9 +70,58 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		if c, ok := committed.Lookup(queue, o.Partition); ok && c.Err == nil && c.At > at {
 			at = c.At
 		}
-		s.Ready += max(o.Offset-at, 0)
+		lag := max(o.Offset-at, 0)
+		s.Ready += lag
+		s.Partitions = append(s.Partitions, transport.PartitionStats{Partition: o.Partition, Lag: lag})
+		if lag > 0 {
+			from[o.Partition] = kgo.NewOffset().At(at)
+		}
 	})
+	slices.SortFunc(s.Partitions, func(a, b transport.PartitionStats) int { return int(a.Partition - b.Partition) })
+	firsts := t.firstRecords(ctx, queue, from)
+	for i, p := range s.Partitions {
+		if ts, ok := firsts[p.Partition]; ok {
+			s.Partitions[i].Oldest = ts
+			if s.Oldest.IsZero() || ts.Before(s.Oldest) {
+				s.Oldest = ts
+			}
+		}
+	}
 	return s, nil
+}
+
+// firstWait bounds how long firstRecords waits for the partitions' first records.
+const firstWait = 3 * time.Second
+
+// firstRecords reads the timestamp of the first committed record at or after the
+// offset of each partition in from, with a consumer of its own (no group, nothing
+// committed). A partition whose record does not come within firstWait (an open
+// transaction holds it back, the transport has no consumer factory) is left out.
+func (t *Transport) firstRecords(ctx context.Context, topic string, from map[int32]kgo.Offset) map[int32]time.Time {
+	out := map[int32]time.Time{}
+	if len(from) == 0 || t.factory == nil {
+		return out
+	}
+	cl, err := t.factory(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.WithLogger(clientLogger(t.log)),
+	)
+	if err != nil {
+		return out
+	}
+	defer cl.Close()
+	wctx, cancel := context.WithTimeout(ctx, firstWait)
+	defer cancel()
+	for len(out) < len(from) && wctx.Err() == nil {
+		cl.PollRecords(wctx, 0).EachRecord(func(r *kgo.Record) {
+			if _, done := out[r.Partition]; !done {
+				out[r.Partition] = r.Timestamp
+			}
+		})
+	}
+	return out
 }
 
 // stableWait bounds the wait of committedOffsets for pending transactional offset

@@ -16,5 +16,5 @@ func TestStatsKit(t *testing.T) {
 		Open:     func(t *testing.T) transport.Transport { return openKafka(t) },
 		NewQueue: func(t *testing.T) string { return newTopic(t, "bqtest-stats") },
 		Prefetch: 1,
-	}, transporttest.StatsOptions{ReadyCountsInFlight: true, Wait: 20 * time.Second})
+	}, transporttest.StatsOptions{ReadyCountsInFlight: true, Wait: 20 * time.Second, Oldest: transporttest.OldestCreatedAt})
 }
