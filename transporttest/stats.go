@@ -162,18 +162,23 @@ func RunStats(t *testing.T, cfg Config, opts StatsOptions) {
 }
 
 // checkOldest writes two envelopes whose meta.created_at runs backwards (the first
-// written is 30 minutes old, the second an hour old) and checks QueueStats.Oldest:
+// written is 30 minutes old, the second an hour old) to a queue a consumer has opened
+// and closed (as a worker would have: Pulsar counts a subscription's backlog), and
+// checks QueueStats.Oldest:
 // the first message's created_at, or the time it was written, as the broker tells it;
 // and that every partition's lag adds up to Ready.
 func checkOldest(t *testing.T, cfg Config, tr transport.Transport, opts StatsOptions,
 	stats func(string) transport.QueueStats, eventually func(string, string, func(transport.QueueStats) bool) transport.QueueStats) {
 	t.Helper()
 	q := cfg.NewQueue(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := consume(t, cfg, tr, q).Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if age, ok := stats(q).OldestAge(time.Now()); !ok || age != 0 {
 		t.Errorf("an empty queue: OldestAge %v, %v (want 0, true)", age, ok)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	now := time.Now()
 	first, second := now.Add(-30*time.Minute).Truncate(time.Millisecond), now.Add(-time.Hour).Truncate(time.Millisecond)
 	var ms []*transport.Message

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
@@ -20,10 +21,13 @@ var _ transport.QueueStatter = (*Transport)(nil)
 // transport's subscription exists: Ready is its backlog without the delayed messages
 // and without those dispatched to a consumer and not acknowledged, which are InFlight;
 // Delayed is the subscription's delayed messages (Pulsar counts them once a consumer
-// of a Shared subscription has been handed them). Before the subscription exists, a
+// of a Shared subscription has been handed them); Oldest is the publish time of the
+// earliest message in its backlog (Pulsar's earliestMsgPublishTimeInBacklog: messages
+// dispatched and not acknowledged count too). Before the subscription exists, a
 // consumer would read the topic from its earliest retained message, so Ready is the
 // topic's stored entries (one per message, with batching off, the default; one per
-// batch with [WithBatching]), InFlight 0 and Delayed [transport.UnknownCount].
+// batch with [WithBatching]), InFlight 0, Delayed [transport.UnknownCount] and Oldest
+// unknown (zero).
 // Appended is [transport.UnknownCount]: the broker's counter of messages in starts
 // again when it loads the topic. A topic that does not exist has Exists false.
 // Without an admin URL QueueStats returns a [transport.CannotCountError].
@@ -43,7 +47,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if err != nil {
 		return s, fmt.Errorf("pulsar: stats: admin client for %s: %w", t.opts.adminURL, err)
 	}
-	st, err := adm.Topics().GetStatsWithContext(ctx, *name)
+	st, err := adm.Topics().GetStatsWithOptionWithContext(ctx, *name, utils.GetStatsOptions{GetEarliestTimeInBacklog: true})
 	var re rest.Error
 	if errors.As(err, &re) && re.Code == http.StatusNotFound {
 		return s, nil
@@ -56,6 +60,9 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		s.InFlight = sub.UnAckedMessages
 		s.Ready = max(sub.MsgBacklogNoDelayed-sub.UnAckedMessages, 0)
 		s.Delayed = sub.MsgDelayed
+		if sub.MsgBacklog > 0 && sub.EarliestMsgPublishTimeInBacklog > 0 {
+			s.Oldest = time.UnixMilli(sub.EarliestMsgPublishTimeInBacklog)
+		}
 		return s, nil
 	}
 	in, err := adm.Topics().GetInternalStatsWithContext(ctx, *name)

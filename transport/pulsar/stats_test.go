@@ -12,5 +12,5 @@ import (
 func TestStatsKit(t *testing.T) {
 	cfg := kitConfig(true)
 	cfg.Prefetch = 1
-	transporttest.RunStats(t, cfg, transporttest.StatsOptions{Wait: 20 * time.Second})
+	transporttest.RunStats(t, cfg, transporttest.StatsOptions{Wait: 20 * time.Second, Oldest: transporttest.OldestWritten})
 }
