@@ -17,7 +17,9 @@ var _ transport.QueueStatter = (*Transport)(nil)
 // Delayed and Appended are [transport.UnknownCount]: AMQP does not report the
 // messages delivered and unacknowledged (the management plugin does), delayed
 // messages wait on per-delay queues of their own, and a queue keeps no count of what
-// went through it. A queue that does not exist has Exists false; nothing is declared.
+// went through it. Oldest is unknown (zero): AMQP does not tell it, and a basic.get to
+// look would mark the message redelivered. A queue that does not exist has Exists
+// false; nothing is declared.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{InFlight: transport.UnknownCount, Delayed: transport.UnknownCount, Appended: transport.UnknownCount}
 	if queue == "" {
