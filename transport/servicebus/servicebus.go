@@ -133,6 +133,7 @@ type config struct {
 	connect       time.Duration
 	maxSize       int
 	now           func() time.Time
+	admin         queueAdmin // QueueStats counts through it (stats.go)
 }
 
 // WithConnectionString authenticates with a Service Bus connection string (SAS:
@@ -370,9 +371,15 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 			}
 			cred = dc
 		}
+		cfg.credential = cred // for the administration client too
 		client, err = azservicebus.NewClient(uc.namespace, cred, co)
 		if err != nil {
 			return nil, fmt.Errorf("servicebus: client for %s: %w", uc.namespace, err)
+		}
+	}
+	if cfg.admin == nil {
+		if cfg.admin, err = newAdmin(cfg, uc.namespace); err != nil {
+			return nil, err
 		}
 	}
 	return newTransport(sdkNamespace{client: client, owned: true}, cfg), nil
