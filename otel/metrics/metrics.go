@@ -29,6 +29,23 @@
 //	babelqueue_published_total{queue,urn,outcome}                App.Publish calls: success or error
 //	babelqueue_receive_errors_total{queue}                       failed receives (the broker went away)
 //
+// A [QueueCollector] adds what the queues hold, counted on an interval through the
+// broker (not per delivery), for a process that consumes or only publishes:
+//
+//	babelqueue_queue_messages_ready{queue}                   waiting to be delivered
+//	babelqueue_queue_messages_in_flight{queue}               delivered and not yet settled
+//	babelqueue_queue_messages_delayed{queue}                 waiting out a delay
+//	babelqueue_queue_messages_dead_lettered{queue}           in the queue's dead-letter queue
+//	babelqueue_queue_oldest_message_age_seconds{queue}       how long the oldest ready message has waited
+//	babelqueue_queue_partition_lag{queue,partition}          Kafka: records the group has not committed
+//	babelqueue_queue_partition_lag_seconds{queue,partition}  Kafka: how long the first of them has waited
+//	babelqueue_queue_messages_appended_total{queue}          Kafka: records ever written
+//	babelqueue_queue_stats_errors_total{queue}               rounds the broker did not answer
+//
+// A count a broker cannot tell is left out rather than reported as 0 (the table in
+// docs/operations.md says which broker tells which). docs/alerts.yml holds alert rules
+// on both kinds of metric, tested with promtool.
+//
 // The series every delivery touches carry the fewest labels (the SDK's cost grows with
 // them); the ones of retries, dead letters, drops and failures carry lang too.
 //
@@ -63,6 +80,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -113,13 +131,16 @@ const (
 // writes failed after it was counted as made (pipelined settle writes).
 const OutcomePipelined = "pipelined"
 
-// Option configures [New].
+// Option configures [New] and [NewQueueCollector]; each ignores the options that
+// concern only the other.
 type Option func(*config)
 
 type config struct {
 	mp         metric.MeterProvider
 	durationSB []float64
 	ageSB      []float64
+	interval   time.Duration // of a QueueCollector
+	log        *slog.Logger  // of a QueueCollector
 }
 
 // WithMeterProvider sets the meter provider (default: the global one,
