@@ -139,8 +139,9 @@ type config struct {
 	mp         metric.MeterProvider
 	durationSB []float64
 	ageSB      []float64
-	interval   time.Duration // of a QueueCollector
-	log        *slog.Logger  // of a QueueCollector
+	interval   time.Duration        // of a QueueCollector
+	log        *slog.Logger         // of a QueueCollector
+	attrs      []attribute.KeyValue // of a QueueCollector
 }
 
 // WithMeterProvider sets the meter provider (default: the global one,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,14 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithAttributes adds constant labels to every series of a [QueueCollector], such as
+// broker="…" when one process exports the queues of several brokers whose queue names
+// may meet (keep them few and fixed: each is a label of every series); New ignores
+// it.
+func WithAttributes(attrs ...attribute.KeyValue) Option {
+	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
+}
+
 // QueuesOf is the queue an app consumes and the dead-letter queue it writes to, for
 // [NewQueueCollector].
 func QueuesOf(app *babelqueue.App) []queuestats.Queue {
@@ -78,6 +87,7 @@ type QueueCollector struct {
 	queues   []queuestats.Queue
 	interval time.Duration
 	log      *slog.Logger
+	attrs    []attribute.KeyValue
 
 	ready, inFlight, delayed, deadLettered metric.Int64ObservableGauge
 	age                                    metric.Float64ObservableGauge
@@ -126,7 +136,7 @@ func NewQueueCollector(tr transport.Transport, queues []queuestats.Queue, opts .
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	qc := &QueueCollector{tr: tr, interval: c.interval, log: c.log}
+	qc := &QueueCollector{tr: tr, interval: c.interval, log: c.log, attrs: c.attrs}
 	seen := map[string]bool{}
 	for _, q := range queues {
 		if q.Name == "" {
@@ -141,7 +151,7 @@ func NewQueueCollector(tr transport.Transport, queues []queuestats.Queue, opts .
 		}
 		qc.queues = append(qc.queues, q)
 		qc.state = append(qc.state, &queueState{
-			attrs: metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", q.Name))),
+			attrs: metric.WithAttributeSet(attribute.NewSet(append(slices.Clone(c.attrs), attribute.String("queue", q.Name))...)),
 			parts: map[int32]metric.ObserveOption{},
 		})
 	}
@@ -243,12 +253,13 @@ func (st *queueState) note(log *slog.Logger, queue string, err error) {
 }
 
 // partition returns the label set of a partition of the queue.
-func (st *queueState) partition(queue string, p int32) metric.ObserveOption {
+func (st *queueState) partition(attrs []attribute.KeyValue, queue string, p int32) metric.ObserveOption {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	o, ok := st.parts[p]
 	if !ok {
-		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", queue), attribute.String("partition", strconv.Itoa(int(p)))))
+		o = metric.WithAttributeSet(attribute.NewSet(append(slices.Clone(attrs),
+			attribute.String("queue", queue), attribute.String("partition", strconv.Itoa(int(p))))...))
 		st.parts[p] = o
 	}
 	return o
@@ -278,7 +289,7 @@ func (c *QueueCollector) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(c.appended, s.Stats.Appended, st.attrs)
 		}
 		for _, p := range s.Stats.Partitions {
-			attrs := st.partition(c.queues[i].Name, p.Partition)
+			attrs := st.partition(c.attrs, c.queues[i].Name, p.Partition)
 			o.ObserveInt64(c.lag, p.Lag, attrs)
 			if age, ok := p.LagAge(s.At); ok {
 				o.ObserveFloat64(c.lagAge, age.Seconds(), attrs)

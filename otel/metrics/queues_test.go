@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
 	"github.com/babelqueue-go/babelqueue/queuestats"
@@ -146,7 +148,7 @@ func (s *statter) set(q string, st transport.QueueStats, err error) {
 func TestQueueCollectorUnknownsPartitionsAndFailures(t *testing.T) {
 	ctx := context.Background()
 	tr := &statter{Transport: memory.New(), stats: map[string]transport.QueueStats{}}
-	prom, qc := newCollector(t, tr, []queuestats.Queue{{Name: "events"}})
+	prom, qc := newCollector(t, tr, []queuestats.Queue{{Name: "events"}}, metrics.WithAttributes(attribute.String("broker", "kafka://k1")))
 	now := time.Now()
 	tr.set("events", transport.QueueStats{Exists: true, Ready: 7, InFlight: transport.UnknownCount, Delayed: transport.UnknownCount,
 		Appended: 100, Oldest: now.Add(-30 * time.Second), Partitions: []transport.PartitionStats{
@@ -155,7 +157,7 @@ func TestQueueCollectorUnknownsPartitionsAndFailures(t *testing.T) {
 		}}, nil)
 	qc.Collect(ctx)
 	fams := scrape(t, prom.Handler())
-	ev := map[string]string{"queue": "events"}
+	ev := map[string]string{"queue": "events", "broker": "kafka://k1"}
 	for _, name := range []string{"babelqueue_queue_messages_in_flight", "babelqueue_queue_messages_delayed"} {
 		if _, ok := fams[name]; ok {
 			t.Errorf("%s is reported where the broker cannot tell it", name)
@@ -164,7 +166,7 @@ func TestQueueCollectorUnknownsPartitionsAndFailures(t *testing.T) {
 	if got := value(fams, "babelqueue_queue_messages_appended_total", ev); got != 100 {
 		t.Errorf("appended_total %v, want 100", got)
 	}
-	if got := value(fams, "babelqueue_queue_partition_lag", map[string]string{"queue": "events", "partition": "0"}); got != 7 {
+	if got := value(fams, "babelqueue_queue_partition_lag", map[string]string{"queue": "events", "partition": "0", "broker": "kafka://k1"}); got != 7 {
 		t.Errorf("partition 0 lag %v, want 7", got)
 	}
 	if got := value(fams, "babelqueue_queue_partition_lag", map[string]string{"queue": "events", "partition": "1"}); got != 0 {
