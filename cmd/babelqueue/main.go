@@ -42,6 +42,7 @@ Usage:
   babelqueue bridge [flags] SRC_URL DST_URL     move (or -copy) a queue between two brokers, byte for byte
   babelqueue tail -trace ID URL[#queue,…]…      follow one trace across queues and brokers
   babelqueue console [flags] URL[#queue,…]…     serve the web console: queues, dead letters, redrive, live tail
+  babelqueue stats [flags] URL[#queue,…]…       count what queues hold once, -watch them, or -listen to serve them to Prometheus
   babelqueue schema check -registry DIR FILE... validate envelopes or data files against a babelqueue-registry; warn where other SDKs differ
   babelqueue outbox relay -db DSN URL           publish the transactional outbox's rows (also: outbox migrate, outbox schema)
   babelqueue version                            print the SDK version
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = tailCmd(ctx, args[1:], stdout, stderr)
 	case "console":
 		err = consoleCmd(ctx, args[1:], stdout, stderr)
+	case "stats":
+		err = statsCmd(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "outbox":
