@@ -35,6 +35,12 @@ func parseTemplates() map[string]*template.Template {
 		"num":  func(n int) string { return group3(int64(n)) },
 		"ago":  func(ms int64) string { return ago(ms) },
 		"when": when,
+		"age": func(s *float64) string {
+			if s == nil {
+				return "—"
+			}
+			return age(*s)
+		},
 		"rate": func(r *float64) string {
 			if r == nil {
 				return "—"
@@ -47,6 +53,16 @@ func parseTemplates() map[string]*template.Template {
 		out[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+p+".html"))
 	}
 	return out
+}
+
+// age writes a number of seconds as the Go duration it is, to the second (to the
+// millisecond below a second).
+func age(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // group3 writes n with a thin space between groups of three digits.

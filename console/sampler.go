@@ -142,6 +142,7 @@ type queueStatus struct {
 	DLQ        string                `json:"dlq"`
 	Stats      *transport.QueueStats `json:"stats,omitempty"`
 	DLQStats   *transport.QueueStats `json:"dlq_stats,omitempty"`
+	OldestAge  *float64              `json:"oldest_age_s,omitempty"` // of the oldest ready message, when the broker tells it
 	Arrivals   *float64              `json:"arrivals_per_s,omitempty"`
 	Change     *float64              `json:"change_per_s,omitempty"`
 	DLQChange  *float64              `json:"dlq_change_per_s,omitempty"`
@@ -182,6 +183,10 @@ func (c *Console) overview() []brokerStatus {
 			if len(work) > 0 {
 				last := work[len(work)-1].QueueStats
 				qs.Stats = &last
+				if age, ok := last.OldestAge(work[len(work)-1].at); ok {
+					sec := age.Seconds()
+					qs.OldestAge = &sec
+				}
 				qs.Arrivals = rate(work, func(s sample) int64 { return s.Appended })
 				qs.Change = rate(work, func(s sample) int64 { return s.Ready })
 			}

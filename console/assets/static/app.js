@@ -29,6 +29,15 @@
   // ---- helpers -----------------------------------------------------------
   const fmt = new Intl.NumberFormat("en");
   const count = (n) => (n === undefined || n === null || n < 0 ? "—" : fmt.format(n));
+  const age = (s) => {
+    if (s === undefined || s === null) return "—";
+    if (s < 1) return Math.round(s * 1000) + "ms";
+    let t = Math.round(s), out = "";
+    const h = Math.floor(t / 3600), m = Math.floor((t % 3600) / 60), sec = t % 60;
+    if (h) out += h + "h";
+    if (h || m) out += m + "m";
+    return out + sec + "s";
+  };
   const rate = (r) => (r === undefined || r === null ? "—" : (r >= 0 ? "+" : "") + r.toFixed(1) + "/s");
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -141,6 +150,7 @@
         $('[data-k="ready"]', tr).textContent = q.stats ? count(st.ready) : "—";
         $('[data-k="in_flight"]', tr).textContent = q.stats ? count(st.in_flight) : "—";
         $('[data-k="delayed"]', tr).textContent = q.stats ? count(st.delayed) : "—";
+        $('[data-k="oldest"]', tr).textContent = age(q.oldest_age_s);
         $('[data-k="arrivals"]', tr).textContent = rate(q.arrivals_per_s);
         $('[data-k="dlq"]', tr).textContent = q.dlq_stats ? count(dl.ready) : "—";
         spark($("svg.spark", tr), q.series);
