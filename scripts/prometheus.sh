@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # prometheus.sh: install (idempotently) what the otel module's dashboard test needs:
 # Debian's prometheus package (the test starts a private Prometheus on a loopback port,
-# lets it scrape a real run and evaluates every panel of docs/grafana-dashboard.json)
+# lets it scrape a real run and evaluates every panel of docs/grafana-dashboard.json;
+# its promtool unit-tests docs/alerts.yml in scripts/test.sh)
 # and Debian's chromium (headless, for the screenshot of Prometheus's graph page).
 # Nothing is started: the test runs its own processes and stops them.
 #

@@ -32,6 +32,13 @@ step "prometheus and chromium (the otel dashboard test, the console tests)"
 { read -r BQ_PROMETHEUS; read -r BQ_CHROMIUM; } < <(bash scripts/prometheus.sh | tail -n 2)
 export BQ_PROMETHEUS BQ_CHROMIUM
 
+step "alert rules (promtool: docs/alerts.yml against docs/alerts_test.yml)"
+# Debian's prometheus package ships promtool beside the server (scripts/prometheus.sh).
+promtool="$(dirname "$BQ_PROMETHEUS")/promtool"
+[ -x "$promtool" ] || promtool="$(command -v promtool)"
+"$promtool" check rules docs/alerts.yml
+"$promtool" test rules docs/alerts_test.yml
+
 step "conformance data"
 export BQ_CONFORMANCE_DIR="${BQ_CONFORMANCE_DIR:-$(cd .. && pwd)/shared/conformance}"
 if [ ! -f "$BQ_CONFORMANCE_DIR/manifest.json" ]; then
