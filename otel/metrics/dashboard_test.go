@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,10 +22,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
+	"github.com/babelqueue-go/babelqueue/queuestats"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -123,6 +128,85 @@ func promQuery(t *testing.T, base, expr string) (int, error) {
 	return len(out.Data.Result), nil
 }
 
+// promValue evaluates expr now and returns the value of its one series; ok is false
+// when it has none.
+func promValue(t *testing.T, base, expr string) (v float64, ok bool) {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Status != "success" {
+		t.Fatalf("%s: %s", expr, out.Error)
+	}
+	if len(out.Data.Result) == 0 {
+		return 0, false
+	}
+	if len(out.Data.Result) > 1 {
+		t.Fatalf("%s: %d series, want one", expr, len(out.Data.Result))
+	}
+	str, _ := out.Data.Result[0].Value[1].(string)
+	v, err = strconv.ParseFloat(str, 64)
+	if err != nil {
+		t.Fatalf("%s: value %q", expr, str)
+	}
+	return v, true
+}
+
+func promValue2(t *testing.T, base, expr string) float64 {
+	t.Helper()
+	v, _ := promValue(t, base, expr)
+	return v
+}
+
+// scalingQueries reads the KEDA ScaledObject's query and the prometheus-adapter rule
+// the HPA of docs/operations.md uses (its <<.LabelMatchers>> filled from the HPA's
+// selector, as the adapter does), and checks they are one query.
+func scalingQueries(t *testing.T) (keda, hpa string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(pyinterop.RepoRoot(t), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i := strings.Index(doc, "### Scaling on the backlog")
+	if i < 0 {
+		t.Fatal("docs/operations.md has no section \"Scaling on the backlog\"")
+	}
+	doc = doc[i:]
+	field := func(name string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^\s*` + name + `:\s*(.+?)\s*(#.*)?$`).FindStringSubmatch(doc)
+		if m == nil {
+			t.Fatalf("docs/operations.md: no %s in the scaling examples", name)
+		}
+		return m[1]
+	}
+	keda = field("query")
+	selector := regexp.MustCompile(`(?s)matchLabels:\s*\n\s*queue:\s*(\S+)`).FindStringSubmatch(doc)
+	if selector == nil {
+		t.Fatal("docs/operations.md: the HPA has no queue selector")
+	}
+	hpa = strings.ReplaceAll(field("metricsQuery"), "<<.LabelMatchers>>", `queue="`+selector[1]+`"`)
+	if keda != hpa {
+		t.Errorf("the KEDA query %q and the HPA's %q differ", keda, hpa)
+	}
+	return keda, hpa
+}
+
 // panelQuery is one target of the dashboard.
 type panelQuery struct{ panel, expr string }
 
@@ -163,9 +247,16 @@ func dashboardQueries(t *testing.T) []panelQuery {
 // dead-lettering off (drops), and one on memory:// with a schema-version gate whose
 // settle writes and receives sometimes fail (gate rejections, settle failures, rewinds,
 // receive errors: faults a shared broker cannot be made to show).
+//
+// Two QueueCollectors count the queues through the brokers every second: the Redis
+// app's queue and dead-letter queue, a Redis queue nobody consumes whose backlog grows
+// every round (what the scaling queries of docs/operations.md read), and the memory
+// app's queue, which cannot be counted while its broker is away.
 type fleet struct {
 	redis, drops, faults *babelqueue.App
 	faulty               *flaky
+	backlog              string // a Redis queue with no consumer
+	collectors           []*metrics.QueueCollector
 	sent                 atomic.Int64
 }
 
@@ -174,12 +265,12 @@ const (
 	orderUnknown = "urn:babel:orders:unheard-of"
 )
 
-func startFleet(t *testing.T, obs *metrics.Observer) *fleet {
+func startFleet(t *testing.T, obs *metrics.Observer, mp metric.MeterProvider) *fleet {
 	t.Helper()
 	redisURL := transporttest.BrokerURL(t, "BQ_REDIS_URL", "redis")
 	stamp := time.Now().UnixNano()
 	ctx := context.Background()
-	f := &fleet{}
+	f := &fleet{backlog: fmt.Sprintf("otel-dash-backlog-%d", stamp)}
 	var err error
 	common := []babelqueue.Option{babelqueue.WithObserver(obs), babelqueue.WithLogger(quiet()), babelqueue.WithConcurrency(2),
 		babelqueue.WithRetryTiers(50 * time.Millisecond)}
@@ -221,8 +312,37 @@ func startFleet(t *testing.T, obs *metrics.Observer) *fleet {
 			return nil
 		})
 	}
+	redisQueues := append(metrics.QueuesOf(f.redis), queuestats.Queue{Name: f.backlog})
+	for _, c := range []struct {
+		tr     transport.Transport
+		queues []queuestats.Queue
+	}{{f.redis.Transport(), redisQueues}, {f.faulty, metrics.QueuesOf(f.faults)}} {
+		qc, err := metrics.NewQueueCollector(c.tr, c.queues, metrics.WithMeterProvider(mp),
+			metrics.WithInterval(time.Second), metrics.WithLogger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = qc.Close() })
+		f.collectors = append(f.collectors, qc)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	for _, qc := range f.collectors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = qc.Run(runCtx)
+		}()
+	}
+	t.Cleanup(func() { // the shared Redis keeps no backlog of this run
+		opt, err := goredis.ParseURL(redisURL)
+		if err != nil {
+			return
+		}
+		cl := goredis.NewClient(opt)
+		defer cl.Close()
+		cl.Del(context.Background(), f.backlog, f.redis.Queue(), f.redis.DeadLetterQueue(), f.drops.Queue())
+	})
 	for _, app := range []*babelqueue.App{f.redis, f.drops, f.faults} {
 		wg.Add(1)
 		go func() {
@@ -260,8 +380,12 @@ func (f *fleet) load(ctx context.Context, round int) error {
 	}
 	f.faulty.Inject("faults", memory.Stored{Body: []byte(`{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"id":"x","queue":"faults","lang":"php","schema_version":2,"created_at":1}}`),
 		SchemaVersion: "2"})
+	if _, err := f.redis.Publish(ctx, orderCreated, map[string]int{"round": round}, babelqueue.ToQueue(f.backlog)); err != nil {
+		return err
+	}
 	if round%20 == 10 {
 		f.faulty.fail(true)
+		f.collectors[1].Collect(ctx) // a round of counting while the broker is away
 		time.Sleep(30 * time.Millisecond)
 		f.faulty.fail(false)
 	}
@@ -282,7 +406,7 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 	srv := httptest.NewServer(prom.Handler())
 	defer srv.Close()
 	base := startPrometheus(t, promBin, strings.TrimPrefix(srv.URL, "http://"))
-	f := startFleet(t, obs)
+	f := startFleet(t, obs, prom.MeterProvider())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -329,6 +453,39 @@ func TestDashboardQueriesReturnData(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Logf("%d queries of the dashboard returned data after %d rounds of traffic", len(queries)-len(pending), f.sent.Load())
+
+	// The gauges move in Prometheus as the backlog grows and the dead-letter queue
+	// fills, and the scaling queries of docs/operations.md read the backlog.
+	keda, hpa := scalingQueries(t)
+	on := func(q string) string { return strings.ReplaceAll(q, `queue="orders"`, `queue="`+f.backlog+`"`) }
+	ready := `babelqueue_queue_messages_ready{queue="` + f.backlog + `"}`
+	dead := `babelqueue_queue_messages_dead_lettered{queue="` + f.redis.Queue() + `"}`
+	first := map[string]float64{}
+	for _, q := range []string{ready, dead, on(keda), on(hpa)} {
+		v, ok := promValue(t, base, q)
+		if !ok || v <= 0 {
+			t.Fatalf("%s: %v (data: %v), want a backlog", q, v, ok)
+		}
+		first[q] = v
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for q, was := range first {
+		for {
+			v, _ := promValue(t, base, q)
+			if v > was {
+				t.Logf("%s: %v, then %v", q, was, v)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s stays at %v while the run goes on", q, v)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if k, h := promValue2(t, base, on(keda)), promValue2(t, base, on(hpa)); k != h {
+		t.Errorf("the KEDA query reads %v, the HPA's %v", k, h)
+	}
 
 	// The graph shows the last 20 seconds: let the traffic fill them.
 	time.Sleep(time.Until(started.Add(20 * time.Second)))

@@ -211,6 +211,14 @@ func (f *flaky) Consume(ctx context.Context, queue string, opts transport.Consum
 	return flakyConsumer{c, f}, nil
 }
 
+// QueueStats fails while the broker is away, as a count through a lost connection does.
+func (f *flaky) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
+	if f.failing.Load() {
+		return transport.QueueStats{}, errors.New("connection refused")
+	}
+	return f.Transport.QueueStats(ctx, queue)
+}
+
 type flakyConsumer struct {
 	transport.Consumer
 	f *flaky
