@@ -9,6 +9,7 @@
 //	babelqueue dlq redrive -queue orders -select reason=failed -dry-run redis://127.0.0.1:6379/0
 //	babelqueue bridge -queue orders amqp://guest:guest@127.0.0.1:5672/ kafka://127.0.0.1:9092
 //	babelqueue tail -trace 8f0e… redis://127.0.0.1:6379/0#orders,orders.dlq
+//	babelqueue stats -watch redis://127.0.0.1:6379/0#orders kafka://127.0.0.1:9092#events
 //	babelqueue version
 package main
 

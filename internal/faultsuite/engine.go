@@ -764,7 +764,7 @@ func (r *run) result(started, published, drained time.Time) *Result {
 // countResidue counts what the queue holds, through a transport opened as a worker
 // (a Kafka group's uncommitted records are the worker group's). Counts the broker
 // gives approximately (SQS) are read again for a few seconds until they are zero. A
-// broker that cannot count (Artemis) is browsed: what it shows is its Ready count.
+// transport that cannot count is browsed: what it shows is its Ready count.
 func (r *run) countResidue(ctx context.Context) (*transport.QueueStats, error) {
 	tr, err := transport.Open(ctx, r.b.URL(RoleWorker, r.queue))
 	if err != nil {
@@ -799,7 +799,7 @@ func (r *run) countResidue(ctx context.Context) (*transport.QueueStats, error) {
 
 // residueEmpty reports whether st says the queue holds nothing: no message ready,
 // delayed or in flight. A count the broker cannot tell is taken as none: where a
-// broker cannot count what consumers hold (RabbitMQ, Kafka, a browsed Artemis), what
+// broker cannot count what consumers hold (RabbitMQ, Kafka, a browsed queue), what
 // a consumer that is gone held is back in Ready once the broker took it back (its
 // connection closed, its group's offsets uncommitted).
 func residueEmpty(st transport.QueueStats) bool {
