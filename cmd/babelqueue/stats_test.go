@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -407,4 +408,59 @@ func deref(p *float64) any {
 		return "none"
 	}
 	return *p
+}
+
+// stats refuses a command line it cannot count from, and prints a queue nobody wrote to
+// as empty and not created, as text and as JSON, names a dead-letter queue given after
+// "=", and stops a watch after -n rounds.
+func TestStatsCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"stats"}, 2, "want at least one broker URL"},
+		{[]string{"stats", "memory://"}, 2, "name its queues"},
+		{[]string{"stats", "-interval", "0", "memory://#q"}, 2, "-interval must be positive"},
+		{[]string{"stats", "--json", "redis://:hunter2@127.0.0.1:1/0#q"}, 1, `"command":"stats"`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tc.args, &out, &errb)
+		all := out.String() + errb.String()
+		if code != tc.code || !strings.Contains(all, tc.want) {
+			t.Errorf("%v: exit %d, output %q; want exit %d containing %q", tc.args, code, all, tc.code, tc.want)
+		}
+		if strings.Contains(all, "hunter2") {
+			t.Errorf("%v: output shows the password: %s", tc.args, all)
+		}
+	}
+
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"stats", "memory://#orders=orders-failed"}, &out, &errb); code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "QUEUE") || !strings.Contains(lines[1], "orders (none)") ||
+		!strings.Contains(lines[1], "orders-failed") || !strings.Contains(lines[1], "memory:") {
+		t.Errorf("stats printed:\n%s", out.String())
+	}
+
+	out.Reset()
+	if code := run(context.Background(), []string{"stats", "-watch", "-n", "2", "-interval", "10ms", "--json", "-queue", "a", "-queue", "b", "memory://"}, &out, &errb); code != 0 {
+		t.Fatalf("stats -watch: exit %d: %s", code, errb.String())
+	}
+	var seen []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var v statsQueueView
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		if v.Exists || v.Ready == nil || *v.Ready != 0 || v.OldestAgeS == nil || *v.OldestAgeS != 0 || v.Appended != nil || v.DLQ != v.Queue+".dlq" {
+			t.Errorf("an empty memory queue: %s", line)
+		}
+		seen = append(seen, v.Queue)
+	}
+	if strings.Join(seen, ",") != "a,b,a,b" {
+		t.Errorf("two rounds of a and b, got %v", seen)
+	}
 }
