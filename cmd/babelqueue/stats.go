@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -212,7 +213,8 @@ func printStats(o *out, views []statsQueueView, watch bool) error {
 	if watch {
 		fmt.Fprintf(o.stdout, "%s\n", time.Now().Format("15:04:05"))
 	}
-	tw := tabwriter.NewWriter(o.stdout, 0, 0, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tREADY\tIN FLIGHT\tDELAYED\tDEAD-LETTERED\tOLDEST\tDLQ\tBROKER")
 	for _, v := range views {
 		name := v.Queue
@@ -225,7 +227,15 @@ func printStats(o *out, views []statsQueueView, watch bool) error {
 			fmt.Fprintf(tw, "  partition %d\t%d\t\t\t\t%s\t\t\n", p.Partition, p.Lag, textAge(p.LagAgeS))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for line := range strings.Lines(table.String()) {
+		if _, err := fmt.Fprintln(o.stdout, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func textCount(n *int64) string {
