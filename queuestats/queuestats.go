@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -23,14 +23,9 @@ type Queue struct {
 	// Name is the work queue.
 	Name string
 	// DLQ is its dead-letter queue; empty for the name the runtime dead-letters to on
-	// the transport (Name + ".dlq"; on SQS Name + "-dlq", before a .fifo suffix).
+	// the transport ([dlq.QueueFor]: Name + ".dlq"; on SQS Name + "-dlq", before a
+	// .fifo suffix).
 	DLQ string
-}
-
-// DeadLetterQueue is the name the runtime dead-letters queue's messages to on tr when
-// no dead-letter queue or suffix is configured.
-func DeadLetterQueue(tr transport.Transport, queue string) string {
-	return settle.DeadLetterQueue(queue, "", "", tr.Capabilities())
 }
 
 // Snapshot is one look at a work queue and its dead-letter queue.
@@ -62,7 +57,7 @@ func Take(ctx context.Context, tr transport.Transport, q Queue) (Snapshot, error
 	}
 	s := Snapshot{Queue: q.Name, DLQ: q.DLQ}
 	if s.DLQ == "" {
-		s.DLQ = DeadLetterQueue(tr, q.Name)
+		s.DLQ = dlq.QueueFor(q.Name, tr.Capabilities())
 	}
 	var err error
 	if s.Stats, err = transport.Stats(ctx, tr, s.Queue); err != nil {

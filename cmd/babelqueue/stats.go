@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/otel/metrics"
 	"github.com/babelqueue-go/babelqueue/queuestats"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -142,7 +143,7 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		brokers = append(brokers, b)
 		for _, q := range qs {
 			if q.DLQ == "" {
-				q.DLQ = queuestats.DeadLetterQueue(b.tr, q.Name)
+				q.DLQ = dlq.QueueFor(q.Name, b.tr.Capabilities())
 			}
 			targets = append(targets, statsTarget{b: b, q: q})
 			byBroker[b] = append(byBroker[b], q)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/dlq"
 	"github.com/babelqueue-go/babelqueue/queuestats"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -147,7 +148,7 @@ func NewQueueCollector(tr transport.Transport, queues []queuestats.Queue, opts .
 		}
 		seen[q.Name] = true
 		if q.DLQ == "" {
-			q.DLQ = queuestats.DeadLetterQueue(tr, q.Name)
+			q.DLQ = dlq.QueueFor(q.Name, tr.Capabilities())
 		}
 		qc.queues = append(qc.queues, q)
 		qc.state = append(qc.state, &queueState{
