@@ -312,7 +312,7 @@ func TestStatsOnEveryBroker(t *testing.T) {
 }
 
 // An envelope made ten minutes ago.
-func oldEnvelope(t *testing.T, queue string, n int) *transport.Message {
+func oldEnvelope(t testing.TB, queue string, n int) *transport.Message {
 	t.Helper()
 	created := time.Now().Add(-10 * time.Minute)
 	e, err := envelope.Make("urn:babel:orders:created", map[string]int{"n": n}, envelope.WithQueue(queue), envelope.WithCreatedAt(created))

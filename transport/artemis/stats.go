@@ -21,7 +21,7 @@ var _ transport.QueueStatter = (*Transport)(nil)
 const managementAddress = "activemq.management"
 
 // The attributes of a queue's QueueControl that QueueStats reads, in this order.
-var statsAttributes = [...]string{"messageCount", "deliveringCount", "scheduledCount", "messagesAdded", "firstMessageAge"}
+var statsAttributes = [...]string{"messageCount", "deliveringCount", "scheduledCount", "messagesAdded", "firstMessageTimestamp"}
 
 // QueueStats asks the broker's management API for the queue's counts: one request
 // message per attribute of the queue's QueueControl, sent to activemq.management on the
@@ -29,8 +29,10 @@ var statsAttributes = [...]string{"messageCount", "deliveringCount", "scheduledC
 // InFlight is deliveringCount (delivered to a consumer, not acknowledged), Delayed
 // scheduledCount, Ready messageCount less both (Artemis counts them in its message
 // count), Appended messagesAdded (which starts again from zero when the broker
-// restarts), and Oldest now less firstMessageAge, the age of the queue's first message
-// by its timestamp (the AMQP creation-time, which the binding sets to meta.created_at).
+// restarts), and Oldest firstMessageTimestamp, the timestamp of the queue's first
+// message (the AMQP creation-time, which the binding sets to meta.created_at; a message
+// written without one, such as a raw dead-letter write, has none, and Oldest is then
+// unknown).
 // The user needs the manage permission on the management address (the default role
 // of an Artemis instance has it). A queue that does not exist has Exists false.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
@@ -43,14 +45,19 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		return s, err
 	}
 	defer func() { _ = closeQuietly(sess) }()
-	replies, err := sess.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true, Credit: int32(len(statsAttributes))})
+	// The answers come pre-settled and both links are closed before the session: a
+	// session closed over an unsettled temporary-queue link took Artemis two seconds.
+	replies, err := sess.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true, Credit: int32(len(statsAttributes)),
+		RequestedSenderSettleMode: amqp.SenderSettleModeSettled.Ptr()})
 	if err != nil {
 		return s, fmt.Errorf("artemis: stats %q: attach a temporary queue for the answers: %w", queue, err)
 	}
+	defer func() { _ = replies.Close(ctx) }()
 	requests, err := sess.NewSender(ctx, managementAddress, nil)
 	if err != nil {
 		return s, fmt.Errorf("artemis: stats %q: attach to %s: %w", queue, managementAddress, err)
 	}
+	defer func() { _ = requests.Close(ctx) }()
 	replyTo := replies.Address()
 	for i, attr := range statsAttributes {
 		m := &amqp.Message{
@@ -71,7 +78,6 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		if err != nil {
 			return s, fmt.Errorf("artemis: stats %q: answer: %w", queue, err)
 		}
-		_ = replies.AcceptMessage(ctx, m)
 		i := -1
 		if m.Properties != nil {
 			if id, ok := m.Properties.CorrelationID.(string); ok {
@@ -94,7 +100,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	}
 	n := func(i int) (int64, error) {
 		if len(answers[i]) == 0 {
-			return -1, nil // the attribute is null (firstMessageAge of an empty queue)
+			return -1, nil // the attribute is null (firstMessageTimestamp of an empty queue)
 		}
 		var v []*float64
 		if err := json.Unmarshal(answers[i], &v); err != nil || len(v) != 1 {
@@ -114,8 +120,8 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	s.Exists = true
 	s.InFlight, s.Delayed, s.Appended = count[1], count[2], count[3]
 	s.Ready = max(count[0]-s.InFlight-s.Delayed, 0)
-	if age := count[4]; age >= 0 && s.Ready > 0 {
-		s.Oldest = time.Now().Add(-time.Duration(age) * time.Millisecond)
+	if ts := count[4]; ts > 0 && s.Ready > 0 {
+		s.Oldest = time.UnixMilli(ts)
 	}
 	return s, nil
 }
