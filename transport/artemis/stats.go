@@ -25,7 +25,7 @@ var statsAttributes = [...]string{"messageCount", "deliveringCount", "scheduledC
 
 // QueueStats asks the broker's management API for the queue's counts: one request
 // message per attribute of the queue's QueueControl, sent to activemq.management on the
-// transport's connection and answered on a temporary queue, all in one round trip.
+// transport's connection and answered on a temporary queue, on a session of its own.
 // InFlight is deliveringCount (delivered to a consumer, not acknowledged), Delayed
 // scheduledCount, Ready messageCount less both (Artemis counts them in its message
 // count), Appended messagesAdded (which starts again from zero when the broker
