@@ -39,11 +39,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/internal/worker"
 	"github.com/babelqueue-go/babelqueue/transport"
 	_ "github.com/babelqueue-go/babelqueue/transport/memory" // memory:// is built in
 )
@@ -71,9 +71,7 @@ type App struct {
 	running  bool
 	closed   bool
 
-	consuming    atomic.Bool
-	lastRecvErr  atomic.Pointer[receiveFailure]
-	lastReceived atomic.Int64 // Unix ns of the last delivery received
+	workers *worker.Pool[Message] // Run's
 }
 
 // route is one registered handler: the user's handler, its own middleware, and the
@@ -82,11 +80,6 @@ type route struct {
 	h     Handler
 	mw    []Middleware
 	chain Handler
-}
-
-type receiveFailure struct {
-	err error
-	at  time.Time
 }
 
 // Open opens an App on the broker at url, choosing the transport by the URL's scheme
@@ -157,6 +150,7 @@ func newApp(tr transport.Transport, cfg config) *App {
 	}
 	a.publish = a.send
 	a.dlq = settle.DeadLetterQueue(cfg.queue, cfg.deadLetterQueue, cfg.deadLetterSuffix, caps)
+	a.workers = a.newWorkers()
 	a.warnAtStart()
 	return a
 }
@@ -228,13 +222,10 @@ func (a *App) Health() Health {
 	a.mu.RLock()
 	h := Health{Running: a.running}
 	a.mu.RUnlock()
-	h.Consuming = a.consuming.Load()
-	if ns := a.lastReceived.Load(); ns != 0 {
-		h.LastReceived = time.Unix(0, ns)
-	}
-	if f := a.lastRecvErr.Load(); f != nil {
-		h.LastReceiveError, h.LastReceiveErrorAt = f.err, f.at
-	}
+	st := a.workers.Status()
+	h.Consuming = st.Consuming()
+	h.LastReceived = st.LastReceived()
+	h.LastReceiveErrorAt, h.LastReceiveError = st.LastReceiveError()
 	return h
 }
 

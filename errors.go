@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue/internal/settle"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -95,4 +96,24 @@ func (e *RequeueError) Unwrap() error { return e.Err }
 // answers this way: the message is neither run nor lost.
 func Requeue(after time.Duration, why error) error {
 	return &RequeueError{After: max(after, 0), Err: why}
+}
+
+// failureTargets are the errors.As targets that read a handler's error. A worker
+// keeps one set (it reads one error at a time): targets on the heap, which errors.As
+// needs, cost no allocation per failure.
+type failureTargets struct {
+	requeue *RequeueError
+	noRetry *NoRetryError
+}
+
+// classify reads a handler's error: a requeue, a failure not to retry, or a failure.
+func (f *failureTargets) classify(err error) (settle.Kind, time.Duration, error) {
+	defer func() { f.requeue, f.noRetry = nil, nil }() // keep no error alive
+	if errors.As(err, &f.requeue) {
+		return settle.Requeued, f.requeue.After, err
+	}
+	if errors.As(err, &f.noRetry) {
+		return settle.Unretryable, 0, f.noRetry.Err
+	}
+	return settle.Failed, 0, err
 }

@@ -3,6 +3,10 @@ package babelqueue
 import (
 	"context"
 	"time"
+
+	"github.com/babelqueue-go/babelqueue/internal/settle"
+	"github.com/babelqueue-go/babelqueue/internal/worker"
+	"github.com/babelqueue-go/babelqueue/transport"
 )
 
 // An Observer is told what the runtime does: metrics, tracing, audit logs and tests
@@ -235,6 +239,82 @@ func newHooks(obs []Observer) hooks {
 	return h
 }
 
-func (h *hooks) any() bool {
-	return len(h.receive)+len(h.handled)+len(h.settled) > 0
+// observing says which hooks the workers tell.
+func (h *hooks) observing() worker.Observing {
+	return worker.Observing{
+		Receive:      len(h.receive) > 0,
+		Handle:       len(h.handled) > 0,
+		Settle:       len(h.settled) > 0,
+		ReceiveError: len(h.receiveError) > 0,
+		SettleFailed: len(h.settleFailed) > 0,
+	}
+}
+
+// deliveryInfo describes a delivery, as a worker read it, to hooks.
+func deliveryInfo(d worker.Delivery) DeliveryInfo {
+	di := DeliveryInfo{
+		Queue: d.D.Queue, URN: d.Route, Attempts: d.Facts.Attempts, BodySize: len(d.D.Body),
+		Poison: d.Facts.Kind == settle.Poison, Rejected: d.Facts.Kind == settle.SchemaRejected,
+		Headers: d.D.Headers,
+	}
+	if d.Env != nil {
+		di.ID, di.TraceID, di.Lang, di.CreatedAt = d.Env.Meta.ID, d.Env.TraceID, d.Env.Meta.Lang, d.Env.Meta.CreatedAt
+	}
+	return di
+}
+
+// writesOf lists a settlement's writes for an event.
+func writesOf(ws []*transport.Message) []Write {
+	var out []Write
+	for _, w := range ws {
+		out = append(out, Write{Queue: w.Queue, Delay: w.Delay})
+	}
+	return out
+}
+
+// The methods below are the hooks as the workers (internal/worker) tell them: each
+// makes the public event and tells the observers that implement its hook.
+
+// Received tells the ReceiveHook observers.
+func (h *hooks) Received(ctx context.Context, d worker.Delivery) {
+	di := deliveryInfo(d)
+	for _, o := range h.receive {
+		o.OnReceive(ctx, di)
+	}
+}
+
+// Handled tells the HandleHook observers.
+func (h *hooks) Handled(ctx context.Context, d worker.Delivery, start time.Time, took time.Duration, err error) {
+	ev := HandledEvent{Delivery: deliveryInfo(d), Start: start, Duration: took, Err: err}
+	for _, o := range h.handled {
+		o.OnHandled(ctx, ev)
+	}
+}
+
+// Settled tells the SettleHook observers.
+func (h *hooks) Settled(ctx context.Context, s worker.Settled) {
+	ev := SettledEvent{
+		Delivery: deliveryInfo(s.Delivery), Kind: Kind(s.Delivery.Facts.Kind.String()), Action: Action(s.Decision.Action.String()),
+		Reason: s.Decision.Reason, Attempts: s.Decision.Attempts, Cause: s.Delivery.Cause, Writes: writesOf(s.Writes),
+		Err: s.Err, Duration: s.Took,
+	}
+	for _, o := range h.settled {
+		o.OnSettled(ctx, ev)
+	}
+}
+
+// ReceiveFailed tells the ReceiveErrorHook observers.
+func (h *hooks) ReceiveFailed(ctx context.Context, queue string, err error, backoff time.Duration) {
+	ev := ReceiveErrorEvent{Queue: queue, Err: err, Backoff: backoff}
+	for _, o := range h.receiveError {
+		o.OnReceiveError(ctx, ev)
+	}
+}
+
+// SettleFailed tells the SettleFailedHook observers.
+func (h *hooks) SettleFailed(ctx context.Context, d worker.Delivery, writes []*transport.Message, err error) {
+	ev := SettleFailedEvent{Delivery: deliveryInfo(d), Kind: Kind(d.Facts.Kind.String()), Writes: writesOf(writes), Err: err}
+	for _, o := range h.settleFailed {
+		o.OnSettleFailed(ctx, ev)
+	}
 }

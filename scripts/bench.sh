@@ -6,7 +6,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # ./transport/<name>/ to it (./... would stop at the nested go.mod).
 bash scripts/brokers.sh up
 eval "$(bash scripts/brokers.sh env)"
-go test -run '^$' -bench 'Runtime|ChannelBaseline|ChannelConsume|LargeBodyConsume|LogOutcome' -benchmem -benchtime 2s .
+go test -run '^$' -bench 'Runtime|ChannelBaseline|ChannelConsume|LargeBodyConsume' -benchmem -benchtime 2s .
+go test -run '^$' -bench 'LogOutcome' -benchmem -benchtime 2s ./internal/worker/
 go test -run '^$' -bench . -benchmem ./envelope/
 for d in transport/*/; do
   name="$(basename "$d")"

@@ -123,6 +123,9 @@ type Facts struct {
 	Attempts int
 	// After is how long a Requeued delivery should wait before it comes again.
 	After time.Duration
+	// Abandoned reports a delivery whose handler outlived the shutdown grace: it is
+	// given back to the broker whatever became of it.
+	Abandoned bool
 }
 
 // OnUnknown is the on_unknown_urn strategy, numbered as the root package's
@@ -162,6 +165,10 @@ type Decision struct {
 	Attempts int
 	// Delay is the retry tier's delay for ActRetry and ActPoisonRetry.
 	Delay time.Duration
+	// Untried marks an ActDeadLetter made by the on_unknown_urn=dead_letter strategy
+	// before any attempt: its dead_letter block records no error, and the body keeps
+	// the attempts it was received with (the block is appended, nothing else edited).
+	Untried bool
 }
 
 // Dead-letter reasons (docs/settlement.md) and drop reasons.
@@ -175,13 +182,26 @@ const (
 	dropNoTiers   = "poison without retry tiers or DLQ"
 	dropRejected  = "schema version rejected with dead-lettering off"
 	dropNoRetry   = "handler said do not retry, dead-lettering off"
+
+	dropUnbuildable = "the settle write could not be built"
+	dropTooLarge    = "the settle write is over the broker's size limit"
 )
 
 // Decide is the settlement rule (docs/settlement.md), as one pure function of what is
-// known of a delivery, the options and the transport's capabilities. The runtime
-// carries out what it returns; the table-driven tests of this function are the
-// settlement specification in executable form.
-func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
+// known of a delivery, the options and the transport's capabilities. It returns the
+// whole route: the decision, and what takes its place when its write cannot be built or
+// the broker refuses it for its size. The runtime carries out what it returns and
+// decides nothing itself; the table-driven tests of this function are the settlement
+// specification in executable form.
+func Decide(f Facts, p Policy, c transport.Capabilities) Route {
+	return routeOf(decide(f, p, c), p)
+}
+
+// decide is the first step of a delivery's route.
+func decide(f Facts, p Policy, c transport.Capabilities) Decision {
+	if f.Abandoned {
+		return Decision{Action: ActRewind}
+	}
 	switch f.Kind {
 	case Handled:
 		return Decision{Action: ActAck}
@@ -210,7 +230,7 @@ func Decide(f Facts, p Policy, c transport.Capabilities) Decision {
 		case UnknownRelease:
 			return Decision{Action: ActRelease, Attempts: f.Attempts}
 		case UnknownDeadLetter:
-			return Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: recorded(f.Attempts)}
+			return Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: recorded(f.Attempts), Untried: true}
 		default:
 			return failPath(f, p, c, ReasonUnknownURN)
 		}

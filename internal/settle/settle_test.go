@@ -63,7 +63,7 @@ func TestDecide(t *testing.T) {
 		{"failed at attempts -5: retry with attempts 0, never a negative write", Facts{Kind: Failed, Attempts: -5}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
 		{"failed at the smallest int: retry with attempts 0", Facts{Kind: Failed, Attempts: math.MinInt}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
 		{"no retry at attempts -1, DLQ on: dead-letter recording 0", Facts{Kind: Unretryable, Attempts: -1}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonFailed, Attempts: 0}},
-		{"unknown at attempts -1, dead_letter: the block records 0, not -1", Facts{Kind: UnknownURN, Attempts: -1}, dlqURN, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 0}},
+		{"unknown at attempts -1, dead_letter: the block records 0, not -1", Facts{Kind: UnknownURN, Attempts: -1}, dlqURN, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 0, Untried: true}},
 		{"unknown at attempts -1, fail: retried with attempts 0", Facts{Kind: UnknownURN, Attempts: -1}, on, plain, Decision{Action: ActRetry, Attempts: 0}},
 		{"unknown at attempts -1, release: re-published unchanged, count as read", Facts{Kind: UnknownURN, Attempts: -1}, rel, plain, Decision{Action: ActRelease, Attempts: -1}},
 		{"requeued at attempts -1: unchanged, count as read", Facts{Kind: Requeued, Attempts: -1}, on, plain, Decision{Action: ActRelease, Attempts: -1}},
@@ -83,7 +83,7 @@ func TestDecide(t *testing.T) {
 		// unknown URN
 		{"unknown, delete: drop", Facts{Kind: UnknownURN}, del, plain, Decision{Action: ActDrop, Reason: dropDeleted}},
 		{"unknown, release: re-publish unchanged", Facts{Kind: UnknownURN, Attempts: 1}, rel, plain, Decision{Action: ActRelease, Attempts: 1}},
-		{"unknown, dead_letter: dead-letter unknown_urn, no retry", Facts{Kind: UnknownURN}, dlqURN, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 0}},
+		{"unknown, dead_letter: dead-letter unknown_urn, no retry, untried", Facts{Kind: UnknownURN}, dlqURN, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 0, Untried: true}},
 		{"unknown, fail: retried like a failure", Facts{Kind: UnknownURN}, on, plain, Decision{Action: ActRetry, Attempts: 1}},
 		{"unknown, fail, exhausted, DLQ on: unknown_urn", Facts{Kind: UnknownURN, Attempts: 2}, on, plain, Decision{Action: ActDeadLetter, Reason: ReasonUnknownURN, Attempts: 3}},
 		{"unknown, fail, exhausted, DLQ off: drop", Facts{Kind: UnknownURN, Attempts: 2}, off, plain, Decision{Action: ActDrop, Reason: dropExhausted, Attempts: 3}},
@@ -117,10 +117,14 @@ func TestDecide(t *testing.T) {
 		{"gate, never retried even with tiers", Facts{Kind: SchemaRejected, Attempts: 0}, tiered, kafka, Decision{Action: ActDrop, Reason: dropRejected}},
 
 		{"unknown kind: give it back", Facts{Kind: Kind(99)}, on, plain, Decision{Action: ActRewind}},
+
+		// the handler outlived the shutdown grace: given back, whatever it returns later
+		{"abandoned at the shutdown grace: rewind", Facts{Kind: Handled, Abandoned: true}, on, plain, Decision{Action: ActRewind}},
+		{"abandoned, even a failure at max: rewind", Facts{Kind: Failed, Attempts: 2, Abandoned: true}, on, plain, Decision{Action: ActRewind}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.f, tc.p, tc.c)
-			if got != tc.want {
+			route := Decide(tc.f, tc.p, tc.c)
+			if got := route.First(); got != tc.want {
 				t.Errorf("Decide(%+v) =\n  %+v\nwant\n  %+v", tc.f, got, tc.want)
 			}
 		})
@@ -165,7 +169,8 @@ func TestGateSchemaVersion(t *testing.T) {
 func ExampleDecide() {
 	p := Policy{MaxAttempts: 3, DeadLetter: true}
 	for attempts := range 3 {
-		d := Decide(Facts{Kind: Failed, Attempts: attempts}, p, transport.Capabilities{})
+		r := Decide(Facts{Kind: Failed, Attempts: attempts}, p, transport.Capabilities{})
+		d := r.First()
 		fmt.Println(attempts, d.Action, d.Attempts)
 	}
 	// Output:

@@ -1,4 +1,4 @@
-package babelqueue
+package worker
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
 
 // TestSettlementLogLevels pins the level of each settlement's log line: what an
@@ -22,8 +21,8 @@ func TestSettlementLogLevels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := delivery{d: &transport.Delivery{Queue: "orders"}, env: env, route: env.Job,
-		facts: settle.Facts{Kind: settle.Failed, Attempts: 1}, cause: errors.New("payment service refused")}
+	x := delivery[struct{}]{Delivery: Delivery{D: &transport.Delivery{Queue: "orders"}, Env: env, Route: env.Job,
+		Facts: settle.Facts{Kind: settle.Failed, Attempts: 1}, Cause: errors.New("payment service refused")}}
 	for _, tc := range []struct {
 		action settle.Action
 		level  string // "" when nothing is logged at Info
@@ -45,12 +44,9 @@ func TestSettlementLogLevels(t *testing.T) {
 				buf   *bytes.Buffer
 				level slog.Level
 			}{{&info, slog.LevelInfo}, {&debug, slog.LevelDebug}} {
-				a, err := New(memory.New(), WithLogger(slog.New(slog.NewTextHandler(out.buf, &slog.HandlerOptions{Level: out.level}))))
-				if err != nil {
-					t.Fatal(err)
-				}
-				out.buf.Reset() // New's own lines
-				a.logOutcome(x, settle.Decision{Action: tc.action, Attempts: 2})
+				p := New[struct{}](Config{Queue: "orders", DeadLetterQueue: "orders.dlq",
+					Log: slog.New(slog.NewTextHandler(out.buf, &slog.HandlerOptions{Level: out.level}))}, nil, nil, Observing{})
+				p.logOutcome(&x, settle.Decision{Action: tc.action, Attempts: 2})
 			}
 			if tc.level == "" {
 				if info.Len() != 0 {
