@@ -11,8 +11,10 @@ import (
 
 // An Observer is told what the runtime does: metrics, tracing, audit logs and tests
 // watch the app through it. It is any value that implements one or more of
-// [ReceiveHook], [HandleHook], [SettleHook], [PublishHook] and [ReceiveErrorHook]; the
-// runtime calls only the hooks a value implements (the shape of franz-go's hooks).
+// [ReceiveHook], [HandleHook], [SettleHook], [SettleFailedHook], [PublishHook] and
+// [ReceiveErrorHook]; the runtime calls only the hooks a value implements (the shape of
+// franz-go's hooks). [WithObserver] refuses a value that implements none of them (a
+// misspelt method name, a pointer method on a value).
 //
 // Hooks run synchronously on the worker that handles the delivery: keep them fast and
 // never block. The values they are given are read-only and valid only during the call.
@@ -191,6 +193,8 @@ type ReceiveErrorEvent struct {
 }
 
 // WithObserver adds observers; each is told through the hook interfaces it implements.
+// A nil observer, or one that implements none of the hook interfaces, is an
+// [ErrInvalidOption].
 func WithObserver(obs ...Observer) Option {
 	return func(c *config) {
 		for _, o := range obs {
@@ -198,8 +202,22 @@ func WithObserver(obs ...Observer) Option {
 				c.invalid("observer is nil")
 				return
 			}
+			if !isObserver(o) {
+				c.invalid("observer %T implements none of the hooks (ReceiveHook, HandleHook, SettleHook, SettleFailedHook, PublishHook, ReceiveErrorHook)", o)
+				return
+			}
 		}
 		c.observers = append(c.observers, obs...)
+	}
+}
+
+// isObserver reports whether o implements at least one hook.
+func isObserver(o Observer) bool {
+	switch o.(type) {
+	case ReceiveHook, HandleHook, SettleHook, SettleFailedHook, PublishHook, ReceiveErrorHook:
+		return true
+	default:
+		return false
 	}
 }
 

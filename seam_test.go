@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 const urn = "urn:babel:orders:created"
@@ -99,6 +101,48 @@ func TestObserverSeesEveryStep(t *testing.T) {
 	if ev.Kind != babelqueue.KindFailed || ev.Action != babelqueue.ActionRetry || ev.Attempts != 1 || ev.Cause == nil ||
 		len(ev.Writes) != 1 || ev.Writes[0].Queue != "orders" || ev.Writes[0].Delay != time.Hour || ev.Err != nil {
 		t.Errorf("settled %+v", ev)
+	}
+}
+
+// misspelt has a method that looks like a hook but is none (OnRecieve).
+type misspelt struct{}
+
+func (misspelt) OnRecieve(context.Context, babelqueue.DeliveryInfo) {}
+
+// pointerHook implements SettleHook on its pointer only.
+type pointerHook struct{}
+
+func (*pointerHook) OnSettled(context.Context, babelqueue.SettledEvent) {}
+
+// An observer that implements none of the hooks would never be told anything: it is
+// refused, naming its type, where a nil one is too.
+func TestObserverWithoutHooksIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		obs  babelqueue.Observer
+		want string // in the error; "" when accepted
+	}{
+		{"nil", nil, "observer is nil"},
+		{"no methods", struct{}{}, "observer struct {} implements none of the hooks"},
+		{"a misspelt hook", misspelt{}, "observer babelqueue_test.misspelt implements none of the hooks"},
+		{"a pointer hook given as a value", pointerHook{}, "observer babelqueue_test.pointerHook implements none of the hooks"},
+		{"a pointer hook given as a pointer", &pointerHook{}, ""},
+		{"the recorder", transporttest.NewRecorder(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app, err := babelqueue.New(memory.New(), babelqueue.WithObserver(transporttest.NewRecorder(), tc.obs),
+				babelqueue.WithLogger(slog.New(slog.DiscardHandler)))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				app.Close(context.Background())
+				return
+			}
+			if !errors.Is(err, babelqueue.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrInvalidOption with %q", err, tc.want)
+			}
+		})
 	}
 }
 
