@@ -50,36 +50,66 @@ const maxSteps = 4
 // never rewound (a rewind would bring the delivery back for ever): the received bytes
 // go to the DLQ (the broker delivered them, so they fit, and they need no edit), or,
 // with the DLQ off or when even those are refused, the delivery is dropped and the drop
-// logged. The runtime carries a route out with [Route.Next]; a route is a value with no
-// pointers, made without an allocation.
+// logged. Every fallback keeps the decision's attempts.
+//
+// The runtime carries a route out with [Route.Step] and [Route.Next]. A route is a small
+// value (the decision and whether the DLQ is on): the steps after the first follow from
+// those two, and are spelled out only when a setback asks for them.
 type Route struct {
-	steps [maxSteps]Step
-	n     int
+	first Decision
+	dlq   bool // dead-lettering is on: a stopped write falls back to the received bytes
 }
 
 // Len is the number of steps.
-func (r *Route) Len() int { return r.n }
+func (r *Route) Len() int {
+	_, n := r.steps()
+	return n
+}
 
 // Step returns step i; step 0 is the decision.
-func (r *Route) Step(i int) Decision { return r.steps[i].Decision }
+func (r *Route) Step(i int) Decision {
+	if i == 0 {
+		return r.first
+	}
+	steps, _ := r.steps()
+	return steps[i].Decision
+}
 
 // First returns the decision: the step taken unless a setback stops it.
-func (r *Route) First() Decision { return r.steps[0].Decision }
+func (r *Route) First() Decision { return r.first }
 
 // Next returns the step that follows step i when s stopped it, and false when the
 // route has none: the delivery is then rewound.
 func (r *Route) Next(i int, s Setback) (int, bool) {
-	for j := i + 1; j < r.n; j++ {
-		if r.steps[j].After&s != 0 {
+	steps, n := r.steps()
+	for j := i + 1; j < n; j++ {
+		if steps[j].After&s != 0 {
 			return j, true
 		}
 	}
 	return 0, false
 }
 
-func (r *Route) add(s Step) {
-	r.steps[r.n] = s
-	r.n++
+// steps spells the route out. A step that writes is followed, for either setback, by
+// the received bytes on the DLQ when the DLQ is on (unless the step was that already),
+// then by a drop whose reason names the setback. A step that writes nothing has nothing
+// a setback can stop.
+func (r *Route) steps() (steps [maxSteps]Step, n int) {
+	add := func(s Step) {
+		steps[n] = s
+		n++
+	}
+	d := r.first
+	add(Step{Decision: d})
+	if !d.Action.writes() {
+		return steps, n
+	}
+	if r.dlq && d.Action != ActRawDeadLetter {
+		add(Step{Decision: Decision{Action: ActRawDeadLetter, Attempts: d.Attempts}, After: Unbuildable | TooLarge})
+	}
+	add(Step{Decision: Decision{Action: ActDrop, Reason: dropUnbuildable, Attempts: d.Attempts}, After: Unbuildable})
+	add(Step{Decision: Decision{Action: ActDrop, Reason: dropTooLarge, Attempts: d.Attempts}, After: TooLarge})
+	return steps, n
 }
 
 // writes reports whether a settlement of a makes a write, which a setback can stop.
@@ -90,21 +120,4 @@ func (a Action) writes() bool {
 	default:
 		return false
 	}
-}
-
-// routeOf is the route of a decision. A step that writes is followed, for either
-// setback, by the received bytes on the DLQ when the DLQ is on (unless the step was
-// that already), then by a drop whose reason names the setback. The fallbacks keep the
-// decision's attempts.
-func routeOf(d Decision, p Policy) Route {
-	r := Route{steps: [maxSteps]Step{{Decision: d}}, n: 1}
-	if !d.Action.writes() {
-		return r
-	}
-	if p.DLQOn() && d.Action != ActRawDeadLetter {
-		r.add(Step{Decision: Decision{Action: ActRawDeadLetter, Attempts: d.Attempts}, After: Unbuildable | TooLarge})
-	}
-	r.add(Step{Decision: Decision{Action: ActDrop, Reason: dropUnbuildable, Attempts: d.Attempts}, After: Unbuildable})
-	r.add(Step{Decision: Decision{Action: ActDrop, Reason: dropTooLarge, Attempts: d.Attempts}, After: TooLarge})
-	return r
 }

@@ -2,6 +2,7 @@ package settle
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,13 +10,13 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// route is a Route of the given steps, for the tables.
-func route(steps ...Step) Route {
-	var r Route
-	for _, s := range steps {
-		r.add(s)
-	}
-	return r
+// route is a route's steps spelled out, for the tables.
+func route(steps ...Step) []Step { return steps }
+
+// stepsOf spells r out.
+func stepsOf(r Route) []Step {
+	steps, n := r.steps()
+	return steps[:n]
 }
 
 // TestRoute is the whole route of a delivery as a table: the decision (TestDecide has a
@@ -48,7 +49,7 @@ func TestRoute(t *testing.T) {
 		f    Facts
 		p    Policy
 		c    transport.Capabilities
-		want Route
+		want []Step
 	}{
 		// nothing written: nothing a setback can stop
 		{"handled: ack, nothing else", Facts{Kind: Handled}, on, plain, route(first(Decision{Action: ActAck}))},
@@ -87,8 +88,17 @@ func TestRoute(t *testing.T) {
 			route(first(Decision{Action: ActPoisonRetry, Attempts: 2}), unbuilt(2), tooLarge(2))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Decide(tc.f, tc.p, tc.c); got != tc.want {
+			r := Decide(tc.f, tc.p, tc.c)
+			if got := stepsOf(r); !slices.Equal(got, tc.want) {
 				t.Errorf("Decide(%+v) =\n  %s\nwant\n  %s", tc.f, show(got), show(tc.want))
+			}
+			if r.Len() != len(tc.want) {
+				t.Errorf("Len() = %d, want %d", r.Len(), len(tc.want))
+			}
+			for i, s := range tc.want {
+				if got := r.Step(i); got != s.Decision {
+					t.Errorf("Step(%d) = %+v, want %+v", i, got, s.Decision)
+				}
 			}
 		})
 	}
@@ -149,10 +159,10 @@ func name(d Decision) string {
 	return d.Action.String()
 }
 
-func show(r Route) string {
+func show(steps []Step) string {
 	var b strings.Builder
-	for i := range r.Len() {
-		fmt.Fprintf(&b, "[%s %+v] ", r.steps[i].After, r.steps[i].Decision)
+	for _, s := range steps {
+		fmt.Fprintf(&b, "[%s %+v] ", s.After, s.Decision)
 	}
 	return b.String()
 }

@@ -194,7 +194,7 @@ const (
 // decides nothing itself; the table-driven tests of this function are the settlement
 // specification in executable form.
 func Decide(f Facts, p Policy, c transport.Capabilities) Route {
-	return routeOf(decide(f, p, c), p)
+	return Route{first: decide(f, p, c), dlq: p.DLQOn()}
 }
 
 // decide is the first step of a delivery's route.
