@@ -50,7 +50,8 @@ const maxSteps = 4
 // never rewound (a rewind would bring the delivery back for ever): the received bytes
 // go to the DLQ (the broker delivered them, so they fit, and they need no edit), or,
 // with the DLQ off or when even those are refused, the delivery is dropped and the drop
-// logged. Every fallback keeps the decision's attempts.
+// logged. Every fallback keeps the decision's attempts (0 for a release of a body that
+// said a negative count: what the runtime writes or records is never below 0).
 //
 // The runtime carries a route out with [Route.Step] and [Route.Next]. A route is a small
 // value (the decision and whether the DLQ is on): the steps after the first follow from
@@ -94,22 +95,23 @@ func (r *Route) Next(i int, s Setback) (int, bool) {
 // the received bytes on the DLQ when the DLQ is on (unless the step was that already),
 // then by a drop whose reason names the setback. A step that writes nothing has nothing
 // a setback can stop.
-func (r *Route) steps() (steps [maxSteps]Step, n int) {
+func (r *Route) steps() (steps [maxSteps]Step, count int) {
 	add := func(s Step) {
-		steps[n] = s
-		n++
+		steps[count] = s
+		count++
 	}
 	d := r.first
 	add(Step{Decision: d})
 	if !d.Action.writes() {
-		return steps, n
+		return steps, count
 	}
+	n := recorded(d.Attempts) // a release carries a negative count as read; a fallback records 0
 	if r.dlq && d.Action != ActRawDeadLetter {
-		add(Step{Decision: Decision{Action: ActRawDeadLetter, Attempts: d.Attempts}, After: Unbuildable | TooLarge})
+		add(Step{Decision: Decision{Action: ActRawDeadLetter, Attempts: n}, After: Unbuildable | TooLarge})
 	}
-	add(Step{Decision: Decision{Action: ActDrop, Reason: dropUnbuildable, Attempts: d.Attempts}, After: Unbuildable})
-	add(Step{Decision: Decision{Action: ActDrop, Reason: dropTooLarge, Attempts: d.Attempts}, After: TooLarge})
-	return steps, n
+	add(Step{Decision: Decision{Action: ActDrop, Reason: dropUnbuildable, Attempts: n}, After: Unbuildable})
+	add(Step{Decision: Decision{Action: ActDrop, Reason: dropTooLarge, Attempts: n}, After: TooLarge})
+	return steps, count
 }
 
 // writes reports whether a settlement of a makes a write, which a setback can stop.

@@ -86,6 +86,8 @@ func TestRoute(t *testing.T) {
 			route(first(Decision{Action: ActRelease}), unbuilt(0), tooLarge(0))},
 		{"poison retry, DLQ off: then a drop", Facts{Kind: Poison, Attempts: 1}, off, plain,
 			route(first(Decision{Action: ActPoisonRetry, Attempts: 2}), unbuilt(2), tooLarge(2))},
+		{"requeued at attempts -1, DLQ on: the release keeps -1, the fallbacks record 0", Facts{Kind: Requeued, Attempts: -1}, on, plain,
+			route(first(Decision{Action: ActRelease, Attempts: -1}), raw(0), unbuilt(0), tooLarge(0))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Decide(tc.f, tc.p, tc.c)
