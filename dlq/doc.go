@@ -1,6 +1,6 @@
 // Package dlq is the operator's side of dead-letter queues: see what a dead-letter
-// queue holds and why, count it, and put back exactly the messages that should run
-// again, on any broker.
+// queue holds and why, count it, put back exactly the messages that should run again,
+// and archive and discard the ones that should not, on any broker.
 //
 // A dead-letter queue holds what the runtime could not process: envelopes whose
 // handler kept failing (reason "failed"), envelopes no handler was registered for
@@ -27,6 +27,20 @@
 // the acknowledgement of the dead-letter copy, so a redrive that fails or is
 // interrupted loses nothing.
 //
+// # Archiving and discarding
+//
+// [Export] writes the messages a selection selects, byte for byte (poison bodies too),
+// with their key and headers, as JSON lines ([Writer], one [Record] per line), and
+// leaves them on the queue. [Purge] removes the messages a selection selects: a dry run
+// counts them by reason and URN; [WithExport] archives each one, durably, before it is
+// removed, so the archive holds every message removed even when the purge is killed; a
+// message removed is never one the selection did not select. A broker whose queues are
+// logs ([GroupLog]: Kafka) cannot delete a record: Purge says so ([ErrCannotRemove])
+// unless [WithCommitPast] asks it to move the consumer group past the selected records.
+// [Import] writes an export back ([Reader]), every write confirmed by the broker, to
+// the queue each record came from or to another, on this broker or another one.
+//
 // The package uses the standard library only; the babelqueue command (cmd/babelqueue)
-// puts a command line on it: dlq stats, dlq ls, dlq show, dlq redrive.
+// puts a command line on it: dlq stats, dlq ls, dlq show, dlq redrive, dlq export,
+// dlq purge, dlq import.
 package dlq

@@ -1,6 +1,7 @@
 package dlq_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -73,4 +74,55 @@ func ExampleFingerprint() {
 	// Output:
 	// order <n> not found (request <uuid>)
 	// order <n> not found (request <uuid>)
+}
+
+// Archive the poison messages and the unknown URNs, then remove them: a dry run says
+// what would go, the purge writes each message to the archive before it removes it,
+// and an import puts the archive back (here, onto another queue).
+func ExamplePurge() {
+	tr := exampleBroker()
+	ctx := context.Background()
+	sel, err := dlq.ParseSelect([]string{"reason=poison|unknown_urn"}, time.Now())
+	if err != nil {
+		panic(err)
+	}
+	plan, _ := dlq.Purge(ctx, tr, "orders.dlq", dlq.WithSelect(sel), dlq.WithDryRun())
+	for _, g := range plan.Selected.Reasons {
+		fmt.Println("would remove", g.Count, g.Key)
+	}
+
+	var archive bytes.Buffer // an *os.File in real life: each record is synced before its message goes
+	res, err := dlq.Purge(ctx, tr, "orders.dlq", dlq.WithSelect(sel), dlq.WithExport(dlq.NewWriter(&archive)), dlq.WithIdle(100*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("removed", res.Removed, "archived", res.Exported, "left", len(tr.Messages("orders.dlq")))
+
+	back, err := dlq.Import(ctx, tr, dlq.NewReader(&archive), dlq.WithTarget("quarantine.dlq"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("imported", back.Imported, "to quarantine.dlq:", len(tr.Messages("quarantine.dlq")))
+	// Output:
+	// would remove 6 unknown_urn
+	// would remove 4 poison
+	// removed 10 archived 10 left 10
+	// imported 10 to quarantine.dlq: 10
+}
+
+// Export the dead letters of one URN as JSON lines, leaving them on the queue.
+func ExampleExport() {
+	tr := exampleBroker()
+	sel, _ := dlq.ParseSelect([]string{"urn=urn:babel:payments:*"}, time.Now())
+	var out bytes.Buffer
+	res, err := dlq.Export(context.Background(), tr, "orders.dlq", dlq.NewWriter(&out), dlq.WithSelect(sel))
+	if err != nil {
+		panic(err)
+	}
+	rec, _ := dlq.NewReader(&out).Next()
+	fmt.Println("exported", res.Exported, "of", res.Exported+res.Skipped, "- first:", rec.URN, rec.Reason)
+	fmt.Println("still on the queue:", len(tr.Messages("orders.dlq")))
+	// Output:
+	// exported 4 of 20 - first: urn:babel:payments:captured failed
+	// still on the queue: 20
 }

@@ -13,48 +13,56 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// Option configures [Redrive].
+// Option configures [Redrive], [Purge], [Export] and [Import]. Each option says which
+// of them it applies to; the others ignore it.
 type Option func(*options)
 
 type options struct {
-	max      int
-	dryRun   bool
-	sel      Select
-	to       string
-	bypass   bool
-	poison   bool
-	idle     time.Duration
-	start    time.Duration
-	settle   time.Duration
-	progress func(Progress)
-	log      *slog.Logger
+	max        int
+	dryRun     bool
+	sel        Select
+	to         string
+	bypass     bool
+	poison     bool
+	idle       time.Duration
+	start      time.Duration
+	settle     time.Duration
+	progress   func(Progress)
+	log        *slog.Logger
+	export     *Writer
+	commitPast bool
 }
 
-// WithMax stops the redrive once n messages were moved (or, on a dry run, would be).
-// Zero, the default, is no limit.
+// WithMax stops once n messages were moved (Redrive), removed (Purge), exported
+// (Export) or imported (Import), or, on a dry run, would be. Zero, the default, is no
+// limit.
 func WithMax(n int) Option { return func(o *options) { o.max = max(n, 0) } }
 
-// WithDryRun reports what the redrive would move without changing anything: the
-// dead-letter queue is browsed, not consumed, so the transport must be a
-// [transport.Browser].
+// WithDryRun reports what a redrive or a purge would do without changing anything:
+// the dead-letter queue is browsed, not consumed, so the transport must be a
+// [transport.Browser]. An import with it reads and checks the export and writes
+// nothing.
 func WithDryRun() Option { return func(o *options) { o.dryRun = true } }
 
-// WithSelect moves only the messages sel selects; the others stay on the dead-letter
-// queue. Default: every message that can be redriven.
+// WithSelect takes only the messages sel selects (Redrive, Purge, Export); the others
+// stay on the dead-letter queue. Default: every message (that can be redriven, for a
+// redrive).
 func WithSelect(sel Select) Option { return func(o *options) { o.sel = sel } }
 
 // WithTarget moves every message to queue instead of the queue it failed on
-// (dead_letter.original_queue): a sandbox to replay into, say.
+// (dead_letter.original_queue): a sandbox to replay into, say. For [Import], every
+// record goes to queue instead of the queue it was exported from.
 func WithTarget(queue string) Option { return func(o *options) { o.to = queue } }
 
 // WithBypass stamps each moved message with the replay-bypass header
 // (bq-replay-bypass: 1), so that its handler can tell it is a replay
-// (babelqueue.IsReplay) and skip side effects that already happened.
+// (babelqueue.IsReplay) and skip side effects that already happened. Redrive only.
 func WithBypass() Option { return func(o *options) { o.bypass = true } }
 
 // WithPoison redrives poison messages too, as their original bytes (a wrapped body is
 // unwrapped, a spliced dead_letter block cut out). By default they stay on the
-// dead-letter queue: the runtime would only dead-letter them again.
+// dead-letter queue: the runtime would only dead-letter them again. Redrive only: a
+// purge or an export takes poison like any message its selection selects.
 func WithPoison() Option { return func(o *options) { o.poison = true } }
 
 // WithIdle ends the redrive once the dead-letter queue gave nothing for d (default 2s).
@@ -97,15 +105,17 @@ func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progre
 type Progress struct {
 	// Last is the message just looked at.
 	Last Item
-	// Moved and Kept count the messages so far (Moved: would move, on a dry run).
+	// Moved and Kept count the messages so far: Moved is those moved by a redrive,
+	// removed by a purge, exported or imported (on a dry run: that would be); Kept is
+	// those looked at and left where they are.
 	Moved, Kept int
-	// Planned is how many messages the redrive means to move, from the browse it
-	// makes first; -1 when it is not known (a transport that cannot browse, a dry
-	// run, which is that browse).
+	// Planned is how many messages the redrive or purge means to take, from the
+	// browse it makes first; -1 when it is not known (a transport that cannot browse,
+	// a dry run, which is that browse, an export or an import).
 	Planned int
 }
 
-// WithLogger logs each move at debug level and trouble at warn level (default: no
+// WithLogger logs each move or removal at debug level and trouble at warn level (default: no
 // logging).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
@@ -120,9 +130,17 @@ const (
 	WouldMove Action = "would_move"
 	// Kept: left on the DLQ (not selected, poison, no target).
 	Kept Action = "kept"
+	// Removed: taken off the queue by a purge (archived first when it exports).
+	Removed Action = "removed"
+	// WouldRemove: a purge's dry run would have removed it.
+	WouldRemove Action = "would_remove"
+	// Exported: written to an export, left on the queue.
+	Exported Action = "exported"
+	// Imported: written back from an export, confirmed by the broker.
+	Imported Action = "imported"
 )
 
-// Item is what a redrive did with one message.
+// Item is what a redrive, a purge, an export or an import did with one message.
 type Item struct {
 	Action  Action `json:"action"`
 	ID      string `json:"id,omitempty"`
@@ -196,32 +214,65 @@ type Result struct {
 // the message in hand is settled and Redrive returns what it did with
 // [StopInterrupted] and a nil error.
 func Redrive(ctx context.Context, tr transport.Transport, from string, opts ...Option) (Result, error) {
-	o := options{idle: 2 * time.Second, start: 30 * time.Second, settle: 30 * time.Second}
-	for _, f := range opts {
-		f(&o)
-	}
+	o := newOptions(opts)
 	if from == "" {
 		return Result{}, errors.New("dlq: redrive: empty dead-letter queue name")
 	}
 	if o.to != "" && o.to == from {
 		return Result{}, fmt.Errorf("dlq: redrive: the target queue %q is the dead-letter queue itself", from)
 	}
-	r := &run{o: o, tr: tr, from: from, res: Result{Queue: from, DryRun: o.dryRun, To: map[string]int{}}, planned: -1}
+	r := newRun(o, tr, from, "redrive", Moved, WouldMove)
+	r.take = func(e *Entry) ([]*transport.Message, string, string, bool) {
+		m, why := r.plan(e)
+		if m == nil {
+			return nil, "", why, false
+		}
+		return []*transport.Message{m}, m.Queue, "", true
+	}
 	if o.dryRun {
 		return r.res, r.dry(ctx)
 	}
 	return r.res, r.move(ctx)
 }
 
+func newOptions(opts []Option) options {
+	o := options{idle: 2 * time.Second, start: 30 * time.Second, settle: 30 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// run walks a dead-letter queue and takes the messages it is asked to take off it:
+// a redrive moves them to their queue, a purge removes them. The ones it does not take
+// stay.
 type run struct {
 	o       options
 	tr      transport.Transport
 	from    string
+	verb    string // for errors: "redrive", "purge"
 	res     Result
 	planned int
+	// take decides what becomes of e: the writes the acknowledgement of a message
+	// taken off the queue makes (none for a removal) and the queue they go to, or why
+	// it stays.
+	take func(e *Entry) (writes []*transport.Message, to, why string, ok bool)
+	// taking, when set, is called just before a message is settled as taken; its
+	// error leaves the message on the queue and stops the walk.
+	taking func(e *Entry) error
+	// took and would are the actions of a message taken, and of one a dry run would
+	// take.
+	took, would Action
+	// tally counts the messages taken (or that a dry run would take).
+	tally Tally
 }
 
-// plan decides what becomes of e: the write that moves it, or why it stays.
+func newRun(o options, tr transport.Transport, from, verb string, took, would Action) *run {
+	return &run{o: o, tr: tr, from: from, verb: verb, took: took, would: would, planned: -1,
+		res: Result{Queue: from, DryRun: o.dryRun, To: map[string]int{}}}
+}
+
+// plan decides what a redrive does with e: the write that moves it, or why it stays.
 func (r *run) plan(e *Entry) (*transport.Message, string) {
 	if r.o.sel != nil && !r.o.sel(e) {
 		return nil, "not selected"
@@ -239,9 +290,12 @@ func (r *run) plan(e *Entry) (*transport.Message, string) {
 
 func (r *run) report(e *Entry, a Action, to, why string) {
 	switch a {
-	case Moved, WouldMove:
+	case r.took, r.would:
 		r.res.Moved++
-		r.res.To[to]++
+		if to != "" {
+			r.res.To[to]++
+		}
+		r.tally.Add(e)
 	default:
 		r.res.Kept++
 	}
@@ -258,13 +312,13 @@ func (r *run) report(e *Entry, a Action, to, why string) {
 
 func (r *run) full() bool { return r.o.max > 0 && r.res.Moved >= r.o.max }
 
-// dry walks the dead-letter queue with a browse and reports what would move.
+// dry walks the dead-letter queue with a browse and reports what would be taken.
 func (r *run) dry(ctx context.Context) error {
 	r.res.Stopped = StopEnd
 	err := transport.BrowseAll(ctx, r.tr, r.from, PageSize, func(d *transport.Delivery) bool {
 		e := Read(d)
-		if m, why := r.plan(e); m != nil {
-			r.report(e, WouldMove, m.Queue, "")
+		if _, to, why, ok := r.take(e); ok {
+			r.report(e, r.would, to, "")
 		} else {
 			r.report(e, Kept, "", why)
 		}
@@ -284,14 +338,14 @@ func (r *run) dry(ctx context.Context) error {
 	return nil
 }
 
-// count browses the dead-letter queue for the number of messages the redrive will
-// move (at most the maximum). ok is false when the transport cannot browse.
+// count browses the dead-letter queue for the number of messages the walk will take
+// (at most the maximum). ok is false when the transport cannot browse.
 func (r *run) count(ctx context.Context) (n int, ok bool, err error) {
 	if _, can := r.tr.(transport.Browser); !can {
 		return 0, false, nil
 	}
 	err = transport.BrowseAll(ctx, r.tr, r.from, PageSize, func(d *transport.Delivery) bool {
-		if m, _ := r.plan(Read(d)); m != nil {
+		if _, _, _, take := r.take(Read(d)); take {
 			n++
 		}
 		return r.o.max == 0 || n < r.o.max
@@ -302,8 +356,9 @@ func (r *run) count(ctx context.Context) (n int, ok bool, err error) {
 	return n, err == nil, err
 }
 
-// move consumes the dead-letter queue and settles each message with its move, or
-// with a write that puts it back at the end of the queue.
+// move consumes the dead-letter queue and settles each message it takes with its
+// writes (none for a removal), and each other one with a write that puts it back at
+// the end of the queue.
 func (r *run) move(ctx context.Context) error {
 	want, known, err := r.count(ctx)
 	if err != nil {
@@ -311,7 +366,7 @@ func (r *run) move(ctx context.Context) error {
 			r.res.Stopped = StopInterrupted
 			return nil
 		}
-		return fmt.Errorf("dlq: redrive: browse %q: %w", r.from, err)
+		return fmt.Errorf("dlq: %s: browse %q: %w", r.verb, r.from, err)
 	}
 	if known {
 		r.planned = want
@@ -326,7 +381,7 @@ func (r *run) move(ctx context.Context) error {
 	}
 	c, err := r.tr.Consume(ctx, r.from, transport.ConsumeOptions{Prefetch: 1, SettleQueues: settleQueues, Transactional: true})
 	if err != nil {
-		return fmt.Errorf("dlq: redrive: consume %q: %w", r.from, err)
+		return fmt.Errorf("dlq: %s: consume %q: %w", r.verb, r.from, err)
 	}
 	r.res.Atomic = transport.SettlesAtomically(c)
 	defer func() {
@@ -360,7 +415,7 @@ func (r *run) move(ctx context.Context) error {
 				return nil
 			}
 			r.res.Stopped = StopError
-			return fmt.Errorf("dlq: redrive: receive from %q: %w", r.from, err)
+			return fmt.Errorf("dlq: %s: receive from %q: %w", r.verb, r.from, err)
 		}
 		if !known {
 			// A browse did not say how many to expect: a quiet queue is done.
@@ -374,24 +429,36 @@ func (r *run) move(ctx context.Context) error {
 			return r.settle(ctx, c, d, transport.Settlement{Outcome: transport.Rewind})
 		}
 		e := Read(d)
-		m, why := r.plan(e)
-		if m == nil {
+		writes, to, why, ok := r.take(e)
+		if !ok {
 			if err := r.settle(ctx, c, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{keep(d, e.Envelope)}}); err != nil {
 				r.res.Stopped = StopError
-				return fmt.Errorf("dlq: redrive: keeping a message on %q: %w", r.from, err)
+				return fmt.Errorf("dlq: %s: keeping a message on %q: %w", r.verb, r.from, err)
 			}
 			putBack[sum]++
 			r.report(e, Kept, "", why)
 			continue
 		}
-		if err := r.settle(ctx, c, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{m}}); err != nil {
+		if r.taking != nil {
+			if err := r.taking(e); err != nil {
+				r.res.Stopped = StopError
+				if rerr := r.settle(ctx, c, d, transport.Settlement{Outcome: transport.Rewind}); rerr != nil && r.o.log != nil {
+					r.o.log.Warn("dlq: could not give a message back; the broker redelivers it", "queue", r.from, "err", rerr)
+				}
+				return fmt.Errorf("dlq: %s: %w", r.verb, err)
+			}
+		}
+		if err := r.settle(ctx, c, d, transport.Settlement{Outcome: transport.Ack, Writes: writes}); err != nil {
 			r.res.Stopped = StopError
-			return fmt.Errorf("dlq: redrive to %q: %w", m.Queue, err)
+			if to != "" {
+				return fmt.Errorf("dlq: %s to %q: %w", r.verb, to, err)
+			}
+			return fmt.Errorf("dlq: %s from %q: %w", r.verb, r.from, err)
 		}
 		if r.o.log != nil {
-			r.o.log.Debug("dlq: redriven", "from", r.from, "to", m.Queue, "urn", e.URN(), "id", e.ID())
+			r.o.log.Debug("dlq: "+r.verb, "action", r.took, "from", r.from, "to", to, "urn", e.URN(), "id", e.ID())
 		}
-		r.report(e, Moved, m.Queue, "")
+		r.report(e, r.took, to, "")
 	}
 }
 
