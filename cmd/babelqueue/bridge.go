@@ -53,8 +53,22 @@ func bridgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := wantArgs(pos, 2, "a source and a destination broker URL"); err != nil {
 		return o.finish(err)
 	}
+	srcURL, srcQueue, err := oneQueue(pos[0])
+	if err != nil {
+		return o.finish(err)
+	}
+	dstURL, dstQueue, err := oneQueue(pos[1])
+	if err != nil {
+		return o.finish(err)
+	}
+	if err := queueFromURL(fs, "queue", queue, srcQueue); err != nil {
+		return o.finish(err)
+	}
+	if err := queueFromURL(fs, "to-queue", toQueue, dstQueue); err != nil {
+		return o.finish(err)
+	}
 	if *queue == "" {
-		return o.finish(usageError{"-queue is required"})
+		return o.finish(usageError{"-queue is required (or SRC_URL#queue)"})
 	}
 	if *toQueue == "" {
 		*toQueue = *queue
@@ -62,17 +76,17 @@ func bridgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *batch < 1 || *maxN < 0 {
 		return o.finish(usageError{"-batch must be at least 1 and -max not negative"})
 	}
-	src, err := o.open(ctx, pos[0])
+	src, err := o.open(ctx, srcURL)
 	if err != nil {
 		return o.finish(err)
 	}
 	defer src.close()
-	dst, err := o.open(ctx, pos[1])
+	dst, err := o.open(ctx, dstURL)
 	if err != nil {
 		return o.finish(err)
 	}
 	defer dst.close()
-	if pos[0] == pos[1] && *queue == *toQueue {
+	if srcURL == dstURL && *queue == *toQueue {
 		return o.finish(usageError{"the source and the destination are the same queue"})
 	}
 	br := &bridge{src: src, dst: dst, queue: *queue, toQueue: *toQueue, max: *maxN, batch: *batch, idle: *idle,

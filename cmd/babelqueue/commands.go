@@ -53,10 +53,24 @@ func urlArg(fs *flag.FlagSet) (string, error) {
 	return fs.Arg(0), nil
 }
 
+// urlQueueArg is urlArg for a command that works on one queue: URL#queue names it, as
+// -queue does (see urlqueue.go).
+func urlQueueArg(fs *flag.FlagSet, queue *string) (string, error) {
+	raw, err := urlArg(fs)
+	if err != nil {
+		return "", err
+	}
+	u, frag, err := oneQueue(raw)
+	if err != nil {
+		return "", err
+	}
+	return u, queueFromURL(fs, "queue", queue, frag)
+}
+
 func publish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := newOut("publish", stdout, stderr)
 	fs := o.flags()
-	queue := fs.String("queue", "default", "queue to publish to")
+	queue := fs.String("queue", "default", "queue to publish to (or URL#queue)")
 	urn := fs.String("urn", "", "the message URN (required), e.g. urn:babel:orders:created")
 	data := fs.String("data", "{}", "the data object, as JSON")
 	key := fs.String("key", "", "record key (Kafka, Pulsar, SQS FIFO group); empty for none")
@@ -66,7 +80,7 @@ func publish(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	url, err := urlArg(fs)
+	url, err := urlQueueArg(fs, queue)
 	if err != nil {
 		return err
 	}
@@ -106,14 +120,14 @@ func publish(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func consume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := newOut("consume", stdout, stderr)
 	fs := o.flags()
-	queue := fs.String("queue", "default", "queue to read")
+	queue := fs.String("queue", "default", "queue to read (or URL#queue)")
 	count := fs.Int("n", 0, "stop after this many messages (0: until interrupted or idle)")
 	idle := fs.Duration("idle", 0, "stop once no message came for this long (0: wait forever)")
 	keep := fs.Bool("keep", false, "give each message back to the broker instead of acknowledging it (stops after one pass of -n)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	url, err := urlArg(fs)
+	url, err := urlQueueArg(fs, queue)
 	if err != nil {
 		return err
 	}

@@ -138,6 +138,9 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if _, frag := splitFragment(url); frag != "" {
+		return usageError{fmt.Sprintf("%s names a queue (#%s), but the relay publishes each row to the queue it was written for: give the broker URL alone", transport.Redact(url), frag)}
+	}
 	if *batch <= 0 || *poll <= 0 || *retention < 0 || *progress < 0 {
 		return usageError{"-batch and -poll must be positive, -retention and -progress not negative"}
 	}
