@@ -22,20 +22,24 @@ import (
 const dlqUsage = `babelqueue dlq: look into a dead-letter queue and put messages back
 
 Usage:
-  babelqueue dlq stats   [flags] URL      counts by reason, URN, language, original queue, error
-  babelqueue dlq ls      [flags] URL      list the messages with their dead_letter block
-  babelqueue dlq show    [flags] URL ID   one message (ID: its meta.id, or #N for the N-th)
-  babelqueue dlq redrive [flags] URL      move messages back to the queue they failed on
+  babelqueue dlq stats   [flags] URL[#queue]      counts by reason, URN, language, original queue, error
+  babelqueue dlq ls      [flags] URL[#queue]      list the messages with their dead_letter block
+  babelqueue dlq show    [flags] URL[#queue] ID   one message (ID: its meta.id, or #N for the N-th)
+  babelqueue dlq redrive [flags] URL[#queue]      move messages back to the queue they failed on
+  babelqueue dlq export  [flags] URL[#queue]      write messages, byte for byte, as JSON lines (they stay)
+  babelqueue dlq purge   [flags] URL[#queue]      remove messages (a dry run unless -yes; -export archives first)
+  babelqueue dlq import  [flags] FILE URL[#queue] write an export back, every write confirmed
 
-Every command takes -queue (the work queue) or -dlq (the dead-letter queue itself),
--select clauses (see "babelqueue dlq redrive -h") and -json. stats, ls and show never
-consume a message.
+URL#orders, like -queue orders, means the dead-letter queue of orders (orders.dlq;
+orders-dlq on SQS); URL#orders.dlq, like -dlq orders.dlq, names it itself. Every
+command takes -select clauses (see "babelqueue dlq redrive -h") and -json. stats,
+ls, show and export never consume a message.
 `
 
 func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, dlqUsage)
-		return usageError{"dlq: want a subcommand: stats, ls, show or redrive"}
+		return usageError{"dlq: want a subcommand: stats, ls, show, redrive, export, purge or import"}
 	}
 	switch args[0] {
 	case "stats":
@@ -46,6 +50,12 @@ func dlqCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return dlqShow(ctx, args[1:], stdout, stderr)
 	case "redrive":
 		return dlqRedrive(ctx, "dlq redrive", args[1:], stdout, stderr)
+	case "export":
+		return dlqExport(ctx, args[1:], stdout, stderr)
+	case "purge":
+		return dlqPurge(ctx, args[1:], stdout, stderr)
+	case "import":
+		return dlqImport(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, dlqUsage)
 		return nil
@@ -89,8 +99,16 @@ func openDLQ(ctx context.Context, o *out, fs *flag.FlagSet, args []string, q *qu
 	if err := wantArgs(pos, nargs, what); err != nil {
 		return nil, "", nil, err
 	}
-	b, err := o.open(ctx, pos[0])
+	raw, frag, err := oneQueue(pos[0])
 	if err != nil {
+		return nil, "", nil, err
+	}
+	b, err := o.open(ctx, raw)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := q.fromURL(fs, frag, b); err != nil {
+		b.close()
 		return nil, "", nil, err
 	}
 	return b, q.name(b), pos, nil

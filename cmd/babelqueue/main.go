@@ -39,7 +39,8 @@ Usage:
   babelqueue publish [flags] URL                publish one envelope
   babelqueue consume [flags] URL                print a queue's messages (and acknowledge them)
   babelqueue redrive [flags] URL                move dead-lettered messages back to their queue (= dlq redrive)
-  babelqueue dlq stats|ls|show|redrive URL      look into a dead-letter queue and put messages back
+  babelqueue dlq stats|ls|show|redrive|export|purge|import URL[#queue]
+                                                look into a dead-letter queue, put messages back, archive and remove them
   babelqueue bridge [flags] SRC_URL DST_URL     move (or -copy) a queue between two brokers, byte for byte
   babelqueue tail -trace ID URL[#queue,…]…      follow one trace across queues and brokers
   babelqueue console [flags] URL[#queue,…]…     serve the web console: queues, dead letters, redrive, live tail
