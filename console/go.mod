@@ -7,6 +7,7 @@ require (
 	github.com/babelqueue-go/babelqueue/transport/amqp v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/kafka v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
+	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.24.0
 	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -16,7 +17,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect

@@ -62,6 +62,8 @@ func (c *Console) routes() {
 		rq := requestOf(r)
 		return c.redrive(w, r, rq.s, rq.user)
 	}))
+	mux.HandleFunc("POST /api/delete", c.action(c.deleteMessages))
+	mux.HandleFunc("POST /api/export", c.action(c.exportMessages))
 	mux.HandleFunc("GET /api/jobs/{id}", c.api(func(w http.ResponseWriter, r *http.Request) error {
 		jb, ok := c.jobs.get(r.PathValue("id"))
 		if !ok {

@@ -35,9 +35,10 @@ const maxRefs = 10_000
 // maxPreview bounds the messages a dry run lists.
 const maxPreview = 200
 
-// job is a redrive under way or done.
+// job is a redrive or a deletion under way or done.
 type job struct {
 	ID       string      `json:"id"`
+	Kind     string      `json:"kind"` // redrive, delete
 	User     string      `json:"user"`
 	Broker   string      `json:"broker"`
 	Queue    string      `json:"queue"`
@@ -51,7 +52,9 @@ type job struct {
 	Kept     int         `json:"kept"`
 	Planned  int         `json:"planned"`
 	Result   *dlq.Result `json:"result,omitempty"`
-	Error    string      `json:"error,omitempty"`
+	// Purge is the result of a deletion.
+	Purge *dlq.PurgeResult `json:"purge,omitempty"`
+	Error string           `json:"error,omitempty"`
 }
 
 type jobs struct {
@@ -70,7 +73,7 @@ func (j *jobs) start(key string, jb *job) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if id, ok := j.busy[key]; ok {
-		return &requestError{status: http.StatusConflict, msg: fmt.Sprintf("a redrive of this queue is under way (job %s): wait for it to end", id)}
+		return &requestError{status: http.StatusConflict, msg: fmt.Sprintf("a redrive or deletion of this queue is under way (job %s): wait for it to end", id)}
 	}
 	j.busy[key] = jb.ID
 	j.byID[jb.ID] = jb
@@ -215,7 +218,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session, us
 	if !req.Confirm {
 		return &requestError{status: http.StatusBadRequest, msg: "a redrive that moves messages must be confirmed (confirm: true) after its dry run"}
 	}
-	jb := &job{ID: randomToken()[:16], User: user, Broker: b.name, Queue: req.Queue, Target: req.Target,
+	jb := &job{ID: randomToken()[:16], Kind: "redrive", User: user, Broker: b.name, Queue: req.Queue, Target: req.Target,
 		Bypass: req.Bypass, Selected: selected, Started: time.Now(), Planned: -1}
 	key := fmt.Sprintf("%d/%s", b.id, req.Queue)
 	if err := c.jobs.start(key, jb); err != nil {
