@@ -65,8 +65,8 @@ func WithBasicAuth(user, password string) Option {
 	return func(o *options) { o.basicUser, o.basicPass = user, password }
 }
 
-// WithReadOnly refuses every action (redrives and their dry runs) and hides them
-// from the pages.
+// WithReadOnly refuses every action (redrives, deletions, exports and their dry
+// runs) and hides them from the pages.
 func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // WithLogger sets the logger of the audit lines (logins, redrives with who made them)

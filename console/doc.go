@@ -21,6 +21,10 @@
 //   - a redrive of the messages selected, or of every message of a group, with a dry
 //     run first and a confirmation, optionally with the replay-bypass header, made
 //     by package dlq (every move is a confirmed write, then the acknowledgement);
+//   - a deletion of the messages selected, or of every message of a group, with a dry
+//     run that counts them by reason and URN and a confirmation naming the count,
+//     which bounds it (dlq.Purge: a message deleted is always one selected), and an
+//     export of them as a download, the JSON lines of dlq.Export;
 //   - a live tail of a queue (server-sent events) and a search by meta.id or
 //     trace_id.
 //
@@ -30,8 +34,8 @@
 // and only requests addressed to a loopback name; [Console.ListenAndServe] refuses
 // to listen beyond loopback without a login. Every state-changing request needs the
 // session's CSRF token and passes Go's cross-origin protection. Broker URLs are shown
-// with their passwords redacted. [WithReadOnly] refuses every action. Logins and
-// redrives are logged with who made them.
+// with their passwords redacted. [WithReadOnly] refuses every action and hides it.
+// Logins, redrives, deletions and exports are logged with who made them.
 //
 // The babelqueue command serves it: babelqueue console URL#queue,queue....
 package console

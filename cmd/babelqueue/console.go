@@ -18,10 +18,11 @@ const consoleUsage = `babelqueue console [flags] URL[#queue,queue…]…
 
 Serve the web console (package console) for the brokers of the URLs: their queues
 with depth, in flight and dead-letter depth, each dead-letter queue grouped by
-reason, URN, producing language and error, the messages, redrives with a dry run, a
-live tail, a search by meta.id or trace_id. Each URL names its queues after a #, or
-takes every -queue. It binds to loopback unless -listen says otherwise, which needs
--token or -basic. Logins and redrives are logged to stderr with who made them.
+reason, URN, producing language and error, the messages, redrives and deletions
+with a dry run, exports, a live tail, a search by meta.id or trace_id. Each URL names
+its queues after a #, or takes every -queue. It binds to loopback unless -listen says
+otherwise, which needs -token or -basic. Logins, redrives, deletions and exports are
+logged to stderr with who made them.
 
 Flags:
 `
@@ -36,7 +37,7 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	listen := fs.String("listen", "127.0.0.1:8080", "the address to serve on; beyond loopback it needs -token or -basic")
 	token := fs.String("token", os.Getenv("BQ_CONSOLE_TOKEN"), "require a login with this token (default $BQ_CONSOLE_TOKEN, which keeps it out of the process list)")
 	basic := fs.String("basic", os.Getenv("BQ_CONSOLE_BASIC"), "require HTTP basic auth as user:password (default $BQ_CONSOLE_BASIC)")
-	readOnly := fs.Bool("read-only", false, "refuse redrives and hide them")
+	readOnly := fs.Bool("read-only", false, "refuse redrives, deletions and exports, and hide them")
 	var queues queuesFlag
 	fs.Var(&queues, "queue", "a work queue to show on every URL without its own #queue,… (repeatable)")
 	interval := fs.Duration("interval", 5*time.Second, "how often the queues are counted for the rates and charts")

@@ -279,14 +279,13 @@ func printPurge(w io.Writer, b *broker, res dlq.PurgeResult, items []dlq.Item, n
 	if len(items) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  REASON\tURN\tID")
-		for i, it := range items {
-			if i == maxListed {
-				fmt.Fprintf(tw, "  … and %d more (-json lists them all)\t\t\n", len(items)-maxListed)
-				break
-			}
+		for _, it := range items[:min(len(items), maxListed)] {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", orDash(it.Reason), orDash(it.URN), orDash(it.ID))
 		}
 		_ = tw.Flush()
+		if len(items) > maxListed {
+			fmt.Fprintf(w, "  … and %d more (-json lists them all)\n", len(items)-maxListed)
+		}
 	}
 	switch {
 	case res.DryRun:
