@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -399,3 +400,57 @@ func testPurgeKilled(t *testing.T, b opsBroker, raw string, tr transport.Transpo
 }
 
 func same(a, b map[string]int) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// TestPurgeCtrlC interrupts a purge with SIGINT, as Ctrl-C does: it stops, says how
+// many it removed (exit 130), that number is what the queue lost, and the archive holds
+// them.
+func TestPurgeCtrlC(t *testing.T) {
+	raw, tr, s := seedRedis(t, 3000)
+	archive := filepath.Join(t.TempDir(), "purged.jsonl")
+	run := startOnTerminal(t, "dlq", "purge", "-yes", "-all", "-export", archive, raw+"#"+s.Queue)
+	if !run.waitFor(60*time.Second, func(screen string) bool { return lastMoved(screen) >= 50 }) {
+		t.Fatalf("no progress: %s", run.screen())
+	}
+	if err := run.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := run.cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted purge: %v\n%s", err, run.screen())
+	}
+	screen := run.screen()
+	at := strings.Index(screen, "removed ")
+	var removed int
+	if at < 0 {
+		t.Fatalf("the summary does not say what was removed:\n%s", screen)
+	}
+	if _, err := fmt.Sscanf(screen[at:], "removed %d message(s)", &removed); err != nil {
+		t.Fatalf("the summary does not say what was removed: %v\n%s", err, screen)
+	}
+	if !strings.Contains(screen, "interrupted") || !strings.Contains(screen, "every message removed is in "+archive) {
+		t.Errorf("the summary does not say it was interrupted and where the removed ones are:\n%s", screen)
+	}
+	left := len(browse(t, tr, s.DLQ))
+	if got := total(exported(t, archive)); removed < 50 || left != 3000-removed || got != removed {
+		t.Fatalf("said %d removed; the DLQ holds %d of 3000, the archive %d", removed, left, got)
+	}
+}
+
+// TestExportProgressOnTerminal: an export to a file draws its progress on a terminal,
+// and its summary says where the records went; piped, it draws nothing.
+func TestExportProgressOnTerminal(t *testing.T) {
+	raw, _, s := seedRedis(t, 200)
+	file := filepath.Join(t.TempDir(), "all.jsonl")
+	run := startOnTerminal(t, "dlq", "export", "-o", file, raw+"#"+s.Queue)
+	if err := run.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	screen := run.screen()
+	if !strings.Contains(screen, "\r\x1b[K") || !strings.Contains(screen, "export "+s.DLQ+" ") || !strings.Contains(screen, "exported 200 message(s) of "+s.DLQ) {
+		t.Errorf("no progress bar or summary on the terminal:\n%q", screen)
+	}
+	r := cli(t, "dlq", "export", raw+"#"+s.Queue)
+	if r.code != 0 || strings.Contains(r.stderr, "\r") || strings.Count(r.stdout, "\n") != 200 || !strings.Contains(r.stderr, "exported 200 message(s)") {
+		t.Errorf("piped: exit %d, %d lines on stdout, stderr %q", r.code, strings.Count(r.stdout, "\n"), r.stderr)
+	}
+}
