@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
-	"github.com/babelqueue-go/babelqueue/internal/projection"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -136,7 +135,7 @@ func (r Record) Message(queue string) (*transport.Message, error) {
 	m := &transport.Message{Queue: queue, Body: body, Key: key, Headers: maps.Clone(r.Headers)}
 	if env, err := envelope.Decode(body); err == nil {
 		m.Attempts = env.Attempts
-		m.Projection = projection.Of(env)
+		m.Projection = transport.ProjectionOf(env)
 	}
 	if r.AttemptsHeader != nil {
 		m.Attempts = *r.AttemptsHeader
