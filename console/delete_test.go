@@ -231,7 +231,12 @@ func TestDeleteAndExportReadOnly(t *testing.T) {
 	if resp, _ := c.postForm("/api/export", token, url.Values{"b": {"0"}, "q": {"orders.dlq"}, "all": {"1"}}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("read-only export: %d", resp.StatusCode)
 	}
+	var v dlqView
+	c.getJSON("/api/dlq?wait=1&"+q("b", "0", "q", "orders.dlq"), &v) // the page shows its list once the queue was read
 	_, page := c.get("/dlq?b=0&q=orders.dlq")
+	if !strings.Contains(page, `id="selection"`) {
+		t.Fatalf("the read-only page shows no list")
+	}
 	for _, id := range []string{"delete-selected", "delete-all", "export-selected", "export-all", "delete-dialog", "export-form", "dlqops.js"} {
 		if strings.Contains(page, id) {
 			t.Errorf("the read-only page offers %s", id)
@@ -242,7 +247,9 @@ func TestDeleteAndExportReadOnly(t *testing.T) {
 	}
 	// Not read-only: the page offers both.
 	srv2, _, _ := memoryConsole(t, 10)
-	_, page = newClient(t, srv2.URL).get("/dlq?b=0&q=orders.dlq")
+	c2 := newClient(t, srv2.URL)
+	c2.getJSON("/api/dlq?wait=1&"+q("b", "0", "q", "orders.dlq"), &v)
+	_, page = c2.get("/dlq?b=0&q=orders.dlq")
 	for _, id := range []string{"delete-selected", "delete-all", "export-selected", "export-all", "delete-dialog", "export-form", "dlqops.js"} {
 		if !strings.Contains(page, id) {
 			t.Errorf("the page does not offer %s", id)
