@@ -445,6 +445,8 @@ func TestExportProgressOnTerminal(t *testing.T) {
 	if err := run.cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// The terminal's side is read by a goroutine of its own: give it what is left.
+	run.waitFor(5*time.Second, func(screen string) bool { return strings.Contains(screen, "\r\x1b[K") })
 	screen := run.screen()
 	if !strings.Contains(screen, "\r\x1b[K") || !strings.Contains(screen, "export "+s.DLQ+" ") || !strings.Contains(screen, "exported 200 message(s) of "+s.DLQ) {
 		t.Errorf("no progress bar or summary on the terminal:\n%q", screen)
