@@ -418,6 +418,8 @@ func TestPurgeCtrlC(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Fatalf("interrupted purge: %v\n%s", err, run.screen())
 	}
+	// The error line goes to the terminal, which a goroutine of its own reads.
+	run.waitFor(5*time.Second, func(screen string) bool { return strings.Contains(screen, "every message removed is in") })
 	screen := run.screen()
 	at := strings.Index(screen, "removed ")
 	var removed int
