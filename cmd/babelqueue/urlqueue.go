@@ -20,7 +20,7 @@ import (
 //   - dlq import: where the records go, read the same way (as -to);
 //   - bridge: the source queue on the first URL (-queue), the destination queue on the
 //     second (-to-queue);
-//   - tail, console: the queues to watch or show, comma-separated;
+//   - tail, console, stats: the queues to watch, show or count, comma-separated;
 //   - outbox relay: refused, each row goes to the queue it was written for.
 //
 // A command that takes one queue refuses a list, and a fragment that names another

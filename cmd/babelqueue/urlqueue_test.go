@@ -47,6 +47,8 @@ func TestOneURLForm(t *testing.T) {
 		{[]string{"bridge", "-copy", "memory://#orders", "memory://#archive"}, 0, "copied 0 message(s) from orders on memory: to archive on memory:"},
 		{[]string{"bridge", "-copy", "-to-queue", "x", "memory://#orders", "memory://#archive"}, 2, "#archive in the URL and -to-queue x"},
 		{[]string{"bridge", "-copy", "memory://", "memory://"}, 2, "-queue is required (or SRC_URL#queue)"},
+		// stats, like console and tail, counts the queues the URL names.
+		{[]string{"stats", "memory://#orders"}, 0, "orders.dlq"},
 		// The relay publishes each row to its own queue: a #queue is refused.
 		{[]string{"outbox", "relay", "-db", "postgres://nowhere", "memory://#orders"}, 2, "names a queue (#orders)"},
 	} {
