@@ -1,11 +1,12 @@
 package babelqueue
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
 )
 
 // UnknownURNStrategy says what happens to a valid envelope whose URN has no handler
@@ -52,8 +53,10 @@ func ParseUnknownURNStrategy(s string) (UnknownURNStrategy, error) {
 	return 0, fmt.Errorf("%w: on_unknown_urn %q (want fail, delete, release or dead_letter)", ErrInvalidOption, s)
 }
 
-// ErrInvalidOption matches every error about an option value.
-var ErrInvalidOption = errors.New("babelqueue: invalid option")
+// ErrInvalidOption matches every error about an option value, the runtime's and the
+// drivers' (a driver's option given in code or in its URL). It is
+// [transport.ErrInvalidOption].
+var ErrInvalidOption = transport.ErrInvalidOption
 
 // Option configures an [App].
 type Option func(*config)

@@ -22,6 +22,11 @@ var (
 	// ErrBadSettlement matches a [Settlement] no consumer accepts: writes with an
 	// outcome other than Ack, or a nil write or one without a queue.
 	ErrBadSettlement = errors.New("transport: bad settlement")
+
+	// ErrInvalidOption matches every error about an option value: the runtime's
+	// options (babelqueue.ErrInvalidOption is this error) and a driver's, given in code
+	// or in its URL. A driver's names the option (driverkit.OptionError).
+	ErrInvalidOption = errors.New("babelqueue: invalid option")
 )
 
 // TakenBackError is the typed form of [ErrTakenBack]. It unwraps to the driver's own

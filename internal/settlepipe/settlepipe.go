@@ -5,6 +5,9 @@
 // hands its writes to the broker and returns; the driver acknowledges the delivery
 // once they are confirmed, from a goroutine of its own, and gives it back when one
 // fails.
+//
+// The drivers moved onto transport/driverkit (issue 32) have its Consumer pipeline their
+// settle writes instead; this package goes once none imports it.
 package settlepipe
 
 import (
@@ -13,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport"
 )
 
 // Bounds of the pause receiving takes while pipelined settle writes keep failing: it
@@ -146,5 +149,22 @@ func (p *Pipe) Succeeded() int {
 // none failed last, ctx.Err() when ctx ends first and transport.ErrClosed when done
 // closes first.
 func (p *Pipe) Pause(ctx context.Context, done <-chan struct{}) error {
-	return ledger.WaitUntil(ctx, p.pauseUntil.Load(), done)
+	until := p.pauseUntil.Load()
+	if until == 0 {
+		return nil
+	}
+	wait := time.Until(time.Unix(0, until))
+	if wait <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return transport.ErrClosed
+	}
 }

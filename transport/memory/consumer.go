@@ -4,44 +4,29 @@ import (
 	"context"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
+// consumer is the memory broker's side of a consumer: the primitives the kit's
+// [driverkit.Consumer] drives. A settlement's writes and its acknowledgement happen
+// together, under the broker's lock, or not at all.
 type consumer struct {
 	t     *Transport
 	queue string
-	q     *queue                  // t.queues[queue]: a queue, once made, is never removed
-	book  *ledger.Ledger[*Stored] // the slots and settle state; closed with t.mu held
+	q     *queue // t.queues[queue]: a queue, once made, is never removed
+	kit   *driverkit.Consumer[*Stored]
 }
 
-// delivery is a delivery and its ledger entry, made in one allocation.
-type delivery struct {
-	d transport.Delivery
-	e ledger.Entry[*Stored]
-}
-
-func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	return c.book.Receive(ctx, c.take)
-}
-
-// closedLocked reports whether the broker or this consumer is closed.
-func (c *consumer) closedLocked() bool {
-	select {
-	case <-c.book.Done():
-		return true
-	default:
-		return c.t.closed
-	}
-}
-
-func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
+// Receive takes up to len(into) ready messages, waiting for one (or for a delayed one
+// to fall due).
+func (c *consumer) Receive(ctx context.Context, into []*Stored) (int, error) {
 	t := c.t
 	for {
 		t.mu.Lock()
-		if c.closedLocked() {
+		if t.closed {
 			t.mu.Unlock()
-			return nil, transport.ErrClosed
+			return 0, transport.ErrClosed
 		}
 		q := c.q
 		var next time.Time
@@ -49,32 +34,17 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 			next = q.promoteDueLocked(t.now())
 		}
 		if len(q.ready) > 0 {
-			s := q.ready[0]
-			h := new(delivery)
-			if err := c.book.HandInto(&h.e, s); err != nil { // never fails: the book closes with t.mu held
-				t.mu.Unlock()
-				return nil, err
-			}
-			q.ready[0] = nil
-			q.ready = q.ready[1:]
-			s.inFlight = true
-			q.inflight++
-			d := &h.d
-			*d = transport.Delivery{
-				Queue:             c.queue,
-				Body:              s.Body[:len(s.Body):len(s.Body)], // never changed: a write stores a copy
-				Key:               cloneKey(s.Key),
-				Headers:           s.Headers, // shared and read-only: see the package doc
-				Redeliveries:      s.Redeliveries,
-				AttemptsHeader:    s.Attempts,
-				HasAttemptsHeader: true,
-				Handle:            &h.e,
-			}
-			if t.caps.SchemaGate {
-				d.SchemaVersion = s.SchemaVersion
+			n := 0
+			for ; n < len(into) && len(q.ready) > 0; n++ {
+				s := q.ready[0]
+				q.ready[0] = nil
+				q.ready = q.ready[1:]
+				s.inFlight = true
+				q.inflight++
+				into[n] = s
 			}
 			t.mu.Unlock()
-			return d, nil
+			return n, nil
 		}
 		wake := q.wake
 		t.mu.Unlock()
@@ -90,15 +60,29 @@ func (c *consumer) take(ctx context.Context) (*transport.Delivery, error) {
 		case <-due:
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-c.book.Done():
+		case <-c.kit.Done():
 			err = transport.ErrClosed
 		}
 		if timer != nil {
 			timer.Stop()
 		}
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
+	}
+}
+
+// Decode hands out the stored message: its body is the stored bytes (never changed: a
+// write stores a copy), its headers the stored map (shared and read-only: see the
+// package doc).
+func (c *consumer) Decode(s *Stored, d *transport.Delivery) {
+	d.Body = s.Body[:len(s.Body):len(s.Body)]
+	d.Key = cloneKey(s.Key)
+	d.Headers = s.Headers
+	d.Redeliveries = s.Redeliveries
+	d.AttemptsHeader, d.HasAttemptsHeader = s.Attempts, true
+	if c.t.caps.SchemaGate {
+		d.SchemaVersion = s.SchemaVersion
 	}
 }
 
@@ -121,41 +105,24 @@ func (q *queue) promoteDueLocked(now time.Time) (next time.Time) {
 	return next
 }
 
-func (c *consumer) Settle(_ context.Context, d *transport.Delivery, s transport.Settlement) error {
-	e, err := c.book.Begin(d, s)
-	if err != nil {
-		return err
-	}
-	c.t.mu.Lock()
-	err = c.settleLocked(e.Value, s)
-	c.t.mu.Unlock()
-	return c.book.Finish(e, s, err)
-}
+// Ack deletes the message.
+func (c *consumer) Ack(ctx context.Context, s *Stored) error { return c.AckWrites(ctx, s, nil) }
 
-// settleLocked finishes a delivery: the writes and the acknowledgement happen together
-// or not at all.
-func (c *consumer) settleLocked(stored *Stored, s transport.Settlement) error {
+// AckWrites makes the writes and deletes the message in one step under the broker's
+// lock: all of it or nothing.
+func (c *consumer) AckWrites(_ context.Context, s *Stored, writes []*transport.Message) error {
 	t := c.t
-	q := c.q
-	switch s.Outcome {
-	case transport.Ack:
-		if t.closed {
-			return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
-		}
-		if len(s.Writes) > 0 {
-			if err := c.writeAllLocked(s.Writes); err != nil {
-				return err
-			}
-		}
-	case transport.Rewind:
-		stored.Redeliveries++
-		q.ready = append([]*Stored{stored}, q.ready...)
-		q.notify()
-	case transport.HandOff:
-		stored.Redeliveries++
-		q.handedOff = append(q.handedOff, stored)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return &transport.SettleWriteError{Queue: c.queue, Err: transport.ErrClosed}
 	}
-	q.settled(stored)
+	if len(writes) > 0 {
+		if err := c.writeAllLocked(writes); err != nil {
+			return err
+		}
+	}
+	c.q.settled(s)
 	return nil
 }
 
@@ -183,21 +150,35 @@ func (c *consumer) writeAllLocked(writes []*transport.Message) error {
 	return nil
 }
 
-// Close stops the consumer; deliveries it handed out and did not settle go back to
-// the front of the queue, in the order they were handed out, with a higher redelivery
-// count.
-func (c *consumer) Close(context.Context) error {
+// GiveBack puts the messages back at the front of the queue, in the order they were
+// handed out, each with a higher redelivery count.
+func (c *consumer) GiveBack(_ context.Context, ms []*Stored, _ driverkit.Reason) error {
 	t := c.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	back := c.book.Close()
 	q := c.q
-	for i := len(back) - 1; i >= 0; i-- {
-		s := back[i]
+	for _, s := range ms {
 		q.settled(s)
 		s.Redeliveries++
-		q.ready = append([]*Stored{s}, q.ready...)
 	}
+	q.ready = append(append(make([]*Stored, 0, len(ms)+len(q.ready)), ms...), q.ready...)
 	q.notify()
 	return nil
 }
+
+// HandOff hands the message to the (simulated) broker redrive: see [Transport.HandedOff].
+func (c *consumer) HandOff(_ context.Context, s *Stored) error {
+	t := c.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.Redeliveries++
+	c.q.handedOff = append(c.q.handedOff, s)
+	c.q.settled(s)
+	return nil
+}
+
+// IsRetryable reports false: the memory broker's receive fails only when it closed.
+func (c *consumer) IsRetryable(error) bool { return false }
+
+// Close has nothing of the broker's to release: the kit gave back what was held.
+func (c *consumer) Close(context.Context) error { return nil }

@@ -27,8 +27,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -265,20 +265,30 @@ func (t *Transport) InFlight(queue string) int {
 	return 0
 }
 
-// Consume opens a consumer on queue.
+// Consume opens a consumer on queue. Deliveries it handed out and did not settle go
+// back to the front of the queue when it closes, in the order they were handed out,
+// with a higher redelivery count.
 func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed {
+		t.mu.Unlock()
 		return nil, transport.ErrClosed
 	}
-	q := t.q(queue)
-	outcomes := []transport.Outcome{transport.Ack, transport.Rewind}
-	if t.caps.HandOff {
-		outcomes = append(outcomes, transport.HandOff)
+	c := &consumer{t: t, queue: queue, q: t.q(queue)}
+	t.mu.Unlock()
+	k, err := driverkit.New[*Stored](c, driverkit.Config{
+		Broker:            "memory",
+		Queue:             queue,
+		Logger:            t.log,
+		HandOff:           t.caps.HandOff,
+		AtomicAcks:        true,
+		ConcurrentReceive: true,
+	}, opts)
+	if err != nil {
+		return nil, err
 	}
-	book := ledger.New[*Stored](ledger.Config{Broker: "memory", Queue: queue, Prefetch: opts.Prefetch, Outcomes: outcomes, Logger: t.log})
-	return &consumer{t: t, queue: queue, q: q, book: book}, nil
+	c.kit = k
+	return k, nil
 }
 
 // Close closes the broker; waiting receivers return [transport.ErrClosed].

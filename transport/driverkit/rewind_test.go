@@ -1,4 +1,4 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"log/slog"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -15,7 +15,7 @@ import (
 // and the failures are logged at each doubling, so the redelivered message cannot spin.
 func TestRewindAfterFailedAckKeepsBackingOff(t *testing.T) {
 	var logs transporttest.LogBuffer
-	l := ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	l := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		MinBackoff: time.Millisecond, MaxBackoff: time.Hour})
 	for range 8 {
 		d := hand(t, l, "a")

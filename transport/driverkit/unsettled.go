@@ -1,4 +1,4 @@
-package ledger
+package driverkit
 
 // Unsettled returns the entries handed out and not finished, oldest first: the open
 // ones and those being settled, for which keep returns true (all of them when keep is

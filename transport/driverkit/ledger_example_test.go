@@ -1,18 +1,18 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // A driver's consumer hands out under a slot, settles once, and gives back on Close.
 func Example() {
 	ctx := context.Background()
-	book := ledger.New[string](ledger.Config{Broker: "mybroker", Queue: "orders", Prefetch: 2})
+	book := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "mybroker", Queue: "orders", Prefetch: 2})
 
 	// Receive: a slot, then the broker's message.
 	_ = book.Acquire(ctx)

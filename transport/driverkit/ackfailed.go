@@ -1,4 +1,4 @@
-package ledger
+package driverkit
 
 // AckFailed reports whether an Ack of e failed (a settle write the broker refused, an
 // acknowledgement that did not reach it): a Rewind of e then gives back a delivery whose

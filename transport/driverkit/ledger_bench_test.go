@@ -1,4 +1,4 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // BenchmarkLedger is one delivery's bookkeeping through the ledger: a slot, the hand-out,
@@ -15,7 +15,7 @@ import (
 func BenchmarkLedger(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run(map[int]string{1: "workers=1", 8: "workers=8"}[workers], func(b *testing.B) {
-			l := ledger.New[int](ledger.Config{Broker: "bench", Prefetch: workers, Logger: slog.New(slog.DiscardHandler)})
+			l := driverkit.NewLedger[int](driverkit.LedgerConfig{Broker: "bench", Prefetch: workers, Logger: slog.New(slog.DiscardHandler)})
 			ctx := context.Background()
 			s := transport.Settlement{Outcome: transport.Ack}
 			b.ReportAllocs()

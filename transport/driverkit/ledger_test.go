@@ -1,4 +1,4 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -22,13 +22,13 @@ var (
 	errBoom = errors.New("broker unreachable")
 )
 
-func newLedger(prefetch int) *ledger.Ledger[string] {
-	return ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: prefetch, Logger: slog.New(slog.DiscardHandler),
+func newLedger(prefetch int) *driverkit.Ledger[string] {
+	return driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "test", Queue: "q", Prefetch: prefetch, Logger: slog.New(slog.DiscardHandler),
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 }
 
 // hand acquires a slot and hands out v, failing the test when either fails.
-func hand(t *testing.T, l *ledger.Ledger[string], v string) *transport.Delivery {
+func hand(t *testing.T, l *driverkit.Ledger[string], v string) *transport.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -43,7 +43,7 @@ func hand(t *testing.T, l *ledger.Ledger[string], v string) *transport.Delivery 
 }
 
 // settle runs Begin, then Finish with the driver's result err.
-func settle(l *ledger.Ledger[string], d *transport.Delivery, s transport.Settlement, err error) error {
+func settle(l *driverkit.Ledger[string], d *transport.Delivery, s transport.Settlement, err error) error {
 	e, berr := l.Begin(d, s)
 	if berr != nil {
 		return berr
@@ -51,7 +51,7 @@ func settle(l *ledger.Ledger[string], d *transport.Delivery, s transport.Settlem
 	return l.Finish(e, s, err)
 }
 
-func acquireWithin(l *ledger.Ledger[string], d time.Duration) error {
+func acquireWithin(l *driverkit.Ledger[string], d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return l.Acquire(ctx)
@@ -123,7 +123,7 @@ func TestFailedRewindStillFreesTheSlot(t *testing.T) {
 }
 
 func TestFailedHandOffFreesTheSlot(t *testing.T) {
-	l := ledger.New[string](ledger.Config{Broker: "test", Prefetch: 1, Outcomes: []transport.Outcome{transport.Ack, transport.Rewind, transport.HandOff}, Logger: slog.New(slog.DiscardHandler)})
+	l := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "test", Prefetch: 1, Outcomes: []transport.Outcome{transport.Ack, transport.Rewind, transport.HandOff}, Logger: slog.New(slog.DiscardHandler)})
 	d := hand(t, l, "a")
 	if err := settle(l, d, transport.Settlement{Outcome: transport.HandOff}, errBoom); !errors.Is(err, errBoom) {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := ledger.Validate("x", transport.Settlement{Outcome: transport.HandOff}, transport.Ack, transport.HandOff); err != nil {
+	if err := driverkit.Validate("x", transport.Settlement{Outcome: transport.HandOff}, transport.Ack, transport.HandOff); err != nil {
 		t.Fatalf("HandOff where offered: %v", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestForeignDelivery(t *testing.T) {
 	l, other := newLedger(1), newLedger(1)
 	d := hand(t, other, "a")
 	for _, d := range []*transport.Delivery{nil, {}, {Handle: "x"}, d} {
-		if _, err := l.Begin(d, ack); !errors.Is(err, ledger.ErrForeign) {
+		if _, err := l.Begin(d, ack); !errors.Is(err, driverkit.ErrForeign) {
 			t.Errorf("Begin(%v) = %v, want ErrForeign", d, err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestCloseGivesBackOpenEntries(t *testing.T) {
 	if !errors.Is(err, transport.ErrClosed) || !errors.Is(err, transport.ErrAlreadySettled) {
 		t.Fatalf("Settle after Close = %v, want ErrClosed and ErrAlreadySettled", err)
 	}
-	// The settle in progress at Close fails: it is not reopened on a closed ledger.
+	// The settle in progress at Close fails: it is not reopened on a closed driverkit.
 	if err := l.Finish(busy, ack, errBoom); !errors.Is(err, errBoom) {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestHandAfterCloseFreesTheSlot(t *testing.T) {
 func TestTakeBack(t *testing.T) {
 	l := newLedger(1)
 	d := hand(t, l, "a")
-	e := d.Handle.(*ledger.Entry[string])
+	e := d.Handle.(*driverkit.Entry[string])
 	cause := &transport.TakenBackError{Broker: "test", Queue: "q", Reason: "the partition was revoked"}
 	l.TakeBack(e, cause)
 	if l.Held() != 0 {
@@ -383,7 +383,7 @@ func TestOpenFilters(t *testing.T) {
 func TestFailingSettlesBackOffAndLog(t *testing.T) {
 	logs := &transporttest.LogBuffer{}
 	const maxBackoff = 400 * time.Millisecond
-	l := ledger.New[string](ledger.Config{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	l := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "test", Queue: "q", Prefetch: 1, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: maxBackoff})
 	var lastWait time.Duration
 	for i := range 8 {
@@ -427,7 +427,7 @@ func TestFailingSettlesBackOffAndLog(t *testing.T) {
 }
 
 func TestPauseWaitsForTheBackoffOnly(t *testing.T) {
-	l := ledger.New[string](ledger.Config{Broker: "test", Prefetch: 1, Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Second})
+	l := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "test", Prefetch: 1, Logger: slog.New(slog.DiscardHandler), MinBackoff: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	hand(t, l, "held")
@@ -451,7 +451,7 @@ func TestPauseWaitsForTheBackoffOnly(t *testing.T) {
 func TestSendAll(t *testing.T) {
 	ws := []*transport.Message{{Queue: "a"}, {Queue: "b"}, {Queue: "c"}}
 	var sent []string
-	err := ledger.SendAll(context.Background(), ws, func(_ context.Context, m *transport.Message) error {
+	err := driverkit.SendAll(context.Background(), ws, func(_ context.Context, m *transport.Message) error {
 		if m.Queue == "b" {
 			return errBoom
 		}
@@ -468,7 +468,7 @@ func TestSendAll(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls := 0
-	err = ledger.SendAll(ctx, ws, func(context.Context, *transport.Message) error { calls++; return nil })
+	err = driverkit.SendAll(ctx, ws, func(context.Context, *transport.Message) error { calls++; return nil })
 	if !errors.Is(err, transport.ErrSettleWrite) || !errors.Is(err, context.Canceled) || calls != 0 {
 		t.Fatalf("SendAll with an ended ctx = %v after %d calls, want a settle-write error and no call", err, calls)
 	}
@@ -510,7 +510,7 @@ func TestHandIntoKeepsTheSameAccount(t *testing.T) {
 	l := newLedger(3)
 	type delivery struct {
 		d transport.Delivery
-		e ledger.Entry[string]
+		e driverkit.Entry[string]
 	}
 	handInto := func(v string) *transport.Delivery {
 		t.Helper()
@@ -542,7 +542,7 @@ func TestHandIntoKeepsTheSameAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	if err := l.HandInto(new(ledger.Entry[string]), "late"); !errors.Is(err, transport.ErrClosed) {
+	if err := l.HandInto(new(driverkit.Entry[string]), "late"); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("HandInto after Close = %v, want ErrClosed", err)
 	}
 	if l.Room() != 1 {

@@ -1,9 +1,9 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"testing"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // AckFailed tells the Rewind of a delivery whose Ack failed from a plain Rewind.
@@ -17,7 +17,7 @@ func TestAckFailed(t *testing.T) {
 		d    any
 		want bool
 	}{{plain.Handle, false}, {refused.Handle, true}} {
-		e := c.d.(*ledger.Entry[string])
+		e := c.d.(*driverkit.Entry[string])
 		if got := e.AckFailed(); got != c.want {
 			t.Errorf("AckFailed of %s = %v, want %v", e.Value, got, c.want)
 		}

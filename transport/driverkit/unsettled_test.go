@@ -1,4 +1,4 @@
-package ledger_test
+package driverkit_test
 
 import (
 	"strings"

@@ -1,0 +1,79 @@
+package driverkit
+
+import (
+	"context"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// Pipelined settle writes ([Config.Pipeline]). Settle of an Ack with writes takes a
+// token of the pipeline (waiting while PipelineDepth settlements are in flight), hands
+// the writes to the broker ([Writer.Write]) and returns; the delivery is finished in
+// the ledger then (its slot is free, a second Settle fails), while the broker still
+// holds it unacknowledged. A goroutine waits for the writes' confirmation and then
+// acknowledges the delivery, or, when a write failed, gives it back ([SettleFailed])
+// so that the broker delivers it again, tells ConsumeOptions.SettleFailed, and makes
+// receiving back off as after a failed settlement. Nothing is acknowledged without its
+// writes; a write made before one that failed may be made again (a duplicate at worst,
+// never a loss). The worker is free for the next delivery meanwhile, so the
+// confirmations of many settlements share the broker's round trips and journal syncs.
+
+// settlePipelined hands the writes over and starts the wait for their confirmation.
+// An error it returns acknowledged nothing and left nothing in flight.
+func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Delivery, s transport.Settlement) error {
+	select {
+	case c.pipe <- struct{}{}:
+	default:
+		select {
+		case c.pipe <- struct{}{}:
+		case <-ctx.Done():
+			return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: ctx.Err()}
+		}
+	}
+	confirm, err := c.w.Write(ctx, m, s.Writes)
+	if err != nil {
+		<-c.pipe
+		return writeErr(err, s.Writes)
+	}
+	c.busy.enter()
+	go c.awaitPipelined(m, d, s, confirm)
+	return nil
+}
+
+// awaitPipelined waits, up to the confirm timeout, for the writes of one pipelined
+// settlement, then acknowledges its delivery or gives it back.
+func (c *Consumer[M]) awaitPipelined(m M, d *transport.Delivery, s transport.Settlement, confirm Confirm) {
+	defer c.busy.exit()
+	defer func() { <-c.pipe }()
+	var err error
+	if confirm != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
+		err = writeErr(confirm(cctx), s.Writes)
+		cancel()
+	}
+	if c.driverClosed.Load() {
+		return // Close gave up waiting: the driver's side is closed and the broker redelivers
+	}
+	// A fresh bound for the acknowledgement: the confirmation may have used up the first.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
+	defer cancel()
+	if err == nil {
+		if aerr := c.d.Ack(ctx, m); aerr != nil {
+			// Taken back by the broker (a channel or link gone) after its writes were
+			// made: it is delivered again and its writes are made again.
+			c.cfg.Logger.Warn(c.cfg.Broker+": settle writes made for a delivery that could not be acknowledged; the broker delivers it again",
+				"queue", c.cfg.Queue, "error", aerr)
+			return
+		}
+		c.book.SettleSucceeded()
+		return
+	}
+	if gerr := c.d.GiveBack(ctx, []M{m}, SettleFailed); gerr != nil {
+		c.cfg.Logger.Warn(c.cfg.Broker+": cannot give back a delivery whose settle write failed; the broker redelivers it after its own timeout",
+			"queue", c.cfg.Queue, "error", gerr)
+	}
+	if c.failed != nil {
+		c.failed(d, s, err)
+	}
+	c.book.SettleFailed(transport.Ack, err)
+}
