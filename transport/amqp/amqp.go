@@ -16,6 +16,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -382,7 +383,6 @@ func newTransport(s settings) *Transport {
 		s:         s,
 		log:       s.logger.With("transport", "amqp"),
 		declared:  map[string]bool{},
-		consumers: map[*consumer]struct{}{},
 	}
 }
 
@@ -400,7 +400,7 @@ type Transport struct {
 	declared  map[string]bool     // queues declared on the current connection
 	idle      []*pubChan          // idle confirm channels of the current connection
 	closed    bool
-	consumers map[*consumer]struct{}
+	consumers driverkit.Group // the consumers opened, closed with the transport
 
 	declMu sync.Mutex // serialises declares on the admin channel
 	admin  *amqp091.Channel
@@ -505,14 +505,8 @@ func (t *Transport) Close(ctx context.Context) error {
 		return nil
 	}
 	t.closed = true
-	cs := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		cs = append(cs, c)
-	}
 	t.mu.Unlock()
-	for _, c := range cs {
-		_ = c.Close(ctx)
-	}
+	err := t.consumers.Close(ctx)
 	t.declMu.Lock()
 	if t.admin != nil {
 		_ = t.admin.Close()
@@ -526,7 +520,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	}
 	t.idle = nil
 	if t.conn != nil && t.conn != t.userConn && !t.conn.IsClosed() {
-		return t.conn.Close()
+		err = errors.Join(err, t.conn.Close())
 	}
-	return nil
+	return err
 }

@@ -74,10 +74,9 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		return transport.Page{}, fmt.Errorf("amqp: browse %q: give the messages back: %w", queue, err)
 	}
 	p := transport.Page{End: len(got) <= off+limit}
-	view := &consumer{queue: queue}
 	for i := off; i < len(got) && i < off+limit; i++ {
-		d := view.delivery(nil, &got[i])
-		d.Handle = nil
+		d := &transport.Delivery{Queue: queue}
+		decode(&got[i], d)
 		d.Redeliveries = 0 // the flag is the browse's own doing
 		p.Deliveries = append(p.Deliveries, d)
 	}

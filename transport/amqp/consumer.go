@@ -6,22 +6,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
-	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Consume declares queue (a durable classic queue, unless [WithoutDeclare]) and starts
 // a basic.consume on it with manual acknowledgements and a prefetch of opts.Prefetch.
-// The consumer survives connection and channel loss: it resumes on a new channel.
+// The consumer survives connection and channel loss: the next Receive consumes on a new
+// channel. The receive loop, the settlements and Close are the kit's
+// ([driverkit.Consumer]); this file and settle.go are RabbitMQ's side of them.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("amqp: Consume: empty queue name")
@@ -32,53 +32,45 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		queue:    queue,
 		prefetch: prefetch,
 		tag:      "babelqueue-go-" + randomHex(8),
-		changed:  make(chan struct{}),
 		tx:       newTxSettle(opts), // move.go
-		failed:   opts.SettleFailed,
-		book:     ledger.New[handle](ledger.Config{Broker: "amqp", Queue: queue, Prefetch: prefetch, Logger: t.log}),
-	}
-	if t.s.pipeline && c.tx == nil { // a transactional consumer commits each settlement (move.go)
-		c.pipe = settlepipe.New(prefetch, nil)
+		opening:  make(chan struct{}, 1),
 	}
 	s, err := c.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	c.sess.Store(s)
+	k, err := driverkit.New[msg](c, driverkit.Config{
+		Broker:            "amqp",
+		Queue:             queue,
+		Logger:            t.log,
+		Group:             &t.consumers,
+		AtomicAcks:        c.tx != nil, // a transactional consumer commits each settlement (move.go)
+		Pipeline:          t.s.pipeline,
+		PipelineDepth:     prefetch, // the channel's basic.qos bounds them anyway
+		ConfirmTimeout:    t.s.confirmTimeout,
+		ConcurrentReceive: true,
+	}, opts)
+	if err != nil {
 		_ = s.ch.Close()
-		return nil, transport.ErrClosed
+		return nil, err
 	}
-	t.consumers[c] = struct{}{}
-	t.mu.Unlock()
-	c.setSession(s)
-	c.wg.Add(1)
-	go c.supervise(s)
-	return c, nil
+	c.kit = k
+	return k, nil
 }
 
+// consumer is RabbitMQ's side of one consumer: the channel consuming the queue, opened
+// again when it is lost.
 type consumer struct {
 	t        *Transport
 	queue    string
 	prefetch int
 	tag      string
-	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
-	// failed after Settle returned.
-	failed func(*transport.Delivery, transport.Settlement, error)
+	kit      *driverkit.Consumer[msg]
 
-	mu      sync.Mutex
-	sess    *session      // nil while reconnecting
-	changed chan struct{} // closed and replaced when sess changes
-
-	// book holds the deliveries handed out and not settled: their prefetch slots (a
-	// new channel after a reconnect gets a fresh broker prefetch while deliveries of
-	// the dead one are still held) and their settle state. Closing it stops the
-	// consumer.
-	book      *ledger.Ledger[handle]
-	pipe      *settlepipe.Pipe // pipelined settlements in flight; nil when not pipelined
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	sess    atomic.Pointer[session] // the live channel; nil once lost, until a Receive opens another
+	opening chan struct{}           // a token held while a channel is opened
+	closed  bool                    // Close ran; guarded by the opening token
 
 	// tx is set on a consumer opened with ConsumeOptions.Transactional (move.go).
 	tx *txSettle
@@ -89,15 +81,20 @@ type session struct {
 	ch         *amqp091.Channel
 	deliveries <-chan amqp091.Delivery
 	closed     chan *amqp091.Error
-	cancelled  chan string    // the broker cancelled the consumer (queue deleted)
 	rt         *returnTracker // a transactional consumer's returned writes (move.go); else nil
 }
 
-// handle is the transport's bookkeeping for one delivery.
-type handle struct {
-	s   *session
-	tag uint64
+// msg is one delivery as the kit holds it: the broker's delivery and the channel it
+// came on, which its acknowledgement must go to.
+type msg struct {
+	s *session
+	d amqp091.Delivery
 }
+
+// errChannelLost is the receive error of a consumer whose channel closed (the
+// connection was lost, or the broker cancelled the consumer because the queue was
+// deleted); the next Receive consumes on a new channel.
+var errChannelLost = errors.New("amqp: consumer channel lost; consuming again on a new one")
 
 func (c *consumer) open(ctx context.Context) (*session, error) {
 	conn, gen, err := c.t.connection(ctx)
@@ -125,7 +122,6 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	if c.tx != nil { // move.go
 		s.rt = c.t.trackReturns(ch)
 	}
-	s.cancelled = ch.NotifyCancel(make(chan string, 1))
 	s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
@@ -134,145 +130,113 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-func (c *consumer) setSession(s *session) {
-	c.mu.Lock()
-	c.sess = s
-	close(c.changed)
-	c.changed = make(chan struct{})
-	c.mu.Unlock()
+// session returns the live channel, opening a new one when it was lost. One caller
+// opens; the others wait for it.
+func (c *consumer) session(ctx context.Context) (*session, error) {
+	if s := c.sess.Load(); s != nil {
+		return s, nil
+	}
+	select {
+	case c.opening <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.kit.Done():
+		return nil, transport.ErrClosed
+	}
+	defer func() { <-c.opening }()
+	if s := c.sess.Load(); s != nil {
+		return s, nil
+	}
+	if c.closed {
+		return nil, transport.ErrClosed
+	}
+	// Bounded: amqp091's channel calls wait for the broker's answer without a context.
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := c.open(octx)
+	if err != nil {
+		return nil, err
+	}
+	c.sess.Store(s)
+	c.t.log.Info("amqp: consumer resumed", "queue", c.queue)
+	return s, nil
 }
 
-// supervise reopens the session whenever its channel closes, until the consumer closes.
-func (c *consumer) supervise(s *session) {
-	defer c.wg.Done()
-	log := c.t.log.With("queue", c.queue)
-	for {
-		select {
-		case <-c.book.Done():
-			return
-		case err := <-s.closed:
-			c.setSession(nil)
-			if err != nil {
-				log.Warn("amqp: consumer channel lost; resuming", "err", err)
-			} else {
-				log.Warn("amqp: consumer channel closed; resuming")
-			}
-		case <-s.cancelled:
-			c.setSession(nil)
-			log.Warn("amqp: the broker cancelled the consumer; resuming")
-			_ = s.ch.Close() // unsettled deliveries go back to the queue
+// Receive waits for the next delivery on the live channel.
+func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
+	s, err := c.session(ctx)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case d, ok := <-s.deliveries:
+		if !ok {
+			return 0, c.lose(s)
 		}
-		backoff := 50 * time.Millisecond
-		for {
-			select {
-			case <-c.book.Done():
-				return
-			case <-time.After(backoff):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			ns, err := c.open(ctx)
-			cancel()
-			if err == nil {
-				select {
-				case <-c.book.Done():
-					_ = ns.ch.Close()
-					return
-				default:
-				}
-				s = ns
-				c.setSession(s)
-				log.Info("amqp: consumer resumed")
-				break
-			}
-			if errors.Is(err, transport.ErrClosed) || errors.Is(err, errConnectionLost) {
-				log.Error("amqp: consumer cannot resume", "err", err)
-				return
-			}
-			log.Warn("amqp: consumer resume failed; retrying", "err", err, "backoff", backoff)
-			// At most 2 s: the consumer resumes within about 2 s of the broker coming
-			// back (the fault suite, issue 16, measured 4.9 s after a restart at 5 s).
-			backoff = min(backoff*2, 2*time.Second)
-		}
+		into[0] = msg{s: s, d: d}
+		return 1, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-c.kit.Done():
+		return 0, transport.ErrClosed
 	}
 }
 
-// current returns the live session, waiting while the consumer reconnects. stale, when
-// not nil, is a session known to be dead: wait for a different one.
-func (c *consumer) current(ctx context.Context, stale *session) (*session, error) {
-	for {
-		c.mu.Lock()
-		s, changed := c.sess, c.changed
-		c.mu.Unlock()
-		if s != nil && s != stale {
-			return s, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.book.Done():
-			return nil, transport.ErrClosed
-		}
+// lose forgets s, whose deliveries ended: its channel closed, or the broker cancelled
+// the consumer (the queue was deleted), in which case closing the channel gives its
+// unsettled deliveries back to the queue.
+func (c *consumer) lose(s *session) error {
+	if c.sess.CompareAndSwap(s, nil) && !s.ch.IsClosed() {
+		_ = s.ch.Close()
 	}
+	select {
+	case cause := <-s.closed:
+		if cause != nil {
+			return fmt.Errorf("%w: %w", errChannelLost, cause)
+		}
+	default:
+	}
+	return errChannelLost
 }
 
-// Receive returns the next delivery, once a prefetch slot is free.
-func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	return c.book.Receive(ctx, c.receive)
+// IsRetryable reports whether the consumer can consume again after err: not once the
+// transport is closed, nor when a connection given to [New] is lost without
+// [WithRedial].
+func (c *consumer) IsRetryable(err error) bool {
+	return !errors.Is(err, transport.ErrClosed) && !errors.Is(err, errConnectionLost)
 }
 
-func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
-	if c.pipe != nil {
-		if err := c.pipe.Pause(ctx, c.book.Done()); err != nil {
-			return nil, err
-		}
-	}
-	var stale *session
-	for {
-		s, err := c.current(ctx, stale)
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case d, ok := <-s.deliveries:
-			if !ok {
-				stale = s
-				continue
-			}
-			e, err := c.book.Hand(handle{s: s, tag: d.DeliveryTag})
-			if err != nil { // closed meanwhile: closing the channel gives it back
-				return nil, err
-			}
-			return c.delivery(e, &d), nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.book.Done():
-			return nil, transport.ErrClosed
-		}
-	}
-}
+// Decode turns what the broker sent into a delivery. Nothing in it can panic:
+// unexpected header types are skipped.
+func (c *consumer) Decode(m msg, out *transport.Delivery) { decode(&m.d, out) }
 
-// delivery turns what the broker sent into a transport.Delivery. Nothing in it can
-// panic: unexpected header types are skipped.
-func (c *consumer) delivery(e *ledger.Entry[handle], d *amqp091.Delivery) *transport.Delivery {
-	out := &transport.Delivery{
-		Queue:  c.queue,
-		Body:   d.Body,
-		Handle: e,
-	}
+func decode(d *amqp091.Delivery, out *transport.Delivery) {
+	out.Body = d.Body
 	if out.Body == nil {
 		out.Body = []byte{}
 	}
-	if n, ok := headerInt(d.Headers[HeaderAttempts]); ok {
-		out.AttemptsHeader, out.HasAttemptsHeader = n, true
+	if v, ok := d.Headers[HeaderAttempts]; ok {
+		out.AttemptsHeader, out.HasAttemptsHeader = driverkit.Attempts(v)
 	}
-	if n, ok := headerInt(d.Headers["x-delivery-count"]); ok && n > 0 {
+	if n, ok := driverkit.Attempts(d.Headers["x-delivery-count"]); ok && n > 0 {
 		out.Redeliveries = n
 	} else if d.Redelivered {
 		out.Redeliveries = 1
 	}
 	out.Headers = userHeaders(d.Headers)
-	return out
+}
+
+// Close closes the consumer's channel: the deliveries prefetched and not handed out go
+// back to the broker.
+func (c *consumer) Close(context.Context) error {
+	c.opening <- struct{}{}
+	c.closed = true
+	s := c.sess.Swap(nil)
+	<-c.opening
+	if s != nil && !s.ch.IsClosed() {
+		_ = s.ch.Close()
+	}
+	return nil
 }
 
 // userHeaders returns the out-of-band headers: everything but the projected headers
@@ -325,142 +289,6 @@ func headerString(v any) (string, bool) {
 	default:
 		return "", false
 	}
-}
-
-// headerInt reads an integer header written by any SDK: any integer type, a whole
-// float, or a decimal string.
-func headerInt(v any) (int, bool) {
-	var n int64
-	switch x := v.(type) {
-	case int8:
-		n = int64(x)
-	case int16:
-		n = int64(x)
-	case int32:
-		n = int64(x)
-	case int64:
-		n = x
-	case int:
-		n = int64(x)
-	case uint8:
-		n = int64(x)
-	case uint16:
-		n = int64(x)
-	case uint32:
-		n = int64(x)
-	case uint64:
-		if x > math.MaxInt32 {
-			return 0, false
-		}
-		n = int64(x)
-	case float64:
-		if x != math.Trunc(x) || math.IsInf(x, 0) || math.IsNaN(x) || math.Abs(x) > math.MaxInt32 {
-			return 0, false
-		}
-		n = int64(x)
-	case float32:
-		f := float64(x)
-		if f != math.Trunc(f) || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > math.MaxInt32 {
-			return 0, false
-		}
-		n = int64(f)
-	case string:
-		p, err := strconv.ParseInt(strings.TrimSpace(x), 10, 32)
-		if err != nil {
-			return 0, false
-		}
-		n = p
-	case []byte:
-		p, err := strconv.ParseInt(strings.TrimSpace(string(x)), 10, 32)
-		if err != nil {
-			return 0, false
-		}
-		n = p
-	default:
-		return 0, false
-	}
-	if n < math.MinInt32 || n > math.MaxInt32 {
-		return 0, false
-	}
-	return int(n), true
-}
-
-// Settle finishes a delivery: Ack after the writes are confirmed, or Rewind (a nack with
-// requeue). HandOff is not offered: RabbitMQ has no redrive of its own for it. A
-// delivery whose channel died fails an Ack with a [transport.TakenBackError] wrapping
-// [ErrDeliveryLost]; its Rewind succeeds, as the broker requeued it already. With
-// pipelined settle writes (the default) an Ack with writes returns once they are
-// published, and the delivery is acked or rewound when their confirms come
-// ([WithPipelinedSettles]).
-func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, st transport.Settlement) error {
-	e, err := c.book.Begin(d, st)
-	if err != nil {
-		return err
-	}
-	if c.pipe != nil && st.Outcome == transport.Ack && len(st.Writes) > 0 {
-		return c.book.Finish(e, st, c.settlePipelined(ctx, e.Value, d, st))
-	}
-	return c.book.Finish(e, st, c.settle(ctx, e.Value, st))
-}
-
-func (c *consumer) settle(ctx context.Context, h handle, st transport.Settlement) error {
-	if c.tx != nil {
-		return c.settleTx(ctx, h, st) // move.go
-	}
-	if h.s.ch.IsClosed() {
-		if st.Outcome == transport.Rewind {
-			return nil // the broker redelivers it: that is what a rewind asks for
-		}
-		return c.lost(nil)
-	}
-	if st.Outcome == transport.Rewind {
-		// A channel that dies meanwhile requeues the delivery by itself.
-		_ = h.s.ch.Nack(h.tag, false, true)
-		return nil
-	}
-	if err := c.t.writeConfirmed(ctx, st.Writes); err != nil {
-		return err
-	}
-	if err := h.s.ch.Ack(h.tag, false); err != nil {
-		return c.lost(err)
-	}
-	return nil
-}
-
-// lost is the error of a delivery whose channel died before it was settled.
-func (c *consumer) lost(err error) error {
-	if err == nil {
-		err = ErrDeliveryLost
-	} else {
-		err = fmt.Errorf("%w: %w", ErrDeliveryLost, err)
-	}
-	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: err}
-}
-
-// Close cancels the consumer and closes its channel: deliveries handed out and not
-// settled, and those prefetched and not handed out, go back to the broker. It first
-// waits, until ctx ends, for the pipelined settlements in flight to be acked (or
-// rewound) once their writes are confirmed (or fail); those still waiting then go back
-// to the broker with the channel, and their writes may stay (a duplicate, never a loss).
-func (c *consumer) Close(ctx context.Context) error {
-	c.closeOnce.Do(func() {
-		c.book.Close() // the channel's close gives the deliveries back
-		if c.pipe != nil && !c.pipe.Wait(ctx) {
-			c.t.log.Warn("amqp: consumer closed before the confirms of its pipelined settle writes came; those deliveries are delivered again", "queue", c.queue)
-		}
-		c.wg.Wait()
-		c.mu.Lock()
-		s := c.sess
-		c.sess = nil
-		c.mu.Unlock()
-		if s != nil && !s.ch.IsClosed() {
-			_ = s.ch.Close()
-		}
-		c.t.mu.Lock()
-		delete(c.t.consumers, c)
-		c.t.mu.Unlock()
-	})
-	return nil
 }
 
 func randomHex(n int) string {

@@ -11,7 +11,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -103,7 +103,7 @@ func TestSettleAfterConnectionLoss(t *testing.T) {
 	k.killAll()
 
 	// Wait until the channel is seen dead (the client notices the socket at once).
-	h := d.Handle.(*ledger.Entry[handle]).Value
+	h := d.Handle.(*driverkit.Entry[msg]).Value
 	for i := 0; !h.s.ch.IsClosed(); i++ {
 		if i > 200 {
 			t.Fatal("channel still open after the socket died")

@@ -55,7 +55,7 @@ func (c *consumer) txSelect(ch *amqp091.Channel) error {
 func (c *consumer) SettlesAtomically() bool { return c.tx != nil }
 
 // settleTx settles one delivery in a transaction on its own channel.
-func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settlement) error {
+func (c *consumer) settleTx(ctx context.Context, h msg, st transport.Settlement) error {
 	c.tx.mu.Lock()
 	defer c.tx.mu.Unlock()
 	ch := h.s.ch
@@ -66,7 +66,7 @@ func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settleme
 		return c.lost(nil)
 	}
 	if st.Outcome == transport.Rewind {
-		if err := ch.Nack(h.tag, false, true); err == nil {
+		if err := ch.Nack(h.d.DeliveryTag, false, true); err == nil {
 			_ = c.commit(ctx, ch) // a commit that fails closes the channel: requeued too
 		}
 		return nil
@@ -105,7 +105,7 @@ func (c *consumer) settleTx(ctx context.Context, h handle, st transport.Settleme
 		}
 		ss = append(ss, s)
 	}
-	if err := ch.Ack(h.tag, false); err != nil {
+	if err := ch.Ack(h.d.DeliveryTag, false); err != nil {
 		c.rollbackSent(ch, ss)
 		return c.lost(err)
 	}

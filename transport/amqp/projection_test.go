@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -231,7 +232,9 @@ func TestRawWriteCarriesAttemptsHeader(t *testing.T) {
 
 // TestHostileBrokerData: whatever another producer puts in the header table (wrong
 // types, nested tables, huge numbers, an empty body) is data: the consumer neither
-// panics nor stops, and an unreadable x-attempts is reported as absent.
+// panics nor stops, an unreadable x-attempts is reported as absent, and a number too
+// large for the counter saturates (driverkit.Attempts, the one coercion of every
+// driver).
 func TestHostileBrokerData(t *testing.T) {
 	tr := openT(t)
 	q := newQueue(t)
@@ -242,22 +245,28 @@ func TestHostileBrokerData(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	ch := rawChannel(t, rawConn(t))
-	hostile := []amqp091.Table{
-		{HeaderAttempts: "lots", "n": amqp091.Table{"deep": []any{int32(1), "x"}}},
-		{HeaderAttempts: int64(1) << 40, "x-death": "not a list"},
-		{HeaderAttempts: 2.5, "when": time.Unix(1700000000, 0), "bin": []byte{0xff, 0x00}},
-		{HeaderAttempts: []any{}, "x-delivery-count": "nope", "f": float32(1.5), "b": true, "dec": amqp091.Decimal{Scale: 2, Value: 150}},
-		nil,
+	hostile := []struct {
+		h        amqp091.Table
+		attempts int // the attempts header read, or -1 for none
+	}{
+		{amqp091.Table{HeaderAttempts: "lots", "n": amqp091.Table{"deep": []any{int32(1), "x"}}}, -1},
+		{amqp091.Table{HeaderAttempts: int64(1) << 40, "x-death": "not a list"}, math.MaxInt32},
+		{amqp091.Table{HeaderAttempts: 2.5, "when": time.Unix(1700000000, 0), "bin": []byte{0xff, 0x00}}, -1},
+		{amqp091.Table{HeaderAttempts: []any{}, "x-delivery-count": "nope", "f": float32(1.5), "b": true, "dec": amqp091.Decimal{Scale: 2, Value: 150}}, -1},
+		{nil, -1},
 	}
 	for _, h := range hostile {
-		if err := ch.PublishWithContext(ctx, "", q, false, false, amqp091.Publishing{Headers: h}); err != nil {
+		if err := ch.PublishWithContext(ctx, "", q, false, false, amqp091.Publishing{Headers: h.h}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range hostile {
+	for _, h := range hostile {
 		d := receive(t, c, 30*time.Second)
-		if d.HasAttemptsHeader {
-			t.Errorf("unreadable x-attempts reported as %d", d.AttemptsHeader)
+		switch {
+		case h.attempts < 0 && d.HasAttemptsHeader:
+			t.Errorf("unreadable x-attempts %v reported as %d", h.h[HeaderAttempts], d.AttemptsHeader)
+		case h.attempts >= 0 && (!d.HasAttemptsHeader || d.AttemptsHeader != h.attempts):
+			t.Errorf("x-attempts %v reported as %d (present %v), want %d", h.h[HeaderAttempts], d.AttemptsHeader, d.HasAttemptsHeader, h.attempts)
 		}
 		if d.Body == nil {
 			t.Error("empty body handed out as nil")

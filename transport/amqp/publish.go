@@ -114,60 +114,6 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return err
 }
 
-// writeConfirmed makes every write on one channel and waits for all their confirms.
-// Any failure is a *transport.SettleWriteError.
-func (t *Transport) writeConfirmed(ctx context.Context, ms []*transport.Message) error {
-	if len(ms) == 0 {
-		return nil
-	}
-	for _, m := range ms {
-		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize); err != nil {
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-		}
-	}
-	pc, err := t.getPub(ctx)
-	if err != nil {
-		return &transport.SettleWriteError{Queue: ms[0].Queue, Err: err}
-	}
-	defer t.putPub(pc)
-	for _, m := range ms {
-		if m == nil || m.Queue == "" {
-			return &transport.SettleWriteError{Err: errors.New("amqp: settle write has no queue")}
-		}
-	}
-	ss := make([]sent, 0, len(ms))
-	errs := make([]error, len(ms))
-	var failed error
-	for _, m := range ms {
-		s, err := t.send(ctx, pc, m, true)
-		if err != nil {
-			failed = &transport.SettleWriteError{Queue: m.Queue, Err: err}
-			break
-		}
-		ss = append(ss, s)
-	}
-	for i, s := range ss {
-		if failed != nil {
-			errs[i] = failed // resolved below without a wait: the settlement failed already
-			continue
-		}
-		if err := t.waitConfirm(ctx, pc, ms[i].Queue, s.dc); err != nil {
-			failed = &transport.SettleWriteError{Queue: ms[i].Queue, Err: err}
-			errs[i] = failed
-		}
-	}
-	t.checkReturns(ss, errs)
-	if failed != nil {
-		return failed
-	}
-	for i, err := range errs[:len(ss)] {
-		if err != nil {
-			return &transport.SettleWriteError{Queue: ms[i].Queue, Err: err}
-		}
-	}
-	return nil
-}
-
 var errNacked = errors.New("amqp: broker nacked the write (or its channel closed before the confirm)")
 
 // waitConfirm waits for the confirm of dc, published on pc, until ctx ends or the

@@ -3,10 +3,13 @@ package amqp
 import (
 	"context"
 	"errors"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -110,17 +113,26 @@ func TestSchemesRegistered(t *testing.T) {
 	}
 }
 
-func TestHeaderIntNeverPanics(t *testing.T) {
-	good := map[any]int{int8(-3): -3, int16(7): 7, int32(2): 2, int64(9): 9, uint8(4): 4, uint16(5): 5,
-		uint32(6): 6, float64(3): 3, float32(8): 8, "12": 12, " 4 ": 4}
+// TestAttemptsHeaderNeverPanics: x-attempts (and x-delivery-count) are read with the
+// kit's one coercion of an attempts header (driverkit.Attempts): any integer type, a
+// whole float or decimal text, clamped to [0, MaxInt32]; anything else is no header.
+// Nothing makes the read panic.
+func TestAttemptsHeaderNeverPanics(t *testing.T) {
+	good := map[any]int{int8(-3): 0, int16(7): 7, int32(2): 2, int64(9): 9, uint8(4): 4, uint16(5): 5,
+		uint32(6): 6, float64(3): 3, float32(8): 8, "12": 12, " 4 ": 4,
+		int64(1) << 40: math.MaxInt32, uint64(1) << 63: math.MaxInt32}
 	for v, want := range good {
-		if n, ok := headerInt(v); !ok || n != want {
-			t.Errorf("headerInt(%T %v) = %d, %v; want %d", v, v, n, ok, want)
+		var d transport.Delivery
+		decode(&amqp091.Delivery{Headers: amqp091.Table{HeaderAttempts: v}}, &d)
+		if !d.HasAttemptsHeader || d.AttemptsHeader != want {
+			t.Errorf("x-attempts %T %v read as %d, %v; want %d", v, v, d.AttemptsHeader, d.HasAttemptsHeader, want)
 		}
 	}
-	for _, v := range []any{nil, "x", "1.5", 1.5, int64(1) << 40, uint64(1) << 63, true, []any{1}, map[string]any{}, "\xff\xfe"} {
-		if n, ok := headerInt(v); ok {
-			t.Errorf("headerInt(%T %v) = %d, true; want not readable", v, v, n)
+	for _, v := range []any{nil, "x", "1.5", 1.5, true, []any{1}, map[string]any{}, "\xff\xfe", amqp091.Table{}} {
+		var d transport.Delivery
+		decode(&amqp091.Delivery{Headers: amqp091.Table{HeaderAttempts: v, "x-delivery-count": v}}, &d)
+		if d.HasAttemptsHeader || d.Redeliveries != 0 {
+			t.Errorf("x-attempts %T %v read as %d, %v (redeliveries %d); want not readable", v, v, d.AttemptsHeader, d.HasAttemptsHeader, d.Redeliveries)
 		}
 	}
 }
