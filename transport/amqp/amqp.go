@@ -380,9 +380,9 @@ func newTransport(s settings) *Transport {
 		s.logger = slog.Default()
 	}
 	return &Transport{
-		s:         s,
-		log:       s.logger.With("transport", "amqp"),
-		declared:  map[string]bool{},
+		s:        s,
+		log:      s.logger.With("transport", "amqp"),
+		declared: map[string]bool{},
 	}
 }
 
