@@ -356,10 +356,17 @@ func (c *Consumer[M]) Settle(ctx context.Context, d *transport.Delivery, s trans
 	if err != nil {
 		return err
 	}
-	return c.book.Finish(e, s, c.settle(ctx, e, d, s))
+	if c.pipe != nil && s.Outcome == transport.Ack && len(s.Writes) > 0 {
+		if err := c.settlePipelined(ctx, e.Value, d, s); err != nil {
+			return c.book.Finish(e, s, err)
+		}
+		c.book.FinishPending(e) // the outcome comes later: SettleSucceeded or SettleFailed
+		return nil
+	}
+	return c.book.Finish(e, s, c.settle(ctx, e, s))
 }
 
-func (c *Consumer[M]) settle(ctx context.Context, e *Entry[M], d *transport.Delivery, s transport.Settlement) error {
+func (c *Consumer[M]) settle(ctx context.Context, e *Entry[M], s transport.Settlement) error {
 	m := e.Value
 	switch {
 	case s.Outcome == transport.Rewind:
@@ -374,8 +381,6 @@ func (c *Consumer[M]) settle(ctx context.Context, e *Entry[M], d *transport.Deli
 		return c.d.Ack(ctx, m)
 	case c.atomic != nil:
 		return writeErr(c.atomic.AckWrites(ctx, m, s.Writes), s.Writes)
-	case c.pipe != nil:
-		return c.settlePipelined(ctx, m, d, s)
 	}
 	confirm, err := c.w.Write(ctx, m, s.Writes)
 	if err == nil && confirm != nil {

@@ -1,32 +1,3 @@
-// Ledger: the account a consumer keeps of the deliveries it handed out and not yet
-// finished. [Consumer] is built on it; a driver whose broker hands out deliveries in a
-// way Consumer cannot drive (see the package documentation) keeps one itself.
-//
-// A Ledger does four things, the same way on every broker:
-//
-//   - Prefetch slots. A delivery holds one slot from the moment it is handed out until it
-//     is settled, rewound, given back on Close, taken back by the broker, or its settle
-//     finally fails. The slot is freed exactly once. No more than the prefetch are held.
-//     A Rewind (or HandOff) that fails still frees the slot: the message is left to the
-//     broker's own redelivery (a visibility timeout, a reservation that lapses, a closed
-//     channel), so a broker outage can never eat the prefetch.
-//   - Settle once. Each delivery is an [Entry] that moves open → settling → settled. A
-//     second Settle, or one racing the first, fails with [transport.ErrAlreadySettled];
-//     an Ack whose settle failed goes back to open, so the runtime can Rewind it.
-//   - Settlement validation ([Validate]): writes only with Ack, every write non-nil
-//     with a queue, and only the outcomes the driver offers.
-//   - Give-back on Close: [Ledger.Close] returns the entries still open, for the driver
-//     to give back to the broker; a later Settle of one of them fails with an error
-//     matching both [transport.ErrClosed] and [transport.ErrAlreadySettled].
-//
-// And it slows a consumer whose settlements keep failing: after each failed settle the
-// next [Ledger.Acquire] (or [Ledger.Pause]) waits a backoff that doubles from 50 ms to
-// 2 s (by default) while failures go on, and the failures are logged with their cause
-// (at the first one and at each doubling of their count, not once per message).
-//
-// A Ledger is safe for concurrent use. It never calls into the driver while it holds
-// its lock, so a driver may call it with its own lock held.
-
 package driverkit
 
 import (
@@ -92,7 +63,34 @@ type Entry[H any] struct {
 	failed     bool      // an Ack of it failed: its Rewind is no recovery; guarded by l.mu
 }
 
-// Ledger is one consumer's account of the deliveries it handed out.
+// Ledger is one consumer's account of the deliveries it handed out and not yet
+// finished. [Consumer] is built on it; a driver whose broker hands out deliveries in a
+// way Consumer cannot drive (see the package documentation) keeps one itself.
+//
+// A Ledger does four things, the same way on every broker:
+//
+//   - Prefetch slots. A delivery holds one slot from the moment it is handed out until it
+//     is settled, rewound, given back on Close, taken back by the broker, or its settle
+//     finally fails. The slot is freed exactly once. No more than the prefetch are held.
+//     A Rewind (or HandOff) that fails still frees the slot: the message is left to the
+//     broker's own redelivery (a visibility timeout, a reservation that lapses, a closed
+//     channel), so a broker outage can never eat the prefetch.
+//   - Settle once. Each delivery is an [Entry] that moves open → settling → settled. A
+//     second Settle, or one racing the first, fails with [transport.ErrAlreadySettled];
+//     an Ack whose settle failed goes back to open, so the runtime can Rewind it.
+//   - Settlement validation ([Validate]): writes only with Ack, every write non-nil
+//     with a queue, and only the outcomes the driver offers.
+//   - Give-back on Close: [Ledger.Close] returns the entries still open, for the driver
+//     to give back to the broker; a later Settle of one of them fails with an error
+//     matching both [transport.ErrClosed] and [transport.ErrAlreadySettled].
+//
+// And it slows a consumer whose settlements keep failing: after each failed settle the
+// next [Ledger.Acquire] (or [Ledger.Pause]) waits a backoff that doubles from 50 ms to
+// 2 s (by default) while failures go on, and the failures are logged with their cause
+// (at the first one and at each doubling of their count, not once per message).
+//
+// A Ledger is safe for concurrent use. It never calls into the driver while it holds
+// its lock, so a driver may call it with its own lock held.
 type Ledger[H any] struct {
 	cfg      LedgerConfig
 	outcomes []transport.Outcome
@@ -421,6 +419,19 @@ func (l *Ledger[H]) Finish(e *Entry[H], s transport.Settlement, err error) error
 		return nil
 	}
 	return l.finishLocked(e, s, err)
+}
+
+// FinishPending ends the settle [Ledger.Begin] started whose outcome comes later (a
+// pipelined settlement whose writes are in flight): the entry is settled and its slot
+// freed, and the run of failed settlements is left as it is until
+// [Ledger.SettleSucceeded] or [Ledger.SettleFailed] tells how it went.
+func (l *Ledger[H]) FinishPending(e *Entry[H]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.state == settling {
+		e.state = settled
+		l.releaseLocked(e)
+	}
 }
 
 // finishLocked is Finish for every case but a plain success; l.mu is held and is

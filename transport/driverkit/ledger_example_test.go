@@ -9,8 +9,9 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// A driver's consumer hands out under a slot, settles once, and gives back on Close.
-func Example() {
+// A driver that keeps a Ledger itself hands out under a slot, settles once, and gives
+// back on Close.
+func ExampleLedger() {
 	ctx := context.Background()
 	book := driverkit.NewLedger[string](driverkit.LedgerConfig{Broker: "mybroker", Queue: "orders", Prefetch: 2})
 

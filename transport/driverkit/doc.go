@@ -1,0 +1,110 @@
+// Package driverkit is the kit a broker driver builds its consumer on. It owns what
+// every driver's consumer does the same way: the receive loop and its prefetch, the
+// backoff of failed receives and failed settlements, settle-once and the validation of
+// a settlement, settle writes confirmed before the acknowledgement (pipelined or
+// awaited), give-back, and Close with one error policy. A driver supplies its broker's
+// primitives (receive a batch, acknowledge, give back, write and confirm, close) and
+// its facts; what is left in the driver is only what its broker makes different.
+// gocloud.dev/pubsub splits its drivers from its portable layer the same way.
+//
+// # Writing a driver's consumer
+//
+// Pick M, the raw message: what the broker client hands out and what acknowledging or
+// giving back that message needs (a delivery and its channel, a receipt handle, a
+// record). Implement [Driver] for M:
+//
+//	type consumer struct {
+//		ch  *client.Channel
+//		kit *driverkit.Consumer[msg] // for Done, in Receive
+//	}
+//
+//	func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) // wait for one or more
+//	func (c *consumer) Decode(m msg, d *transport.Delivery)                 // body, key, headers, counts
+//	func (c *consumer) Ack(ctx context.Context, m msg) error
+//	func (c *consumer) GiveBack(ctx context.Context, ms []msg, why driverkit.Reason) error
+//	func (c *consumer) IsRetryable(err error) bool // a receive error the next Receive recovers from
+//	func (c *consumer) Close(ctx context.Context) error
+//
+// and [Writer] (publish a settlement's writes, return the wait for their confirmation)
+// or, when the broker can make the writes and the acknowledgement one atomic step,
+// [AtomicAcker]; [HandOffer] when the broker has a redrive of its own. Then Consume
+// returns the kit's consumer:
+//
+//	c := &consumer{ch: ch}
+//	k, err := driverkit.New[msg](c, driverkit.Config{
+//		Broker: "mybroker", Queue: queue, Logger: t.log, Group: &t.consumers,
+//		Pipeline: true, ConcurrentReceive: true,
+//	}, opts)
+//	if err != nil {
+//		return nil, err
+//	}
+//	c.kit = k
+//	return k, nil
+//
+// and the transport's Close calls Group.Close. A driver that offers more on its
+// consumer ([transport.AckSyncer], say) returns a struct that embeds the
+// *[Consumer] and adds the method.
+//
+// # What the kit does with the primitives
+//
+// Receive waits for a prefetch slot (and for the backoff after failed settlements),
+// then calls [Driver.Receive] for one message plus as many as the prefetch has room
+// for, up to [Config.MaxBatch]; messages beyond the first wait for the next Receive
+// calls, each holding its slot. With [Config.ConcurrentReceive] several Receive calls
+// reach the driver at once; without it one does and the others wait for its batch. A
+// receive error [Driver.IsRetryable] accepts is retried after a backoff that doubles
+// from [Config.MinBackoff] to [Config.MaxBackoff], shared by the workers of the
+// consumer and logged at the first failure and at each doubling of their count, with
+// the cause; the first success logs the recovery. Any other error is returned.
+//
+// Settle validates the settlement and that the delivery is this consumer's and not
+// settled already, then:
+//
+//   - Ack without writes: [Driver.Ack].
+//   - Ack with writes: [AtomicAcker.AckWrites] with [Config.AtomicAcks]; else
+//     [Writer.Write], then its [Confirm], then [Driver.Ack]. A write that fails is
+//     returned as a [*transport.SettleWriteError] and nothing is acknowledged; the
+//     delivery stays held for the runtime's Rewind. With [Config.Pipeline] Settle returns
+//     after Write, and a goroutine of the kit waits for the confirmation (up to
+//     [Config.ConfirmTimeout]), then acknowledges the delivery, or gives it back
+//     ([SettleFailed]) and tells [transport.ConsumeOptions.SettleFailed].
+//   - Rewind: [Driver.GiveBack] with [Rewound], or [SettleFailed] after a failed Ack.
+//   - HandOff: [HandOffer.HandOff], offered with [Config.HandOff].
+//
+// A failed settlement, pipelined or not, makes the next Receive wait a backoff that
+// doubles while failures go on, logged on the same terms as receive failures.
+//
+// Close stops receiving, gives back ([Closing]) what was held and not settled,
+// waits for the receives and settlements in progress (pipelined ones included) until
+// its context ends, then calls [Driver.Close]. It does every step whatever fails and
+// returns nil or one error joining what failed; it never logs. [Group.Close] closes a
+// transport's consumers at once and joins their errors.
+//
+// # Options and headers
+//
+// A driver reads its URL with [ParseQuery] and records a bad value given to one of its
+// option functions in an [Options]: a bad option, from the URL or from code, is an
+// [*OptionError] naming it, matching [transport.ErrInvalidOption] (which
+// babelqueue.ErrInvalidOption is). An attempts header is read with [Attempts] (or
+// [ParseAttempts] for text): one coercion on every broker.
+//
+// # Testing
+//
+// The kit is tested once, with fault injection and on memory://. A driver's tests
+// reuse package driverkittest: its Faults make any primitive fail or hang on demand
+// and count calls, and Wrap puts them between the kit and the driver.
+//
+// # The ledger
+//
+// [Ledger] is the bookkeeping the Consumer is built on (prefetch slots, settle-once,
+// give-back, the backoff after failed settlements), public for a driver whose broker
+// hands out messages in a way the Consumer cannot drive. Prefer the Consumer.
+//
+// # Compatibility
+//
+// The package is part of the root module's public API and follows its semantic
+// versioning: a driver module built against one minor version works with every later
+// one. Interfaces a driver implements never gain methods; a new primitive comes as a
+// new optional interface, and a new fact as a new [Config] field whose zero value
+// keeps the earlier behaviour.
+package driverkit
