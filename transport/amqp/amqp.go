@@ -66,6 +66,7 @@ type settings struct {
 	maxIdleChans   int
 	maxSize        int
 	pipeline       bool // pipelined settle writes (WithPipelinedSettles)
+	bad            driverkit.Options
 }
 
 func defaultSettings() settings {
@@ -76,6 +77,7 @@ func defaultSettings() settings {
 		maxIdleChans:   16,
 		maxSize:        DefaultMaxMessageSize,
 		pipeline:       true,
+		bad:            driverkit.Options{Broker: "amqp"},
 	}
 }
 
@@ -84,12 +86,14 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 
 // WithConfirmTimeout bounds the wait for a publisher confirm, for settle writes and for
 // the user's Publish (default [DefaultConfirmTimeout]). A context deadline that comes
-// sooner wins.
+// sooner wins. A d of zero or less is an error matching babelqueue.ErrInvalidOption.
 func WithConfirmTimeout(d time.Duration) Option {
 	return func(s *settings) {
-		if d > 0 {
-			s.confirmTimeout = d
+		if d <= 0 {
+			s.bad.Invalid("WithConfirmTimeout", "want a duration above zero, got %s", d)
+			return
 		}
+		s.confirmTimeout = d
 	}
 }
 
@@ -123,16 +127,28 @@ func WithoutDeclare() Option { return func(s *settings) { s.noDeclare = true } }
 // rabbitmqctl list_connections (default "babelqueue-go").
 func WithConnectionName(name string) Option { return func(s *settings) { s.connName = name } }
 
-// WithHeartbeat sets the heartbeat interval (default: the server's proposal).
-func WithHeartbeat(d time.Duration) Option { return func(s *settings) { s.heartbeat = d } }
+// WithHeartbeat sets the heartbeat interval (default: the server's proposal; zero
+// turns heartbeats off). A negative d is an error matching babelqueue.ErrInvalidOption.
+func WithHeartbeat(d time.Duration) Option {
+	return func(s *settings) {
+		if d < 0 {
+			s.bad.Invalid("WithHeartbeat", "want a duration of zero or more, got %s", d)
+			return
+		}
+		s.heartbeat = d
+	}
+}
 
 // WithMaxMessageSize sets the longest body a publish or settle write may carry: the
-// broker's max_message_size (default [DefaultMaxMessageSize]).
+// broker's max_message_size (default [DefaultMaxMessageSize]). An n of zero or less is
+// an error matching babelqueue.ErrInvalidOption.
 func WithMaxMessageSize(n int) Option {
 	return func(s *settings) {
-		if n > 0 {
-			s.maxSize = n
+		if n <= 0 {
+			s.bad.Invalid("WithMaxMessageSize", "want a number of bytes above zero, got %d", n)
+			return
 		}
+		s.maxSize = n
 	}
 }
 
@@ -188,7 +204,8 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	if err := transport.CheckParams(u, append(append([]string(nil), clientParams...), ownParams...)...); err != nil {
+	pq, err := driverkit.ParseQuery("amqp", u, append(append([]string(nil), clientParams...), ownParams...)...)
+	if err != nil {
 		return "", err
 	}
 	if p := u.Port(); p != "" {
@@ -203,45 +220,41 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
-	pq, err := transport.ParseQuery(u)
-	if err != nil {
-		return "", err
-	}
 	q := u.Query()
 	if q.Has("certfile") != q.Has("keyfile") {
-		return "", bad("certfile", "certfile and keyfile go together")
+		return "", pq.Bad("certfile", "certfile and keyfile go together")
 	}
 	if scheme == "amqp" {
 		for _, p := range []string{"certfile", "keyfile", "cacertfile", "server_name_indication"} {
 			if q.Has(p) {
-				return "", bad(p, "only meaningful with amqps://")
+				return "", pq.Bad(p, "only meaningful with amqps://")
 			}
 		}
 	}
 	if q.Has("heartbeat") {
 		n, err := strconv.ParseUint(q.Get("heartbeat"), 10, 16)
 		if err != nil {
-			return "", bad("heartbeat", "want whole seconds (0-65535)")
+			return "", pq.Bad("heartbeat", "want whole seconds (0-65535)")
 		}
 		s.heartbeat = time.Duration(n) * time.Second
 	}
 	if q.Has("connection_timeout") {
 		n, err := strconv.ParseUint(q.Get("connection_timeout"), 10, 31)
 		if err != nil || n == 0 {
-			return "", bad("connection_timeout", "want a positive whole number of milliseconds")
+			return "", pq.Bad("connection_timeout", "want a positive whole number of milliseconds")
 		}
 		s.connTimeout = time.Duration(n) * time.Millisecond
 	}
 	if q.Has("channel_max") {
 		if _, err := strconv.ParseUint(q.Get("channel_max"), 10, 16); err != nil {
-			return "", bad("channel_max", "want a whole number (0-65535)")
+			return "", pq.Bad("channel_max", "want a whole number (0-65535)")
 		}
 	}
 	for _, m := range q["auth_mechanism"] {
 		switch strings.ToLower(m) {
 		case "plain", "amqplain", "external":
 		default:
-			return "", bad("auth_mechanism", "want plain, amqplain or external")
+			return "", pq.Bad("auth_mechanism", "want plain, amqplain or external")
 		}
 	}
 	if b, ok, err := pq.Bool("publish_confirms"); err != nil {
@@ -290,6 +303,9 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	// Options given in code win over the URL.
 	for _, o := range opts {
 		o(&s)
+	}
+	if err := s.bad.Err(); err != nil {
+		return nil, err
 	}
 	redacted := transport.RedactURL(u)
 	t := newTransport(s)
@@ -364,6 +380,9 @@ func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
 	s := defaultSettings()
 	for _, o := range opts {
 		o(&s)
+	}
+	if err := s.bad.Err(); err != nil {
+		return nil, err
 	}
 	t := newTransport(s)
 	t.conn = conn

@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func TestURLErrorsNameTheParameter(t *testing.T) {
@@ -134,5 +135,44 @@ func TestAttemptsHeaderNeverPanics(t *testing.T) {
 		if d.HasAttemptsHeader || d.Redeliveries != 0 {
 			t.Errorf("x-attempts %T %v read as %d, %v (redeliveries %d); want not readable", v, v, d.AttemptsHeader, d.HasAttemptsHeader, d.Redeliveries)
 		}
+	}
+}
+
+// TestBadOptionValuesAreInvalidOptions: a bad value of an option, given in the URL or
+// in code, is an error matching ErrInvalidOption that names the option; nothing is
+// silently ignored. A bad host or port is a bad URL, not an option.
+func TestBadOptionValuesAreInvalidOptions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		url    string
+		opts   []Option
+		option string
+	}{
+		{"amqp://guest:s3cret@127.0.0.1:5672/?confirm_timeout=soon", nil, "confirm_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?heartbeat=ten", nil, "heartbeat"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?bogus=1", nil, "bogus"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithConfirmTimeout(0)}, "WithConfirmTimeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithMaxMessageSize(-1)}, "WithMaxMessageSize"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithHeartbeat(-time.Second)}, "WithHeartbeat"},
+	} {
+		tr, err := Dial(ctx, c.url, c.opts...)
+		if err == nil {
+			_ = tr.Close(ctx)
+			t.Errorf("Dial(%s) with %d options succeeded, want an error naming %s", transport.Redact(c.url), len(c.opts), c.option)
+			continue
+		}
+		var oe *driverkit.OptionError
+		if !errors.Is(err, transport.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != c.option {
+			t.Errorf("Dial(%s): %v; want an OptionError naming %s", transport.Redact(c.url), err, c.option)
+		}
+	}
+	if _, err := New(rawConn(t), WithConfirmTimeout(-1)); !errors.Is(err, transport.ErrInvalidOption) {
+		t.Errorf("New with WithConfirmTimeout(-1) = %v, want ErrInvalidOption", err)
+	}
+	u, _ := url.Parse("amqp://guest:s3cret@127.0.0.1:99999/")
+	s := defaultSettings()
+	if _, err := parseURL(u, &s); !errors.Is(err, transport.ErrBadURL) || errors.Is(err, transport.ErrInvalidOption) {
+		t.Errorf("bad port: %v; want ErrBadURL, not ErrInvalidOption", err)
 	}
 }

@@ -35,6 +35,8 @@ type Consumer[M any] struct {
 	wake     chan struct{} // closed when ready grows or a fetch ends; nil while nobody waits
 	bufs     sync.Pool     // *[]M of MaxBatch, the receive buffers
 
+	life         context.Context // ends when Close begins: see Bind
+	endLife      context.CancelFunc
 	closing      atomic.Bool
 	driverClosed atomic.Bool   // Driver.Close was called
 	closed       chan struct{} // closed once Close finished
@@ -79,6 +81,7 @@ func New[M any](d Driver[M], cfg Config, opts transport.ConsumeOptions) (*Consum
 		closed: make(chan struct{}),
 	}
 	c.retry.cfg = &c.cfg
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.busy.zero = make(chan struct{}, 1)
 	outcomes := []transport.Outcome{transport.Ack, transport.Rewind}
 	var ok bool
@@ -110,6 +113,7 @@ func New[M any](d Driver[M], cfg Config, opts transport.ConsumeOptions) (*Consum
 		Logger: cfg.Logger, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff})
 	if cfg.Group != nil {
 		if err := cfg.Group.Add(c); err != nil {
+			c.endLife()
 			return nil, err
 		}
 	}
@@ -118,6 +122,18 @@ func New[M any](d Driver[M], cfg Config, opts transport.ConsumeOptions) (*Consum
 
 // Done is closed when the consumer starts closing: a driver's Receive returns then.
 func (c *Consumer[M]) Done() <-chan struct{} { return c.book.Done() }
+
+// Bind returns a context that ends when ctx ends or when the consumer starts closing,
+// for a [Driver.Receive] whose broker client waits on a context only. Call cancel when
+// the call returns.
+func (c *Consumer[M]) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	bound, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.life, cancel)
+	return bound, func() {
+		stop()
+		cancel()
+	}
+}
 
 // Held counts the deliveries held: handed out (or received and waiting to be) and not
 // finished.
@@ -425,6 +441,7 @@ func (c *Consumer[M]) Close(ctx context.Context) error {
 	}
 	defer close(c.closed)
 	open := c.book.Close() // Receive calls waiting return now; the ready ones are in open
+	c.endLife()
 	c.mu.Lock()
 	clear(c.ready)
 	c.ready = nil

@@ -785,3 +785,27 @@ func TestGroupClose(t *testing.T) {
 		t.Errorf("second Group.Close = %v, want nil", err)
 	}
 }
+
+// TestBindEndsWithClose: the context Bind returns ends when the consumer closes, so a
+// Receive waiting in a client that takes a context returns, and Close is not held up.
+func TestBindEndsWithClose(t *testing.T) {
+	broker := driverkittest.NewFake()
+	var l logs
+	c, err := broker.Consume("in", fastConfig(&l), transport.ConsumeOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := c.Bind(ctxT(t))
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatal("bound context ended before Close")
+	}
+	if err := c.Close(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("bound context still alive after Close")
+	}
+}

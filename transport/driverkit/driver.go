@@ -22,7 +22,8 @@ type Driver[M any] interface {
 	// into, returning how many: at least one and a nil error, or none and an error.
 	// len(into) is at least 1 and at most [Config.MaxBatch]. Receive returns when ctx
 	// ends (with ctx.Err()) and once the consumer closes ([Consumer.Done] is closed):
-	// a Receive that waits on a broker client must watch both. An error IsRetryable
+	// a Receive that waits on a broker client must watch both ([Consumer.Bind] makes
+	// one context of them for a client that takes a context). An error IsRetryable
 	// reports is retried by the kit after a backoff; any other is returned to the
 	// caller of [Consumer.Receive]. Several Receive calls run at once only with
 	// [Config.ConcurrentReceive].
