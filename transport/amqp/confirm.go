@@ -13,7 +13,7 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 
 // PublishConfirmed publishes msgs in order on one confirm-mode channel, every publish in
 // flight at once, then waits for all their publisher confirms together, up to the confirm
-// timeout counted from the last publish. It confirms even when [WithoutPublishConfirms]
+// timeout counted once the publishes are made. It confirms even when [WithoutPublishConfirms]
 // was given (that option only concerns [Transport.Publish]). When some messages were not
 // confirmed (nacked, timed out, or not sent because the channel failed; those after a
 // failed send are reported with [transport.ErrNotAttempted]) the error is a
@@ -54,10 +54,15 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 }
 
 // awaitConfirms waits for every sent confirm of ss under one deadline (the confirm
-// timeout) and records in errs each write that was not acknowledged.
+// timeout, from the first confirm not in yet) and records in errs each write that was
+// not acknowledged. A write not sent (no confirm) keeps the error errs has for it.
 func (t *Transport) awaitConfirms(ctx context.Context, msgs []*transport.Message, ss []sent, errs []error) {
-	timer := time.NewTimer(t.s.confirmTimeout)
-	defer timer.Stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var ended error // set once the deadline or ctx ended the wait
 	for i, s := range ss {
 		dc := s.dc
@@ -67,10 +72,17 @@ func (t *Transport) awaitConfirms(ctx context.Context, msgs []*transport.Message
 		if ended == nil {
 			select {
 			case <-dc.Done():
-			case <-ctx.Done():
-				ended = ctx.Err()
-			case <-timer.C:
-				ended = context.DeadlineExceeded
+			default:
+				if timer == nil {
+					timer = time.NewTimer(t.s.confirmTimeout)
+				}
+				select {
+				case <-dc.Done():
+				case <-ctx.Done():
+					ended = ctx.Err()
+				case <-timer.C:
+					ended = context.DeadlineExceeded
+				}
 			}
 		}
 		select {

@@ -85,10 +85,10 @@ type session struct {
 }
 
 // msg is one delivery as the kit holds it: the broker's delivery and the channel it
-// came on, which its acknowledgement must go to.
+// came on, which its acknowledgement must go to. It is two words: the kit copies it.
 type msg struct {
 	s *session
-	d amqp091.Delivery
+	d *amqp091.Delivery
 }
 
 // errChannelLost is the receive error of a consumer whose channel closed (the
@@ -173,7 +173,7 @@ func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
 		if !ok {
 			return 0, c.lose(s)
 		}
-		into[0] = msg{s: s, d: d}
+		into[0] = msg{s: s, d: &d}
 		return 1, nil
 	case <-ctx.Done():
 		return 0, ctx.Err()
@@ -208,7 +208,7 @@ func (c *consumer) IsRetryable(err error) bool {
 
 // Decode turns what the broker sent into a delivery. Nothing in it can panic:
 // unexpected header types are skipped.
-func (c *consumer) Decode(m msg, out *transport.Delivery) { decode(&m.d, out) }
+func (c *consumer) Decode(m msg, out *transport.Delivery) { decode(m.d, out) }
 
 func decode(d *amqp091.Delivery, out *transport.Delivery) {
 	out.Body = d.Body
@@ -228,8 +228,12 @@ func decode(d *amqp091.Delivery, out *transport.Delivery) {
 
 // Close closes the consumer's channel: the deliveries prefetched and not handed out go
 // back to the broker.
-func (c *consumer) Close(context.Context) error {
-	c.opening <- struct{}{}
+func (c *consumer) Close(ctx context.Context) error {
+	select {
+	case c.opening <- struct{}{}:
+	case <-ctx.Done(): // a channel being opened now closes with the connection
+		return fmt.Errorf("amqp: close the consumer's channel: %w", ctx.Err())
+	}
 	c.closed = true
 	s := c.sess.Swap(nil)
 	<-c.opening

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
@@ -133,53 +132,17 @@ func failedAll(n int, err error) []error {
 // passes, then checks that none was returned, and returns the first failure as a
 // *transport.SettleWriteError.
 func (t *Transport) confirmed(ctx context.Context, ws []*transport.Message, ss []sent) error {
-	err := t.awaitSent(ctx, ws, ss)
-	if err != nil {
-		t.checkReturns(ss, failedAll(len(ss), err))
-		return err
+	var buf [4]error // the usual settlement has one write: no allocation
+	errs := buf[:0]
+	if len(ss) > len(buf) {
+		errs = make([]error, 0, len(ss))
 	}
-	errs := make([]error, len(ss))
+	errs = errs[:len(ss)]
+	t.awaitConfirms(ctx, ws, ss, errs)
 	t.checkReturns(ss, errs)
 	for i, err := range errs {
 		if err != nil {
 			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: err}
-		}
-	}
-	return nil
-}
-
-// awaitSent waits for the confirms of ss under one deadline and returns the first that
-// failed as a *transport.SettleWriteError.
-func (t *Transport) awaitSent(ctx context.Context, ws []*transport.Message, ss []sent) error {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for i, s := range ss {
-		dc := s.dc
-		select {
-		case <-dc.Done():
-		default:
-			if timer == nil {
-				timer = time.NewTimer(t.s.confirmTimeout)
-			}
-			var err error
-			select {
-			case <-dc.Done():
-			case <-ctx.Done():
-				err = ctx.Err()
-			case <-timer.C:
-				err = context.DeadlineExceeded
-			}
-			if err != nil {
-				return &transport.SettleWriteError{Queue: ws[i].Queue,
-					Err: fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", ws[i].Queue, err)}
-			}
-		}
-		if !dc.Acked() {
-			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: errNacked}
 		}
 	}
 	return nil

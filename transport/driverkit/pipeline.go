@@ -45,18 +45,21 @@ func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Del
 func (c *Consumer[M]) awaitPipelined(m M, d *transport.Delivery, s transport.Settlement, confirm Confirm) {
 	defer c.busy.exit()
 	defer func() { <-c.pipe }()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
+	defer cancel()
 	var err error
 	if confirm != nil {
-		cctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
-		err = writeErr(confirm(cctx), s.Writes)
-		cancel()
+		err = writeErr(confirm(ctx), s.Writes)
 	}
 	if c.driverClosed.Load() {
 		return // Close gave up waiting: the driver's side is closed and the broker redelivers
 	}
-	// A fresh bound for the acknowledgement: the confirmation may have used up the first.
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
-	defer cancel()
+	if ctx.Err() != nil {
+		// A fresh bound for the acknowledgement or give-back: the wait used up the first.
+		var again context.CancelFunc
+		ctx, again = context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
+		defer again()
+	}
 	if err == nil {
 		if aerr := c.d.Ack(ctx, m); aerr != nil {
 			// Taken back by the broker (a channel or link gone) after its writes were
