@@ -10,34 +10,34 @@ import (
 // []byte, read by [ParseAttempts]). It is the one coercion every driver uses, so that a
 // value means the same on every broker:
 //
-//   - A number is clamped to [0, math.MaxInt32]. A count too large to hold still says
-//     the message was tried more often than any max_attempts allows, as the reference
-//     SDK, whose integers have no bound, reads it (and as the runtime's own counter
-//     saturates); a negative count is no attempt made.
+//   - A whole number is read as written, a negative one too (the runtime decides what a
+//     negative count means: docs/settlement.md), saturating at ±math.MaxInt: a count
+//     too large to hold still says the message was tried more often than any
+//     max_attempts allows, as the reference SDK, whose integers have no bound, reads it.
 //   - Anything else (a fraction, NaN or an infinity, a boolean, text that is not an
 //     integer, bytes that are not UTF-8) is no header: it returns 0, false.
 func Attempts(v any) (int, bool) {
 	switch x := v.(type) {
 	case int:
-		return clampAttempts(int64(x)), true
+		return max(x, -math.MaxInt), true
 	case int8:
-		return clampAttempts(int64(x)), true
+		return int(x), true
 	case int16:
-		return clampAttempts(int64(x)), true
+		return int(x), true
 	case int32:
-		return clampAttempts(int64(x)), true
+		return int(x), true
 	case int64:
-		return clampAttempts(x), true
+		return int(max(min(x, math.MaxInt), -math.MaxInt)), true
 	case uint:
-		return clampAttempts(int64(min(uint64(x), math.MaxInt32))), true
+		return int(min(x, math.MaxInt)), true
 	case uint8:
 		return int(x), true
 	case uint16:
 		return int(x), true
 	case uint32:
-		return clampAttempts(int64(x)), true
+		return int(min(uint64(x), math.MaxInt)), true
 	case uint64:
-		return clampAttempts(int64(min(x, math.MaxInt32))), true
+		return int(min(x, math.MaxInt)), true
 	case float32:
 		return floatAttempts(float64(x))
 	case float64:
@@ -51,19 +51,22 @@ func Attempts(v any) (int, bool) {
 }
 
 func floatAttempts(f float64) (int, bool) {
-	if math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f) {
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0) || f != math.Trunc(f):
 		return 0, false
+	case f >= math.MaxInt: // float64(math.MaxInt) rounds up to 2^63
+		return math.MaxInt, true
+	case f <= -math.MaxInt:
+		return -math.MaxInt, true
 	}
-	return clampAttempts(int64(max(min(f, math.MaxInt32), -1))), true
+	return int(f), true
 }
-
-func clampAttempts(n int64) int { return int(max(min(n, math.MaxInt32), 0)) }
 
 // ParseAttempts reads an attempts header written as text the way the reference SDK
 // (Python's int()) reads it: optional ASCII whitespace around an optional sign and
-// decimal digits, single underscores allowed between digits ("3", " 4\t", "+2",
-// "1_000"), then clamps it as [Attempts] does. Anything else, and text that is not
-// valid UTF-8, is no header: 0, false.
+// decimal digits, single underscores allowed between digits ("3", " 4\t", "-1",
+// "1_000"), saturating as [Attempts] does. Anything else, and text that is not valid
+// UTF-8, is no header: 0, false.
 func ParseAttempts(s string) (int, bool) {
 	// The common case: a few plain digits.
 	if len(s) > 0 && len(s) < 10 {
@@ -99,7 +102,7 @@ func ParseAttempts(s string) (int, bool) {
 	if s == "" || s[0] == '_' || s[len(s)-1] == '_' {
 		return 0, false
 	}
-	var n int64
+	n := 0
 	prevUnderscore := false
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
@@ -114,12 +117,17 @@ func ParseAttempts(s string) (int, bool) {
 		if ch < '0' || ch > '9' {
 			return 0, false
 		}
-		n = min(n*10+int64(ch-'0'), math.MaxInt32+1) // saturates well within int64
+		d := int(ch - '0')
+		if n > (math.MaxInt-d)/10 {
+			n = math.MaxInt // saturates
+		} else {
+			n = n*10 + d
+		}
 	}
 	if neg {
-		return 0, true
+		n = -n
 	}
-	return clampAttempts(n), true
+	return n, true
 }
 
 func isSpace(c byte) bool {
