@@ -102,9 +102,10 @@
 //
 // # Compatibility
 //
-// The package is part of the root module's public API and follows its semantic
-// versioning: a driver module built against one minor version works with every later
-// one. Interfaces a driver implements never gain methods; a new primitive comes as a
-// new optional interface, and a new fact as a new [Config] field whose zero value
+// The package is part of the root module's public API and is versioned with it
+// (CHANGELOG.md says what a version promises; every module of a release has that one
+// version, so a driver requires the root at its own). The kit grows without breaking
+// a driver: interfaces a driver implements never gain methods, a new primitive comes
+// as a new optional interface, and a new fact as a new [Config] field whose zero value
 // keeps the earlier behaviour.
 package driverkit
