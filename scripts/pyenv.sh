@@ -62,7 +62,10 @@ log "installed extras: $(tr '\n' ' ' <"$stamp")"
 # the Python spans with the SDK's in-memory exporter, so the SDK of the same version.
 if grep -qx otel "$stamp" && ! "$vpy" -c "import opentelemetry.sdk.trace" 2>/dev/null; then
   api="$("$vpy" -c "import importlib.metadata as m; print(m.version('opentelemetry-api'))")"
-  "${pipq[@]}" "opentelemetry-sdk==$api" >&2 || log "opentelemetry-sdk==$api did not install"
+  # The newest API can be out before its SDK: then the newest SDK, which brings the API
+  # it was released with.
+  "${pipq[@]}" "opentelemetry-sdk==$api" >&2 || "${pipq[@]}" opentelemetry-sdk >&2 ||
+    log "opentelemetry-sdk did not install (neither $api nor the newest)"
 fi
 
 echo "$vpy"
