@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // The MessageAttributes of the binding.
@@ -213,9 +214,7 @@ func readDelivery(d *transport.Delivery, msg *types.Message) {
 			}
 		case name == AttrAttempts:
 			if a.StringValue != nil {
-				if n, err := strconv.Atoi(strings.TrimSpace(*a.StringValue)); err == nil {
-					d.AttemptsHeader, d.HasAttemptsHeader = n, true
-				}
+				d.AttemptsHeader, d.HasAttemptsHeader = driverkit.ParseAttempts(*a.StringValue)
 			}
 		case name == AttrKey:
 			switch {

@@ -52,7 +52,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return transport.Page{}, transport.ErrClosed
 	}
 	name := t.QueueName(queue)
@@ -230,16 +230,11 @@ func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[stri
 	}
 	for start := 0; start < len(receipts); start += maxBatch {
 		batch := receipts[start:min(start+maxBatch, len(receipts))]
-		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))
-		for i, r := range batch {
-			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: 0}
-		}
 		var err error
 		for try := range 3 { // making a message visible twice does no harm
-			var out *awssqs.ChangeMessageVisibilityBatchOutput
-			out, err = t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
-			if err == nil && out != nil && len(out.Failed) > 0 {
-				err = fmt.Errorf("%d of %d refused: %s", len(out.Failed), len(batch), aws.ToString(out.Failed[0].Message))
+			var failed []types.BatchResultErrorEntry
+			if failed, err = t.setVisibility(ctx, url, batch, 0); err == nil && len(failed) > 0 {
+				err = refusedErr(failed, len(batch))
 			}
 			if err == nil || ctx.Err() != nil {
 				break

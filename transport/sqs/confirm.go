@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -40,7 +38,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return transport.ErrClosed
 	}
 	errs := make([]error, len(msgs))
@@ -59,7 +57,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	}
 	var run batchRun
 	for i, m := range msgs {
-		e, size, err := t.batchEntry(m)
+		e, size, err := t.outgoing(m, "", "")
 		if err != nil {
 			errs[i] = err
 			continue
@@ -108,85 +106,35 @@ func (r *batchRun) reset() {
 	r.idx, r.entries, r.size = r.idx[:0], r.entries[:0], 0
 }
 
-// batchEntry builds the entry of m (without its Id) and the size SQS counts of it.
-func (t *Transport) batchEntry(m *transport.Message) (types.SendMessageBatchRequestEntry, int, error) {
-	var e types.SendMessageBatchRequestEntry
-	if m == nil || m.Queue == "" {
-		return e, 0, errors.New("sqs: message has no queue")
-	}
-	if err := checkBody(m.Body); err != nil {
-		return e, 0, err
-	}
-	attrs, err := buildAttributes(m)
-	if err != nil {
-		return e, 0, err
-	}
-	size := messageSize(m.Body, attrs)
-	if err := transport.CheckSize("sqs", m.Queue, size, t.maxSize); err != nil {
-		return e, 0, err
-	}
-	e = types.SendMessageBatchRequestEntry{
-		MessageBody:       aws.String(string(m.Body)),
-		MessageAttributes: attrs,
-	}
-	if strings.HasSuffix(t.QueueName(m.Queue), fifoSuffix) {
-		e.MessageGroupId = aws.String(t.groupFor(m))
-		e.MessageDeduplicationId = aws.String(dedupID(m, ""))
-		if m.Delay > 0 {
-			t.warnFIFODelay(m.Queue)
-		}
-	} else if m.Delay > 0 {
-		e.DelaySeconds = int32((min(m.Delay, MaxDelay) + time.Second - 1) / time.Second)
-	}
-	return e, size, nil
-}
-
 // sendRun makes the call of run and records each message's result in errs. It reports
 // false when the call failed as a whole. run is empty afterwards.
 func (t *Transport) sendRun(ctx context.Context, bc batchAPI, run *batchRun, errs []error) bool {
 	defer run.reset()
-	fail := func(err error) bool {
-		err = fmt.Errorf("sqs: send to %q: %w", run.queue, err)
+	var out *awssqs.SendMessageBatchOutput
+	err := t.withURL(ctx, run.queue, func(url string) (err error) {
+		out, err = bc.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.entries})
+		return err
+	})
+	if err != nil {
 		for _, i := range run.idx {
 			errs[i] = err
 		}
 		return false
 	}
-	qurl, err := t.QueueURL(ctx, run.queue)
-	if err != nil {
-		return fail(err)
-	}
-	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(qurl), Entries: run.entries}
-	out, err := bc.SendMessageBatch(ctx, in)
-	if err != nil && isMissingQueue(err) && t.prefix == "" {
-		// The cached URL names a queue that was deleted: resolve it again once.
-		t.forgetURL(run.queue)
-		if qurl, rerr := t.QueueURL(ctx, run.queue); rerr == nil {
-			in.QueueUrl = aws.String(qurl)
-			out, err = bc.SendMessageBatch(ctx, in)
-		}
-	}
-	if err != nil {
-		return fail(err)
+	if out == nil {
+		out = &awssqs.SendMessageBatchOutput{}
 	}
 	results := make([]error, len(run.idx))
 	for k := range results {
 		results[k] = errNoResult
 	}
-	at := func(id *string) int {
-		k, err := strconv.Atoi(aws.ToString(id))
-		if err != nil || k < 0 || k >= len(results) {
-			return -1
-		}
-		return k
-	}
 	for _, s := range out.Successful {
-		if k := at(s.Id); k >= 0 {
+		if k := entryIndex(s.Id, len(results)); k >= 0 {
 			results[k] = nil
 		}
 	}
 	for _, f := range out.Failed {
-		if k := at(f.Id); k >= 0 {
+		if k := entryIndex(f.Id, len(results)); k >= 0 {
 			results[k] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 		}
 	}

@@ -75,13 +75,18 @@
 //
 // # Consuming
 //
-// A consumer long-polls ReceiveMessage in batches of up to ten, never holding more
-// unsettled messages than its prefetch. While a delivery is held, or being settled, its
-// visibility is extended (a heartbeat at a third of the visibility timeout, ten messages
-// per ChangeMessageVisibilityBatch call), so a long handler or a slow settle write does
-// not see its message redelivered under it; no lock is held across a call to SQS, so
-// one slow call stalls nothing else. While settlements keep failing the poller backs off
-// (50 ms doubling to 2 s) and the failures are logged with their cause. Settling:
+// A consumer is the kit's (transport/driverkit): a Receive with no delivery waiting
+// long-polls ReceiveMessage for one message plus as many as the prefetch has room for,
+// up to ten, never holding more unsettled messages than its prefetch. A long poll is
+// never cancelled for its caller (SQS may already have handed it messages that a
+// cancelled call would leave hidden until their visibility timeout): a Receive whose
+// context ends stops waiting, and the messages come with the next Receive. While a
+// delivery is held, or being settled, its visibility is extended (a heartbeat at a third
+// of the visibility timeout, ten messages per ChangeMessageVisibilityBatch call), so a
+// long handler or a slow settle write does not see its message redelivered under it; no
+// lock is held across a call to SQS, so one slow call stalls nothing else. A failed
+// receive is retried after a backoff (50 ms doubling to 2 s), and so is receiving while
+// settlements keep failing; both are logged with their cause. Settling:
 //
 //   - Ack: every settle write is sent (SendMessage must succeed) before DeleteMessage.
 //     The writes are made in order and the first that fails stops them: those before
@@ -89,6 +94,8 @@
 //     is settled; on a FIFO queue the repeat carries the same deduplication id, so SQS
 //     drops it within its five-minute window.
 //   - Rewind: ChangeMessageVisibility to 0; ApproximateReceiveCount rises on redelivery.
+//     Closing a consumer gives back what it holds unsettled the same way (waiting first
+//     for a poll in progress, at most the wait time).
 //   - HandOff: nothing is sent; the message becomes visible again when its visibility
 //     timeout lapses and the queue's RedrivePolicy moves it to the native DLQ after
 //     maxReceiveCount receives.

@@ -37,7 +37,10 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	client := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) { o.BaseEndpoint = aws.String("http://127.0.0.1:9324") })
-	tr := sqs.New(client, sqs.WithFIFO(true), sqs.WithGroupID("tenant-42"))
+	tr, err := sqs.New(client, sqs.WithFIFO(true), sqs.WithGroupID("tenant-42"))
+	if err != nil {
+		log.Fatal(err) // an option's bad value
+	}
 	app, err := babelqueue.New(tr, babelqueue.WithQueue("orders"), babelqueue.WithDeadLetter(true))
 	if err != nil {
 		log.Fatal(err)

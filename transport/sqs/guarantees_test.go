@@ -417,3 +417,29 @@ func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
 		t.Error("no ChangeMessageVisibilityBatch call extended the held messages")
 	}
 }
+
+// TestAbandonedReceiveHidesNothing: a Receive whose context ends while its long poll
+// waits leaves the poll running: the message that poll then receives is handed to the
+// next Receive at once, received once, where a cancelled poll could leave it hidden
+// until its visibility timeout (a minute here) lapsed.
+func TestAbandonedReceiveHidesNothing(t *testing.T) {
+	t.Parallel()
+	tr := openTest(t, WithWaitTime(5*time.Second))
+	q := transporttest.UniqueName("bqabandon")
+	createQueue(t, tr, q, map[string]string{"VisibilityTimeout": "60"})
+	c := consumeT(t, tr, q, 1)
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Receive(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive on an empty queue = %v, want the context's deadline", err)
+	}
+	body := []byte(`{"job":"urn:babel:test:abandoned"}`)
+	if err := tr.Publish(ctxT(t, 10*time.Second), &transport.Message{Queue: q, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	d := transporttest.Receive(t, c, 15*time.Second)
+	if !bytes.Equal(d.Body, body) || d.Redeliveries != 0 {
+		t.Fatalf("got %q with Redeliveries %d, want the message received once", d.Body, d.Redeliveries)
+	}
+	ack(t, c, d)
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // MaxDelay is the longest per-message delay SQS accepts (DelaySeconds 900).
@@ -47,11 +49,12 @@ type api interface {
 // attribute is smaller.
 const MaxMessageSize = 1 << 20
 
-// Option configures a [Transport].
+// Option configures a [Transport]. A value an option cannot use is an error of [Open]
+// or [New] that names the option and matches babelqueue.ErrInvalidOption.
 type Option func(*Transport)
 
 // WithLogger sets the logger for warnings (a failed heartbeat, a receive error). The
-// default is slog.Default().
+// default (and a nil l) is slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(t *Transport) {
 		if l != nil {
@@ -62,9 +65,15 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithQueueURLPrefix makes the queue URL of a queue prefix + "/" + its SQS name, so the
 // transport never calls GetQueueUrl or CreateQueue (the queues must exist). It is the
-// URL's prefix parameter.
+// URL's prefix parameter; prefix must be an http(s) URL with a host and no credentials.
 func WithQueueURLPrefix(prefix string) Option {
-	return func(t *Transport) { t.prefix = strings.TrimRight(prefix, "/") }
+	return func(t *Transport) {
+		if why := checkHTTPURL(prefix); why != "" {
+			t.bad.Invalid("WithQueueURLPrefix", "%s", why)
+			return
+		}
+		t.prefix = strings.TrimRight(prefix, "/")
+	}
 }
 
 // WithFIFO makes every logical queue a FIFO queue named <queue>.fifo (the URL's fifo=1).
@@ -73,26 +82,43 @@ func WithFIFO(on bool) Option {
 	return func(t *Transport) { t.fifo = on }
 }
 
-// WithGroupID sets the MessageGroupId of every FIFO write (the URL's group_id).
+// WithGroupID sets the MessageGroupId of every FIFO write (the URL's group_id): 1 to
+// 128 ASCII letters, digits or punctuation. Empty is the default (see the package doc).
 func WithGroupID(id string) Option {
-	return func(t *Transport) { t.groupID = id }
-}
-
-// WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time),
-// clamped to SQS's 0 to 20 seconds and rounded up to a whole second. The default is 10
-// seconds. Closing a consumer waits for a poll in progress, so the wait time also
-// bounds how long Close takes.
-func WithWaitTime(d time.Duration) Option {
 	return func(t *Transport) {
-		t.waitTime = int32((min(max(d, 0), 20*time.Second) + time.Second - 1) / time.Second)
+		if id != "" && !validFIFOID(id) {
+			t.bad.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
+			return
+		}
+		t.groupID = id
 	}
 }
 
-// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout instead of the
-// queue's own; the heartbeat extends held deliveries by the same amount. Zero (the
-// default) uses the queue's VisibilityTimeout attribute.
+// WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time), 0 to 20
+// seconds, rounded up to a whole second. The default is 10 seconds. Closing a consumer
+// waits for a poll in progress, so the wait time also bounds how long Close takes.
+func WithWaitTime(d time.Duration) Option {
+	return func(t *Transport) {
+		if d < 0 || d > 20*time.Second {
+			t.bad.Invalid("WithWaitTime", "want 0 to 20s, got %s", d)
+			return
+		}
+		t.waitTime = int32((d + time.Second - 1) / time.Second)
+	}
+}
+
+// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout (at most 12
+// hours, rounded up to a whole second) instead of the queue's own; the heartbeat extends
+// held deliveries by the same amount. Zero (the default) uses the queue's
+// VisibilityTimeout attribute.
 func WithVisibilityTimeout(d time.Duration) Option {
-	return func(t *Transport) { t.visibility = min(max(d, 0), 12*time.Hour) }
+	return func(t *Transport) {
+		if d < 0 || d > 12*time.Hour {
+			t.bad.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
+			return
+		}
+		t.visibility = d
+	}
 }
 
 // WithMaxMessageSize sets the size check's limit in bytes (the URL's max_message_size;
@@ -102,9 +128,11 @@ func WithVisibilityTimeout(d time.Duration) Option {
 // names the limit.
 func WithMaxMessageSize(n int) Option {
 	return func(t *Transport) {
-		if n > 0 {
-			t.maxSize = min(n, MaxMessageSize)
+		if n < 1 || n > MaxMessageSize {
+			t.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", MaxMessageSize, n)
+			return
 		}
+		t.maxSize = n
 	}
 }
 
@@ -112,9 +140,11 @@ func WithMaxMessageSize(n int) Option {
 // default [DefaultConnectTimeout]). [New] makes no such checks.
 func WithConnectTimeout(d time.Duration) Option {
 	return func(t *Transport) {
-		if d > 0 {
-			t.connectTimeout = d
+		if d <= 0 {
+			t.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
+			return
 		}
+		t.connectTimeout = d
 	}
 }
 
@@ -135,22 +165,29 @@ type Transport struct {
 	visibility time.Duration
 	create     bool
 	maxSize    int
+	bad        driverkit.Options
 
 	connectTimeout time.Duration
 
 	urlMu sync.RWMutex
 	urls  map[string]string // SQS queue name -> queue URL
 
-	mu          sync.Mutex
-	closed      bool
-	consumers   map[*consumer]struct{}
-	warnedDelay bool
+	consumers   driverkit.Group // closed by Close; Publish refuses once it is
+	warnedDelay atomic.Bool
 }
 
 // New returns a transport around a client the caller built (credentials, endpoint,
-// retries and HTTP settings are the client's).
-func New(client *awssqs.Client, opts ...Option) *Transport {
-	return newTransport(client, opts...)
+// retries and HTTP settings are the client's). It fails only for a nil client or an
+// option's bad value.
+func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
+	if client == nil {
+		return nil, errors.New("sqs: New: nil client")
+	}
+	t := newTransport(client, opts...)
+	if err := t.bad.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func newTransport(client api, opts ...Option) *Transport {
@@ -160,10 +197,10 @@ func newTransport(client api, opts ...Option) *Transport {
 		waitTime: 10,
 		create:   true,
 		maxSize:  MaxMessageSize,
+		bad:      driverkit.Options{Broker: "sqs"},
 
 		connectTimeout: DefaultConnectTimeout,
 		urls:           map[string]string{},
-		consumers:      map[*consumer]struct{}{},
 	}
 	for _, o := range opts {
 		o(t)
@@ -244,61 +281,78 @@ func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) 
 
 // Publish sends one message (SendMessage). It returns once SQS accepted it.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return transport.ErrClosed
 	}
 	if m == nil {
 		return errors.New("sqs: nil message")
 	}
-	return t.send(ctx, m, "")
+	return t.send(ctx, m, "", "")
 }
 
-// send writes m; dedupSeed, when set, makes the FIFO deduplication id of a settle write.
-// A settle write's group falls back to fallbackGroup (the consumed message's group).
-func (t *Transport) send(ctx context.Context, m *transport.Message, dedupSeed string, fallbackGroup ...string) error {
-	if m.Queue == "" {
-		return errors.New("sqs: message has no queue")
+// send writes m; seed, when set, makes the FIFO deduplication id of a settle write, and
+// group is the consumed message's group, the fallback of a settle write's.
+func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group string) error {
+	o, _, err := t.outgoing(m, seed, group)
+	if err != nil {
+		return err
+	}
+	return t.withURL(ctx, m.Queue, func(url string) error {
+		_, err := t.client.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: o.MessageBody,
+			MessageAttributes: o.MessageAttributes, MessageGroupId: o.MessageGroupId,
+			MessageDeduplicationId: o.MessageDeduplicationId, DelaySeconds: o.DelaySeconds})
+		return err
+	})
+}
+
+// outgoing checks m and builds what SQS takes of it (as a batch entry, without its Id;
+// SendMessage takes the same fields), with the size SQS counts.
+func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.SendMessageBatchRequestEntry, int, error) {
+	var e types.SendMessageBatchRequestEntry
+	if m == nil || m.Queue == "" {
+		return e, 0, errors.New("sqs: message has no queue")
 	}
 	if err := checkBody(m.Body); err != nil {
-		return err
+		return e, 0, err
 	}
 	attrs, err := buildAttributes(m)
 	if err != nil {
-		return err
+		return e, 0, err
 	}
-	if err := transport.CheckSize("sqs", m.Queue, messageSize(m.Body, attrs), t.maxSize); err != nil {
-		return err
+	size := messageSize(m.Body, attrs)
+	if err := transport.CheckSize("sqs", m.Queue, size, t.maxSize); err != nil {
+		return e, 0, err
 	}
-	qurl, err := t.QueueURL(ctx, m.Queue)
-	if err != nil {
-		return err
-	}
-	in := &awssqs.SendMessageInput{
-		QueueUrl:          aws.String(qurl),
-		MessageBody:       aws.String(string(m.Body)),
-		MessageAttributes: attrs,
-	}
+	e = types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(m.Body)), MessageAttributes: attrs}
 	if strings.HasSuffix(t.QueueName(m.Queue), fifoSuffix) {
-		in.MessageGroupId = aws.String(t.groupFor(m, fallbackGroup...))
-		in.MessageDeduplicationId = aws.String(dedupID(m, dedupSeed))
-		if m.Delay > 0 {
-			t.warnFIFODelay(m.Queue)
+		e.MessageGroupId = aws.String(t.groupFor(m, group))
+		e.MessageDeduplicationId = aws.String(dedupID(m, seed))
+		if m.Delay > 0 && !t.warnedDelay.Swap(true) {
+			t.log.Warn("sqs: FIFO queues have no per-message delay; sending at once", "queue", m.Queue)
 		}
 	} else if m.Delay > 0 {
-		secs := (min(m.Delay, MaxDelay) + time.Second - 1) / time.Second
-		in.DelaySeconds = int32(secs)
+		e.DelaySeconds = int32((min(m.Delay, MaxDelay) + time.Second - 1) / time.Second)
 	}
-	_, err = t.client.SendMessage(ctx, in)
+	return e, size, nil
+}
+
+// withURL calls send with the URL of queue. When SQS answers that the queue does not
+// exist (the cached URL names a queue that was deleted), it resolves the URL again and
+// calls send once more.
+func (t *Transport) withURL(ctx context.Context, queue string, send func(url string) error) error {
+	url, err := t.QueueURL(ctx, queue)
+	if err != nil {
+		return err
+	}
+	err = send(url)
 	if err != nil && isMissingQueue(err) && t.prefix == "" {
-		// The cached URL names a queue that was deleted: resolve it again once.
-		t.forgetURL(m.Queue)
-		if qurl, rerr := t.QueueURL(ctx, m.Queue); rerr == nil {
-			in.QueueUrl = aws.String(qurl)
-			_, err = t.client.SendMessage(ctx, in)
+		t.forgetURL(queue)
+		if url, rerr := t.QueueURL(ctx, queue); rerr == nil {
+			err = send(url)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("sqs: send to %q: %w", m.Queue, err)
+		return fmt.Errorf("sqs: send to %q: %w", queue, err)
 	}
 	return nil
 }
@@ -326,19 +380,9 @@ func isMissingQueue(err error) bool {
 	return errors.As(err, &missing)
 }
 
-func (t *Transport) warnFIFODelay(queue string) {
-	t.mu.Lock()
-	warned := t.warnedDelay
-	t.warnedDelay = true
-	t.mu.Unlock()
-	if !warned {
-		t.log.Warn("sqs: FIFO queues have no per-message delay; sending at once", "queue", queue)
-	}
-}
-
 // groupFor picks the MessageGroupId of a FIFO write: the configured group id, else the
 // key (hashed when it is not a valid group id), else the fallback, else DefaultGroupID.
-func (t *Transport) groupFor(m *transport.Message, fallback ...string) string {
+func (t *Transport) groupFor(m *transport.Message, fallback string) string {
 	if t.groupID != "" {
 		return t.groupID
 	}
@@ -349,8 +393,8 @@ func (t *Transport) groupFor(m *transport.Message, fallback ...string) string {
 		sum := sha256.Sum256(m.Key)
 		return "k-" + hex.EncodeToString(sum[:])
 	}
-	if len(fallback) > 0 && fallback[0] != "" {
-		return fallback[0]
+	if fallback != "" {
+		return fallback
 	}
 	return DefaultGroupID
 }
@@ -397,31 +441,36 @@ func validFIFOID(s string) bool {
 	return true
 }
 
-func (t *Transport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
-}
-
 // Close stops every consumer (their unsettled deliveries are made visible again) and
 // refuses further publishes. The client is the caller's and stays usable.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil
+func (t *Transport) Close(ctx context.Context) error { return t.consumers.Close(ctx) }
+
+// setVisibility sets the visibility timeout of up to ten messages, by their receipt
+// handles, in one ChangeMessageVisibilityBatch call; entry i's Id is i. It returns the
+// entries SQS refused.
+func (t *Transport) setVisibility(ctx context.Context, url string, receipts []string, secs int32) ([]types.BatchResultErrorEntry, error) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(receipts))
+	for i, r := range receipts {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: secs}
 	}
-	t.closed = true
-	cs := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		cs = append(cs, c)
+	out, err := t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
+	if err != nil || out == nil {
+		return nil, err
 	}
-	t.mu.Unlock()
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Go(func() { errs[i] = c.Close(ctx) })
+	return out.Failed, nil
+}
+
+// entryIndex returns the index the Id of a batch call's result names, or -1 when it
+// names none of the call's n entries.
+func entryIndex(id *string, n int) int {
+	i, err := strconv.Atoi(aws.ToString(id))
+	if err != nil || i < 0 || i >= n {
+		return -1
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return i
+}
+
+// refusedErr reports the entries of a batch call of n that SQS refused.
+func refusedErr(failed []types.BatchResultErrorEntry, n int) error {
+	return fmt.Errorf("%d of %d refused: %s: %s", len(failed), n, aws.ToString(failed[0].Code), aws.ToString(failed[0].Message))
 }

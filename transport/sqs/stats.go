@@ -23,7 +23,7 @@ var _ transport.QueueStatter = (*Transport)(nil)
 // that does not exist has Exists false and nothing is created.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{Appended: transport.UnknownCount}
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return s, transport.ErrClosed
 	}
 	url, ok, err := t.existingURL(ctx, queue)

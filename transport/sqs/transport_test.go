@@ -54,6 +54,21 @@ func TestTransportKit(t *testing.T) {
 	})
 }
 
+// TestSizeLimitKit runs the kit's size-check case on a transport whose limit is set
+// low in code (the URL's max_message_size starts at 1024).
+//
+// The other entry points of the kit: RunPublishConfirmed (confirm_test.go), RunBrowse
+// (browse_test.go) and RunStats (stats_test.go) run in their files. RunPipelinedClose
+// and RunRuntimeShutdownWithPipelinedWrites are for drivers whose Settle returns before
+// their writes are confirmed: SQS's settle writes are not pipelined (SendMessage returns
+// once SQS stored the message, and Settle waits for it).
+func TestSizeLimitKit(t *testing.T) {
+	t.Parallel()
+	admin := openTest(t)
+	transporttest.RunSizeLimit(t, transporttest.Config{NewQueue: kitQueues(admin), ReceiveTimeout: 20 * time.Second}, "sqs",
+		func(t *testing.T, limit int) transport.Transport { return openTest(t, WithMaxMessageSize(limit)) })
+}
+
 func TestRuntimeSettlement(t *testing.T) {
 	t.Parallel()
 	admin := openTest(t)

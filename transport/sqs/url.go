@@ -14,6 +14,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -56,6 +57,9 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
 	t := newTransport(nil, append(all, opts...)...)
+	if err := t.bad.Err(); err != nil {
+		return nil, err
+	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithRegion(s.region),
 		config.WithLogger(sdkLogger{l: t.log}),
@@ -117,22 +121,19 @@ func parseURL(u *url.URL) (settings, error) {
 	if u.Fragment != "" {
 		return s, bad("fragment", "sqs:// takes no fragment")
 	}
-	if err := transport.CheckParams(u, urlParams...); err != nil {
-		return s, err
-	}
-	q, err := transport.ParseQuery(u)
+	q, err := driverkit.ParseQuery("sqs", u, urlParams...)
 	if err != nil {
 		return s, err
 	}
 	if ep, ok := q.String("endpoint"); ok {
-		if err := checkHTTPURL(ep); err != "" {
-			return s, bad("endpoint", err)
+		if why := checkHTTPURL(ep); why != "" {
+			return s, q.Bad("endpoint", why)
 		}
 		s.endpoint = strings.TrimRight(ep, "/")
 	}
 	if p, ok := q.String("prefix"); ok {
-		if err := checkHTTPURL(p); err != "" {
-			return s, bad("prefix", err)
+		if why := checkHTTPURL(p); why != "" {
+			return s, q.Bad("prefix", why)
 		}
 		s.opts = append(s.opts, WithQueueURLPrefix(p))
 	}
@@ -143,7 +144,7 @@ func parseURL(u *url.URL) (settings, error) {
 	}
 	if g, ok := q.String("group_id"); ok {
 		if !validFIFOID(g) {
-			return s, bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
+			return s, q.Bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
 		}
 		s.opts = append(s.opts, WithGroupID(g))
 	}

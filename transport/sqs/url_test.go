@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/settle"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/internal/settle"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func TestOpenRejectsBadURLs(t *testing.T) {
@@ -135,5 +138,43 @@ func TestStandardCapabilities(t *testing.T) {
 	}
 	if tr.waitTime != 10 || tr.maxSize != MaxMessageSize || tr.connectTimeout != DefaultConnectTimeout {
 		t.Errorf("defaults: wait time %ds, max size %d, connect timeout %s", tr.waitTime, tr.maxSize, tr.connectTimeout)
+	}
+}
+
+// TestBadOptionValues: a value an option cannot use, given in code or in the URL, is an
+// error naming the option and matching ErrInvalidOption (a URL's also ErrBadURL), never
+// silently clamped or ignored.
+func TestBadOptionValues(t *testing.T) {
+	setTestCredentials(t)
+	client := awssqs.New(awssqs.Options{Region: "us-east-1"})
+	for name, o := range map[string]Option{
+		"WithWaitTime":          WithWaitTime(21 * time.Second),
+		"WithVisibilityTimeout": WithVisibilityTimeout(-time.Second),
+		"WithMaxMessageSize":    WithMaxMessageSize(MaxMessageSize + 1),
+		"WithConnectTimeout":    WithConnectTimeout(0),
+		"WithGroupID":           WithGroupID("has space"),
+		"WithQueueURLPrefix":    WithQueueURLPrefix("queues"),
+	} {
+		tr, err := New(client, o)
+		var oe *driverkit.OptionError
+		if tr != nil || !errors.Is(err, babelqueue.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != name {
+			t.Errorf("New with a bad %s = %v, %v; want an error naming it, matching ErrInvalidOption", name, tr, err)
+		}
+	}
+	for _, bad := range []Option{WithWaitTime(-1), WithMaxMessageSize(0)} {
+		if _, err := Open(context.Background(), "sqs://us-east-1?endpoint=http://"+closedAddr(t), bad); !errors.Is(err, babelqueue.ErrInvalidOption) {
+			t.Errorf("Open with a bad option = %v, want ErrInvalidOption before any call", err)
+		}
+	}
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if tr, err := New(client, WithWaitTime(0), WithVisibilityTimeout(0), WithGroupID(""), WithMaxMessageSize(1)); err != nil || tr.waitTime != 0 || tr.maxSize != 1 {
+		t.Errorf("New with values at their bounds = %v", err)
+	}
+	for _, raw := range []string{"sqs://us-east-1?wait_time=21", "sqs://us-east-1?group_id=has%20space", "sqs://us-east-1?endpoint=ftp://x"} {
+		if _, err := Open(context.Background(), raw); !errors.Is(err, babelqueue.ErrInvalidOption) || !errors.Is(err, transport.ErrBadURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidOption and ErrBadURL", raw, err)
+		}
 	}
 }
