@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -232,11 +231,7 @@ func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[stri
 		batch := receipts[start:min(start+maxBatch, len(receipts))]
 		var err error
 		for try := range 3 { // making a message visible twice does no harm
-			var failed []types.BatchResultErrorEntry
-			if failed, err = t.setVisibility(ctx, url, batch, 0); err == nil && len(failed) > 0 {
-				err = refusedErr(failed, len(batch))
-			}
-			if err == nil || ctx.Err() != nil {
+			if err = t.setVisibility(ctx, url, batch, 0, nil); err == nil || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
@@ -250,25 +245,9 @@ func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[stri
 // existingURL returns the URL of queue without creating it; ok is false when the
 // queue does not exist.
 func (t *Transport) existingURL(ctx context.Context, queue string) (string, bool, error) {
-	name := t.QueueName(queue)
-	t.urlMu.RLock()
-	u, cached := t.urls[name]
-	t.urlMu.RUnlock()
-	if cached {
-		return u, true, nil
-	}
-	if t.prefix != "" {
-		return t.prefix + "/" + name, true, nil
-	}
-	out, err := t.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
-	var missing *types.QueueDoesNotExist
-	switch {
-	case errors.As(err, &missing) || isMissingQueue(err):
+	u, err := t.lookup(ctx, queue, false)
+	if isMissingQueue(err) {
 		return "", false, nil
-	case err != nil:
-		return "", false, fmt.Errorf("sqs: browse: queue URL of %q: %w", name, err)
-	case out == nil || out.QueueUrl == nil:
-		return "", false, fmt.Errorf("sqs: GetQueueUrl %q returned no URL", name)
 	}
-	return *out.QueueUrl, true, nil
+	return u, err == nil, err
 }

@@ -18,11 +18,6 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 // MaxBatchEntries is the most messages one SendMessageBatch call carries.
 const MaxBatchEntries = 10
 
-// batchAPI is the batch call of the SQS client (an *sqs.Client has it).
-type batchAPI interface {
-	SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
-}
-
 // PublishConfirmed writes msgs with SendMessageBatch: runs of consecutive messages for
 // the same queue, up to [MaxBatchEntries] and the size limit per call, one call after the
 // other so a batch keeps its order. It returns nil once SQS accepted every message.
@@ -42,19 +37,6 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 		return transport.ErrClosed
 	}
 	errs := make([]error, len(msgs))
-	bc, ok := t.client.(batchAPI)
-	if !ok { // a client without the batch call: one SendMessage per message
-		for i, m := range msgs {
-			if err := t.Publish(ctx, m); err != nil {
-				errs[i] = err
-				for j := i + 1; j < len(msgs); j++ {
-					errs[j] = transport.ErrNotAttempted
-				}
-				break
-			}
-		}
-		return transport.NewBatchError(errs)
-	}
 	var run batchRun
 	for i, m := range msgs {
 		e, size, err := t.outgoing(m, "", "")
@@ -62,27 +44,23 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			errs[i] = err
 			continue
 		}
-		if len(run.idx) > 0 && (run.queue != m.Queue || len(run.idx) == MaxBatchEntries || run.size+size > t.maxSize) {
-			if !t.sendRun(ctx, bc, &run, errs) {
-				markRest(errs, i)
-				return transport.NewBatchError(errs)
+		full := len(run.idx) > 0 && (run.queue != m.Queue || len(run.idx) == MaxBatchEntries || run.size+size > t.maxSize)
+		if full && !t.sendRun(ctx, &run, errs) {
+			for j := i; j < len(errs); j++ {
+				if errs[j] == nil {
+					errs[j] = transport.ErrNotAttempted
+				}
 			}
+			return transport.NewBatchError(errs)
 		}
-		run.add(m.Queue, i, e, size)
+		e.Id = aws.String(strconv.Itoa(len(run.idx))) // its position in the call
+		run.queue, run.size = m.Queue, run.size+size
+		run.idx, run.entries = append(run.idx, i), append(run.entries, e)
 	}
 	if len(run.idx) > 0 {
-		t.sendRun(ctx, bc, &run, errs)
+		t.sendRun(ctx, &run, errs)
 	}
 	return transport.NewBatchError(errs)
-}
-
-// markRest reports every message from index i on that has no result yet as not sent.
-func markRest(errs []error, i int) {
-	for j := i; j < len(errs); j++ {
-		if errs[j] == nil {
-			errs[j] = transport.ErrNotAttempted
-		}
-	}
 }
 
 // batchRun is the pending SendMessageBatch call: consecutive messages for one queue.
@@ -93,26 +71,13 @@ type batchRun struct {
 	size    int
 }
 
-// add appends the entry of message i; its Id is its position in the call.
-func (r *batchRun) add(queue string, i int, e types.SendMessageBatchRequestEntry, size int) {
-	e.Id = aws.String(strconv.Itoa(len(r.idx)))
-	r.queue = queue
-	r.idx = append(r.idx, i)
-	r.entries = append(r.entries, e)
-	r.size += size
-}
-
-func (r *batchRun) reset() {
-	r.idx, r.entries, r.size = r.idx[:0], r.entries[:0], 0
-}
-
 // sendRun makes the call of run and records each message's result in errs. It reports
 // false when the call failed as a whole. run is empty afterwards.
-func (t *Transport) sendRun(ctx context.Context, bc batchAPI, run *batchRun, errs []error) bool {
-	defer run.reset()
+func (t *Transport) sendRun(ctx context.Context, run *batchRun, errs []error) bool {
+	defer func() { run.idx, run.entries, run.size = run.idx[:0], run.entries[:0], 0 }()
 	var out *awssqs.SendMessageBatchOutput
 	err := t.withURL(ctx, run.queue, func(url string) (err error) {
-		out, err = bc.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.entries})
+		out, err = t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.entries})
 		return err
 	})
 	if err != nil {
@@ -121,21 +86,20 @@ func (t *Transport) sendRun(ctx context.Context, bc batchAPI, run *batchRun, err
 		}
 		return false
 	}
-	if out == nil {
-		out = &awssqs.SendMessageBatchOutput{}
-	}
 	results := make([]error, len(run.idx))
 	for k := range results {
 		results[k] = errNoResult
 	}
-	for _, s := range out.Successful {
-		if k := entryIndex(s.Id, len(results)); k >= 0 {
-			results[k] = nil
+	if out != nil {
+		for _, s := range out.Successful {
+			if k := entryIndex(s.Id, len(results)); k >= 0 {
+				results[k] = nil
+			}
 		}
-	}
-	for _, f := range out.Failed {
-		if k := entryIndex(f.Id, len(results)); k >= 0 {
-			results[k] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		for _, f := range out.Failed {
+			if k := entryIndex(f.Id, len(results)); k >= 0 {
+				results[k] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+			}
 		}
 	}
 	for k, i := range run.idx {

@@ -84,7 +84,7 @@ func (c *countingBatches) SendMessageBatch(ctx context.Context, in *awssqs.SendM
 	out := &awssqs.SendMessageBatchOutput{}
 	if len(send.Entries) > 0 {
 		var err error
-		if out, err = c.api.(batchAPI).SendMessageBatch(ctx, &send, optFns...); err != nil {
+		if out, err = c.api.SendMessageBatch(ctx, &send, optFns...); err != nil {
 			return nil, err
 		}
 	}

@@ -270,18 +270,11 @@ func (c *consumer) GiveBack(ctx context.Context, hs []*held, _ driverkit.Reason)
 	var errs []error
 	if len(hs) == 1 {
 		_, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(c.queueURL()), ReceiptHandle: aws.String(hs[0].receipt), VisibilityTimeout: 0,
-		})
+			QueueUrl: aws.String(c.queueURL()), ReceiptHandle: aws.String(hs[0].receipt), VisibilityTimeout: 0})
 		errs = append(errs, err)
-	} else {
-		for rest := hs; len(rest) > 0; rest = rest[min(len(rest), maxBatch):] {
-			n := min(len(rest), maxBatch)
-			failed, err := c.t.setVisibility(ctx, c.queueURL(), receipts(rest[:n]), 0)
-			if err == nil && len(failed) > 0 {
-				err = refusedErr(failed, n)
-			}
-			errs = append(errs, err)
-		}
+	}
+	for rest := hs; len(hs) > 1 && len(rest) > 0; rest = rest[min(len(rest), maxBatch):] {
+		errs = append(errs, c.t.setVisibility(ctx, c.queueURL(), receipts(rest[:min(len(rest), maxBatch)]), 0, nil))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sqs: give back %d messages on %q (they return when their visibility timeout lapses): %w", len(hs), c.queue, err)
@@ -344,50 +337,30 @@ func (c *consumer) heartbeat() {
 // one call bounded by timeout.
 func (c *consumer) extend(hs []*held, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(c.life, timeout)
-	failed, err := c.t.setVisibility(ctx, c.queueURL(), receipts(hs), int32(c.vis/time.Second))
+	// An extension that raced the message's own settlement may be refused: no news.
+	err := c.t.setVisibility(ctx, c.queueURL(), receipts(hs), int32(c.vis/time.Second),
+		func(i int) bool { return hs[i].deleted.Load() || hs[i].rewound.Load() })
 	cancel()
+	if err != nil && c.life.Err() == nil {
+		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
+	}
 	// A give-back that ran meanwhile may have reached SQS before this extension: make
 	// those messages visible again, so a rewound message is never held back.
 	var rewound []*held
+	now := time.Now()
 	for _, h := range hs {
 		if h.rewound.Load() {
 			rewound = append(rewound, h)
 		}
-	}
-	c.giveBackLogged(rewound)
-	refused := make([]bool, len(hs))
-	var news []types.BatchResultErrorEntry
-	for _, f := range failed {
-		i := entryIndex(f.Id, len(hs))
-		if i >= 0 {
-			refused[i] = true
-		}
-		// An extension that raced the message's own settlement may fail: no news.
-		if i < 0 || !hs[i].deleted.Load() && !hs[i].rewound.Load() {
-			news = append(news, f)
-		}
-	}
-	werr := err
-	if werr == nil && len(news) > 0 {
-		werr = refusedErr(news, len(hs))
-	}
-	if werr != nil && c.life.Err() == nil {
-		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", werr)
-	}
-	if err != nil {
-		return
-	}
-	now := time.Now()
-	for i, h := range hs {
-		if !refused[i] {
+		if err == nil {
 			h.extended = now
 		}
 	}
+	c.giveBackLogged(rewound)
 }
 
 // Close waits for a poll in flight (at most the long-poll wait, unless ctx ends first),
-// gives back what it and earlier polls received and nobody took, and stops the
-// heartbeat.
+// stops the heartbeat and gives back what the polls received and nobody took.
 func (c *consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	p := c.poll
@@ -398,7 +371,7 @@ func (c *consumer) Close(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	c.end()
+	c.end() // a poll still in flight returns now
 	c.beat.Wait()
 	if p != nil {
 		<-p.done
@@ -408,8 +381,8 @@ func (c *consumer) Close(ctx context.Context) error {
 	back := c.stash
 	c.stash = nil
 	c.mu.Unlock()
-	if len(back) > 0 {
-		return c.GiveBack(ctx, back, driverkit.Closing)
+	if len(back) == 0 {
+		return nil
 	}
-	return nil
+	return c.GiveBack(ctx, back, driverkit.Closing)
 }

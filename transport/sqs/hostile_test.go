@@ -32,6 +32,10 @@ func (f *fakeSQS) SendMessage(context.Context, *awssqs.SendMessageInput, ...func
 	return &awssqs.SendMessageOutput{}, nil
 }
 
+func (f *fakeSQS) SendMessageBatch(context.Context, *awssqs.SendMessageBatchInput, ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
+	return &awssqs.SendMessageBatchOutput{}, nil
+}
+
 func (f *fakeSQS) ReceiveMessage(ctx context.Context, _ *awssqs.ReceiveMessageInput, _ ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
 	f.mu.Lock()
 	if len(f.batches) > 0 {

@@ -34,6 +34,7 @@ const fifoSuffix = ".fifo"
 // api is the part of the SQS client the transport uses.
 type api interface {
 	SendMessage(ctx context.Context, in *awssqs.SendMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error)
+	SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
 	ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error)
 	DeleteMessage(ctx context.Context, in *awssqs.DeleteMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(ctx context.Context, in *awssqs.ChangeMessageVisibilityInput, optFns ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error)
@@ -236,6 +237,12 @@ func (t *Transport) QueueName(queue string) string {
 // QueueURL returns the URL of a logical queue, creating the queue when it does not
 // exist (unless [WithCreateQueues](false) or a prefix is set). URLs are cached.
 func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) {
+	return t.lookup(ctx, queue, t.create)
+}
+
+// lookup returns the URL of a logical queue: cached, built from the prefix, or from
+// GetQueueUrl, creating a queue that does not exist when create is set.
+func (t *Transport) lookup(ctx context.Context, queue string, create bool) (string, error) {
 	if queue == "" {
 		return "", errors.New("sqs: empty queue name")
 	}
@@ -250,13 +257,14 @@ func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) 
 		u = t.prefix + "/" + name
 	} else {
 		out, err := t.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
-		var missing *types.QueueDoesNotExist
 		switch {
 		case err == nil && out != nil && out.QueueUrl != nil:
 			u = *out.QueueUrl
 		case err == nil:
 			return "", fmt.Errorf("sqs: GetQueueUrl %q returned no URL", name)
-		case errors.As(err, &missing) && t.create:
+		case !create || !isMissingQueue(err):
+			return "", fmt.Errorf("sqs: queue URL of %q: %w", name, err)
+		default:
 			in := &awssqs.CreateQueueInput{QueueName: aws.String(name)}
 			if strings.HasSuffix(name, fifoSuffix) {
 				in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
@@ -269,8 +277,6 @@ func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) 
 				return "", fmt.Errorf("sqs: CreateQueue %q returned no URL", name)
 			}
 			u = *cout.QueueUrl
-		default:
-			return "", fmt.Errorf("sqs: queue URL of %q: %w", name, err)
 		}
 	}
 	t.urlMu.Lock()
@@ -446,18 +452,27 @@ func validFIFOID(s string) bool {
 func (t *Transport) Close(ctx context.Context) error { return t.consumers.Close(ctx) }
 
 // setVisibility sets the visibility timeout of up to ten messages, by their receipt
-// handles, in one ChangeMessageVisibilityBatch call; entry i's Id is i. It returns the
-// entries SQS refused.
-func (t *Transport) setVisibility(ctx context.Context, url string, receipts []string, secs int32) ([]types.BatchResultErrorEntry, error) {
+// handles, in one ChangeMessageVisibilityBatch call. It fails when the call does, or
+// when SQS refuses an entry that excused (which may be nil) does not excuse.
+func (t *Transport) setVisibility(ctx context.Context, url string, receipts []string, secs int32, excused func(i int) bool) error {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(receipts))
 	for i, r := range receipts {
 		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r), VisibilityTimeout: secs}
 	}
 	out, err := t.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil || out == nil {
-		return nil, err
+		return err
 	}
-	return out.Failed, nil
+	var refused []types.BatchResultErrorEntry
+	for _, f := range out.Failed {
+		if i := entryIndex(f.Id, len(receipts)); i < 0 || excused == nil || !excused(i) {
+			refused = append(refused, f)
+		}
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%d of %d refused: %s: %s", len(refused), len(receipts), aws.ToString(refused[0].Code), aws.ToString(refused[0].Message))
+	}
+	return nil
 }
 
 // entryIndex returns the index the Id of a batch call's result names, or -1 when it
@@ -468,9 +483,4 @@ func entryIndex(id *string, n int) int {
 		return -1
 	}
 	return i
-}
-
-// refusedErr reports the entries of a batch call of n that SQS refused.
-func refusedErr(failed []types.BatchResultErrorEntry, n int) error {
-	return fmt.Errorf("%d of %d refused: %s: %s", len(failed), n, aws.ToString(failed[0].Code), aws.ToString(failed[0].Message))
 }
