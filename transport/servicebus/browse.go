@@ -41,7 +41,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return transport.Page{}, transport.ErrClosed
 	}
 	p, ok := t.ns.(peeker)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -260,7 +262,7 @@ func TestRetryTiersUseScheduledEnqueueTime(t *testing.T) {
 	if !bytes.Contains(m.m.Body, []byte(`"attempts":1`)) {
 		t.Errorf("retry body = %s, want attempts 1", m.m.Body)
 	}
-	if v, _ := attemptsValue(m.m.ApplicationProperties[PropAttempts]); v != 1 {
+	if v, _ := driverkit.Attempts(m.m.ApplicationProperties[PropAttempts]); v != 1 {
 		t.Errorf("retry bq-attempts = %#v", m.m.ApplicationProperties[PropAttempts])
 	}
 	if calls.Load() != 1 {
@@ -609,8 +611,13 @@ func TestBrokerDataNeverPanics(t *testing.T) {
 			t.Errorf("#%d: attempts %d", i, n)
 		}
 	}
-	if d := Reconcile("q", weird[8]); d.AttemptsHeader != 1<<31-1 || !d.HasAttemptsHeader {
-		t.Errorf("huge bq-attempts = %d/%v, want clamped", d.AttemptsHeader, d.HasAttemptsHeader)
+	// bq-attempts is read with driverkit.Attempts, the one coercion of every driver: a
+	// number as written, saturating at the int range.
+	if d := Reconcile("q", weird[8]); d.AttemptsHeader != math.MaxInt || !d.HasAttemptsHeader {
+		t.Errorf("huge bq-attempts = %d/%v, want saturated", d.AttemptsHeader, d.HasAttemptsHeader)
+	}
+	if d := Reconcile("q", weird[9]); d.AttemptsHeader != -7 || !d.HasAttemptsHeader {
+		t.Errorf("negative bq-attempts = %d/%v, want read as written", d.AttemptsHeader, d.HasAttemptsHeader)
 	}
 	if d := Reconcile("q", weird[7]); d.HasAttemptsHeader {
 		t.Errorf("a non-numeric bq-attempts counts as a header")

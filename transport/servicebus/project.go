@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Application property names of the binding (SPEC §7 binding §4, manifest block "asb").
@@ -114,12 +115,20 @@ func clampInt32(v int64) int32 {
 
 // Reconcile builds the delivery the runtime sees from a received message: the body
 // exactly as sent, Redeliveries = DeliveryCount − 1 (a count of zero or one gives
-// zero), the PartitionKey as the key, bq-attempts as the attempts header, the
-// bq-schema-version property as typed (see [SchemaVersion]) and the string application
+// zero), the PartitionKey as the key, bq-attempts as the attempts header (an integer
+// of any width or decimal text, read by driverkit.Attempts, the coercion every driver
+// shares), the bq-schema-version property as typed (see [SchemaVersion]) and the string application
 // properties that are not the binding's own as Headers. It never panics, whatever the
 // message holds.
 func Reconcile(queue string, rm *azservicebus.ReceivedMessage) *transport.Delivery {
-	d := &transport.Delivery{Queue: queue, Body: body(rm)}
+	d := &transport.Delivery{Queue: queue}
+	reconcile(d, rm)
+	return d
+}
+
+// reconcile is [Reconcile] into d, which the kit allocated.
+func reconcile(d *transport.Delivery, rm *azservicebus.ReceivedMessage) {
+	d.Body = body(rm)
 	if rm.DeliveryCount > 1 {
 		d.Redeliveries = int(min(rm.DeliveryCount-1, math.MaxInt32))
 	}
@@ -131,7 +140,7 @@ func Reconcile(queue string, rm *azservicebus.ReceivedMessage) *transport.Delive
 		case PropSchemaVersion:
 			d.SchemaVersion = SchemaVersion(v)
 		case PropAttempts:
-			d.AttemptsHeader, d.HasAttemptsHeader = attemptsValue(v)
+			d.AttemptsHeader, d.HasAttemptsHeader = driverkit.Attempts(v)
 		case PropSourceLang, PropCreatedAt:
 		default:
 			if s, ok := v.(string); ok {
@@ -142,7 +151,6 @@ func Reconcile(queue string, rm *azservicebus.ReceivedMessage) *transport.Delive
 			}
 		}
 	}
-	return d
 }
 
 // body returns the payload: the single Data section the SDK exposes as Body, else every
@@ -228,41 +236,6 @@ func SchemaVersion(v any) any {
 		return rv.String()
 	}
 	return fmt.Sprintf("%T:%v", v, v)
-}
-
-// attemptsValue reads bq-attempts: an integer of any width, or a decimal string (another
-// SDK may send it as text). Anything else is "no header".
-func attemptsValue(v any) (int, bool) {
-	var n int64
-	switch x := v.(type) {
-	case int8:
-		n = int64(x)
-	case int16:
-		n = int64(x)
-	case int32:
-		n = int64(x)
-	case int64:
-		n = x
-	case int:
-		n = int64(x)
-	case uint8:
-		n = int64(x)
-	case uint16:
-		n = int64(x)
-	case uint32:
-		n = int64(x)
-	case uint64:
-		n = int64(min(x, math.MaxInt32))
-	case string:
-		i, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		n = i
-	default:
-		return 0, false
-	}
-	return int(max(min(n, math.MaxInt32), 0)), true
 }
 
 // messageSize is what the size check counts of a projected message: the body, the

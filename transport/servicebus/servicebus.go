@@ -20,7 +20,8 @@
 // max_message_size (the entity's maximum message size in bytes; default 262144, the
 // Standard tier's). Durations are Go durations ("1500ms", "20s") or a bare number of
 // seconds, the grammar every BabelQueue URL shares. Any other parameter, or a value that
-// is malformed or out of range, is an error that names it.
+// is malformed or out of range, is an error that names it (a bad value also matches
+// babelqueue.ErrInvalidOption, as does a bad value given to an option function).
 //
 // Consume checks that the queue can be read (one PeekMessages call) before it returns,
 // so a namespace that does not answer within connect_timeout, a queue that does not
@@ -67,9 +68,11 @@
 // Likewise the settle writes are made in order and the first that fails stops them: the
 // ones before it stay made and are made again when the redelivery is settled.
 //
-// While settlements keep failing, Receive backs off (50 ms doubling to 2 s) and the
-// failures are logged with their cause. A delivery held when its consumer closes is
-// abandoned; settling it afterwards fails with an error matching transport.ErrClosed.
+// The consumer is the kit's (transport/driverkit): it owns the receive loop and the
+// prefetch, settle-once, give-back and Close. While settlements keep failing, Receive
+// backs off (50 ms doubling to 2 s) and the failures are logged with their cause. A
+// delivery held when its consumer closes is abandoned; settling it afterwards fails with
+// an error matching transport.ErrClosed.
 //
 // Queues must exist: the transport does not create them. The runtime's dead-letter queue
 // is another queue, <queue>.dlq by default; a missing one makes the settle write fail
@@ -86,6 +89,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -93,6 +97,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Scheme is the URL scheme this package registers.
@@ -120,7 +125,9 @@ const DefaultMaxMessageSize = 256 << 10
 // maxMessageSizeLimit is the largest entity message size Service Bus offers (Premium).
 const maxMessageSizeLimit = 100 << 20
 
-// Option configures a transport built by [Open] or [New].
+// Option configures a transport built by [Open] or [New]. A value an option cannot use
+// is an error of Open or New that names the option and matches
+// babelqueue.ErrInvalidOption.
 type Option func(*config)
 
 type config struct {
@@ -134,6 +141,7 @@ type config struct {
 	maxSize       int
 	now           func() time.Time
 	admin         queueAdmin // QueueStats counts through it (stats.go)
+	bad           driverkit.Options
 }
 
 // WithConnectionString authenticates with a Service Bus connection string (SAS:
@@ -171,34 +179,45 @@ func WithLockRenewal(every time.Duration) Option {
 }
 
 // WithMaxLockRenewal stops renewing the lock of a delivery d after it was received.
-// Zero (the default) renews until the delivery is settled.
+// Zero (the default) renews until the delivery is settled; d may not be negative.
 func WithMaxLockRenewal(d time.Duration) Option {
-	return func(c *config) { c.maxRenewal = d }
+	return func(c *config) {
+		if d < 0 {
+			c.bad.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
+			return
+		}
+		c.maxRenewal = d
+	}
 }
 
 // WithConnectTimeout bounds the start-up check of Consume (default
 // [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same.
 func WithConnectTimeout(d time.Duration) Option {
 	return func(c *config) {
-		if d > 0 {
-			c.connect = d
+		if d <= 0 {
+			c.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
+			return
 		}
+		c.connect = d
 	}
 }
 
 // WithMaxMessageSize sets the limit of the size check in bytes (default
 // [DefaultMaxMessageSize]): the maximum message size of the entities written to, larger
-// on Premium namespaces. The URL parameter max_message_size sets the same.
+// on Premium namespaces, at most 100 MiB. The URL parameter max_message_size sets the
+// same.
 func WithMaxMessageSize(n int) Option {
 	return func(c *config) {
-		if n > 0 {
-			c.maxSize = n
+		if n < 1 || n > maxMessageSizeLimit {
+			c.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", maxMessageSizeLimit, n)
+			return
 		}
+		c.maxSize = n
 	}
 }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now, connect: DefaultConnectTimeout, maxSize: DefaultMaxMessageSize}
+	c := config{now: time.Now, connect: DefaultConnectTimeout, maxSize: DefaultMaxMessageSize, bad: driverkit.Options{Broker: "servicebus"}}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -213,10 +232,11 @@ type Transport struct {
 	ns  namespace
 	cfg config
 
-	mu        sync.Mutex
-	senders   map[string]sender
-	consumers map[*consumer]struct{}
-	closed    bool
+	consumers driverkit.Group // closed by Close; then no sender is made
+	closing   atomic.Bool
+
+	mu      sync.Mutex
+	senders map[string]sender
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -227,11 +247,15 @@ func New(client *azservicebus.Client, opts ...Option) (*Transport, error) {
 	if client == nil {
 		return nil, errors.New("servicebus: New: nil client")
 	}
-	return newTransport(sdkNamespace{client: client}, newConfig(opts)), nil
+	cfg := newConfig(opts)
+	if err := cfg.bad.Err(); err != nil {
+		return nil, err
+	}
+	return newTransport(sdkNamespace{client: client}, cfg), nil
 }
 
 func newTransport(ns namespace, cfg config) *Transport {
-	return &Transport{ns: ns, cfg: cfg, senders: map[string]sender{}, consumers: map[*consumer]struct{}{}}
+	return &Transport{ns: ns, cfg: cfg, senders: map[string]sender{}}
 }
 
 // Open parses an sb:// URL and connects to its namespace (the SDK connects lazily, on the
@@ -280,10 +304,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if u.Fragment != "" {
 		return uc, bad("fragment", "an sb:// URL takes no fragment")
 	}
-	if err := transport.CheckParams(u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size"); err != nil {
-		return uc, err
-	}
-	q, err := transport.ParseQuery(u)
+	q, err := driverkit.ParseQuery("servicebus", u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size")
 	if err != nil {
 		return uc, err
 	}
@@ -296,7 +317,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		default:
 			d, _, err := q.Duration("lock_renewal", time.Second, time.Millisecond, 0)
 			if err != nil {
-				return uc, bad("lock_renewal", fmt.Sprintf("want auto, off or a positive duration such as 20s; got %q", v))
+				return uc, q.Bad("lock_renewal", fmt.Sprintf("want auto, off or a positive duration such as 20s; got %q", v))
 			}
 			uc.renewEvery = d
 		}
@@ -342,6 +363,9 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 		return nil, err
 	}
 	cfg := newConfig(append(uc.opts, opts...))
+	if err := cfg.bad.Err(); err != nil {
+		return nil, err
+	}
 	if uc.renewSet {
 		cfg.renewEvery = uc.renewEvery
 	}
@@ -472,7 +496,7 @@ func (t *Transport) Capabilities() transport.Capabilities {
 func (t *Transport) sender(queue string) (sender, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.consumers.Closed() { // Close takes the senders after it closed the group
 		return nil, transport.ErrClosed
 	}
 	if s, ok := t.senders[queue]; ok {
@@ -527,26 +551,14 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 // Close closes every consumer (their unsettled deliveries are abandoned so Service Bus
 // redelivers them), the senders, and the client when Open built it.
 func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	t.closed = true
-	consumers := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		consumers = append(consumers, c)
-	}
+	errs := []error{t.consumers.Close(ctx)}
+	t.mu.Lock()
 	senders := t.senders
 	t.senders = map[string]sender{}
 	t.mu.Unlock()
-
-	var errs []error
-	for _, c := range consumers {
-		if err := c.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for q, s := range senders {
 		if err := s.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("servicebus: close sender for %q: %w", q, err))

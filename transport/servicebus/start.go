@@ -8,12 +8,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-func (t *Transport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
-}
-
 // checkQueue peeks at queue once, within the connect timeout, and turns what goes wrong
 // into one error that says what to do.
 func (t *Transport) checkQueue(ctx context.Context, r receiver, queue string) error {

@@ -74,7 +74,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if queue == "" {
 		return s, errors.New("servicebus: stats: empty queue name")
 	}
-	if t.isClosed() {
+	if t.consumers.Closed() {
 		return s, transport.ErrClosed
 	}
 	if t.cfg.admin == nil {

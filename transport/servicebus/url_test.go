@@ -10,7 +10,9 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Every client built here targets a loopback address, and the SDK connects lazily:
@@ -226,4 +228,35 @@ func TestNewAroundUserClient(t *testing.T) {
 		t.Errorf("the user's client was closed by the transport: %v", err)
 	}
 	_ = client.Close(context.Background())
+}
+
+// TestBadOptionValues: a value an option cannot use, in code or in the URL, is an error
+// naming the option and matching ErrInvalidOption (a URL's also ErrBadURL), where it
+// was ignored.
+func TestBadOptionValues(t *testing.T) {
+	client, err := azservicebus.NewClientFromConnectionString(loopbackConnString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	for name, o := range map[string]Option{
+		"WithConnectTimeout":  WithConnectTimeout(0),
+		"WithMaxMessageSize":  WithMaxMessageSize(-1),
+		"WithMaxLockRenewal":  WithMaxLockRenewal(-time.Minute),
+		"WithMaxMessageSize ": WithMaxMessageSize(maxMessageSizeLimit + 1),
+	} {
+		tr, err := New(client, o)
+		var oe *driverkit.OptionError
+		if tr != nil || !errors.Is(err, babelqueue.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != strings.TrimSpace(name) {
+			t.Errorf("New with a bad %s = %v, %v; want an error naming it, matching ErrInvalidOption", name, tr, err)
+		}
+		if _, err := Open(context.Background(), "sb://", WithConnectionString(loopbackConnString()), o); !errors.Is(err, babelqueue.ErrInvalidOption) {
+			t.Errorf("Open with a bad %s = %v, want ErrInvalidOption", name, err)
+		}
+	}
+	for _, raw := range []string{"sb://myns.servicebus.windows.net?lock_renewal=soon", "sb://myns.servicebus.windows.net?connect_timeout=0"} {
+		if _, err := transport.Open(context.Background(), raw); !errors.Is(err, babelqueue.ErrInvalidOption) || !errors.Is(err, transport.ErrBadURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidOption and ErrBadURL", raw, err)
+		}
+	}
 }
