@@ -76,7 +76,7 @@ type batchRun struct {
 func (t *Transport) sendRun(ctx context.Context, run *batchRun, errs []error) bool {
 	defer func() { run.idx, run.entries, run.size = run.idx[:0], run.entries[:0], 0 }()
 	var out *awssqs.SendMessageBatchOutput
-	err := t.withURL(ctx, run.queue, func(url string) (err error) {
+	err := t.publish(ctx, run.queue, func(ctx context.Context, url string) (err error) {
 		out, err = t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.entries})
 		return err
 	})

@@ -240,7 +240,7 @@ func (c *consumer) Write(ctx context.Context, h *held, ws []*transport.Message) 
 	return nil, driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
 		seed := h.msgID + "\x00" + strconv.Itoa(i)
 		i++
-		return c.t.send(ctx, w, seed, h.group)
+		return c.t.send(ctx, w, seed, h.group, c.t.withURL)
 	})
 }
 

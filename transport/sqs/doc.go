@@ -10,6 +10,7 @@
 //
 //	sqs://<region>[?endpoint=URL][&prefix=URL][&fifo=1][&group_id=ID][&wait_time=DURATION]
 //	              [&visibility_timeout=DURATION][&max_message_size=BYTES][&connect_timeout=DURATION]
+//	              [&publish_wait=DURATION]
 //
 // The query parameters are:
 //
@@ -26,6 +27,9 @@
 //   - max_message_size: the size check's limit in bytes, at most 1048576 (the default):
 //     set it to the MaximumMessageSize of queues that have a smaller one.
 //   - connect_timeout: how long each start-up check of Open may take (default 10s).
+//   - publish_wait: how long Publish and PublishConfirmed wait for an endpoint they cannot
+//     reach to answer again before they fail (default 30s; 0 fails at once). See
+//     [WithPublishWait]: the wait never sends a message twice.
 //
 // Durations are Go durations ("1500ms", "20s") or a bare number of seconds, the grammar
 // every BabelQueue URL shares; wait_time and visibility_timeout are rounded up to whole

@@ -133,3 +133,16 @@ func proxyOf(t *testing.T, tr *Transport) *faultproxy.Proxy {
 	}
 	return p.(*faultproxy.Proxy)
 }
+
+// openProxiedWith opens another transport whose calls go through the fault proxy p.
+func openProxiedWith(t *testing.T, p *faultproxy.Proxy, query string, opts ...Option) *Transport {
+	t.Helper()
+	u, err := url.Parse(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("endpoint", "http://"+p.Addr())
+	u.RawQuery = q.Encode() + "&" + query
+	return openTestURL(t, u.String(), append([]Option{WithWaitTime(time.Second)}, opts...)...)
+}

@@ -36,6 +36,10 @@ func (f *fakeSQS) SendMessageBatch(context.Context, *awssqs.SendMessageBatchInpu
 	return &awssqs.SendMessageBatchOutput{}, nil
 }
 
+func (f *fakeSQS) ListQueues(context.Context, *awssqs.ListQueuesInput, ...func(*awssqs.Options)) (*awssqs.ListQueuesOutput, error) {
+	return &awssqs.ListQueuesOutput{}, nil
+}
+
 func (f *fakeSQS) ReceiveMessage(ctx context.Context, _ *awssqs.ReceiveMessageInput, _ ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
 	f.mu.Lock()
 	if len(f.batches) > 0 {
@@ -182,7 +186,7 @@ func TestHostileBroker(t *testing.T) {
 // consumer receives again.
 func TestBrokerDown(t *testing.T) {
 	var logs transporttest.LogBuffer
-	tr, p := openProxied(t, "wait_time=0", WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	tr, p := openProxied(t, "wait_time=0&publish_wait=1s", WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	q := transporttest.UniqueName("bqdown")
 	queueURL(t, tr, q)
 	deleteQueueLater(t, tr, q)

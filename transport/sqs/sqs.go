@@ -35,6 +35,7 @@ const fifoSuffix = ".fifo"
 type api interface {
 	SendMessage(ctx context.Context, in *awssqs.SendMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error)
 	SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, optFns ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
+	ListQueues(ctx context.Context, in *awssqs.ListQueuesInput, optFns ...func(*awssqs.Options)) (*awssqs.ListQueuesOutput, error)
 	ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error)
 	DeleteMessage(ctx context.Context, in *awssqs.DeleteMessageInput, optFns ...func(*awssqs.Options)) (*awssqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(ctx context.Context, in *awssqs.ChangeMessageVisibilityInput, optFns ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error)
@@ -168,6 +169,9 @@ type Transport struct {
 	maxSize    int
 	bad        driverkit.Options
 
+	publishWait time.Duration // WithPublishWait
+	unreachable atomic.Bool   // a publish found the endpoint unreachable: the others wait for it
+
 	connectTimeout time.Duration
 
 	urlMu sync.RWMutex
@@ -199,6 +203,8 @@ func newTransport(client api, opts ...Option) *Transport {
 		create:   true,
 		maxSize:  MaxMessageSize,
 		bad:      driverkit.Options{Broker: "sqs"},
+
+		publishWait: DefaultPublishWait,
 
 		connectTimeout: DefaultConnectTimeout,
 		urls:           map[string]string{},
@@ -293,17 +299,18 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if m == nil {
 		return errors.New("sqs: nil message")
 	}
-	return t.send(ctx, m, "", "")
+	return t.send(ctx, m, "", "", t.publish)
 }
 
-// send writes m; seed, when set, makes the FIFO deduplication id of a settle write, and
-// group is the consumed message's group, the fallback of a settle write's.
-func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group string) error {
+// send writes m with via (publish, or withURL for a settle write); seed, when set,
+// makes the FIFO deduplication id of a settle write, and group is the consumed message's
+// group, the fallback of a settle write's.
+func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group string, via sender) error {
 	o, _, err := t.outgoing(m, seed, group)
 	if err != nil {
 		return err
 	}
-	return t.withURL(ctx, m.Queue, func(url string) error {
+	return via(ctx, m.Queue, func(ctx context.Context, url string) error {
 		_, err := t.client.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: o.MessageBody,
 			MessageAttributes: o.MessageAttributes, MessageGroupId: o.MessageGroupId,
 			MessageDeduplicationId: o.MessageDeduplicationId, DelaySeconds: o.DelaySeconds})
@@ -342,19 +349,22 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 	return e, size, nil
 }
 
-// withURL calls send with the URL of queue. When SQS answers that the queue does not
+// sender makes call, one send to queue: [Transport.withURL] or [Transport.publish].
+type sender func(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error
+
+// withURL makes call with the URL of queue. When SQS answers that the queue does not
 // exist (the cached URL names a queue that was deleted), it resolves the URL again and
-// calls send once more.
-func (t *Transport) withURL(ctx context.Context, queue string, send func(url string) error) error {
+// makes call once more.
+func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error {
 	url, err := t.QueueURL(ctx, queue)
 	if err != nil {
 		return err
 	}
-	err = send(url)
+	err = call(ctx, url)
 	if err != nil && isMissingQueue(err) && t.prefix == "" {
 		t.forgetURL(queue)
 		if url, rerr := t.QueueURL(ctx, queue); rerr == nil {
-			err = send(url)
+			err = call(ctx, url)
 		}
 	}
 	if err != nil {

@@ -24,7 +24,7 @@ func init() {
 }
 
 // urlParams are the query parameters an sqs:// URL accepts.
-var urlParams = []string{"endpoint", "prefix", "fifo", "group_id", "wait_time", "visibility_timeout", "max_message_size", "connect_timeout"}
+var urlParams = []string{"endpoint", "prefix", "fifo", "group_id", "wait_time", "visibility_timeout", "max_message_size", "connect_timeout", "publish_wait"}
 
 // settings is what an sqs:// URL says.
 type settings struct {
@@ -167,6 +167,11 @@ func parseURL(u *url.URL) (settings, error) {
 		return s, err
 	} else if ok {
 		s.opts = append(s.opts, WithConnectTimeout(d))
+	}
+	if d, ok, err := q.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
+		return s, err
+	} else if ok {
+		s.opts = append(s.opts, WithPublishWait(d))
 	}
 	return s, nil
 }
