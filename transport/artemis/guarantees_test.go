@@ -314,7 +314,10 @@ func TestNewAroundUserConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := artemis.New(conn, artemis.WithLogger(quiet()))
+	tr, err := artemis.New(conn, artemis.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	q := transporttest.UniqueName("bqtest-new")
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{"n":1}`)}); err != nil {
 		t.Fatal(err)
