@@ -140,6 +140,13 @@ func buildOptions(opts []Option) (options, error) {
 // dialTimeout bounds one reconnection attempt.
 const dialTimeout = 15 * time.Second
 
+// DefaultIdleTimeout is the AMQP idle timeout a connection dialled from a URL asks for
+// (idle_timeout): Artemis then sends a frame at least every half of it (an empty one on
+// an idle connection), and a connection that carries none for this long is dead. It is
+// closed then, logged, and the next publish or receive dials again. go-amqp's own
+// default is a minute.
+const DefaultIdleTimeout = 10 * time.Second
+
 // Config is what an artemis:// URL says, parsed by [ParseURL].
 type Config struct {
 	// Addr is the amqp:// or amqps:// address dialled, without credentials.
@@ -148,7 +155,8 @@ type Config struct {
 	Username, Password string
 	// HasCredentials reports that the URL held a user.
 	HasCredentials bool
-	// IdleTimeout is the AMQP idle timeout; negative disables it, zero is the default.
+	// IdleTimeout is the AMQP idle timeout; negative disables it, zero is
+	// [DefaultIdleTimeout].
 	IdleTimeout time.Duration
 	// ContainerID is the AMQP container-id; empty is random.
 	ContainerID string
@@ -255,6 +263,9 @@ func ParseURL(u *url.URL) (Config, error) {
 // ConnOptions returns the go-amqp options the configuration dials with.
 func (c Config) ConnOptions() *amqp.ConnOptions {
 	o := &amqp.ConnOptions{ContainerID: c.ContainerID, IdleTimeout: c.IdleTimeout, TLSConfig: c.TLS}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.HasCredentials {
 		o.SASLType = amqp.SASLTypePlain(c.Username, c.Password)
 	} else {
@@ -337,7 +348,23 @@ func New(conn *amqp.Conn, opts ...Option) (*Transport, error) {
 }
 
 func newTransport(conn *amqp.Conn, desc string, o options) *Transport {
-	return &Transport{opts: o, desc: desc, conn: conn, senders: map[string]*amqp.Sender{}, log: o.logger.With("transport", "artemis")}
+	t := &Transport{opts: o, desc: desc, conn: conn, senders: map[string]*amqp.Sender{}, log: o.logger.With("transport", "artemis")}
+	go t.watch(conn)
+	return t
+}
+
+// watch logs the loss of conn when it happens rather than when the transport next uses
+// it: the broker or the network closed it, or nothing came through it for the idle
+// timeout (a dead connection: "i/o timeout"). Publishes and receives on it fail then;
+// the next one dials again. A connection the transport's Close closes is not logged.
+func (t *Transport) watch(conn *amqp.Conn) {
+	<-conn.Done()
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if !closed {
+		t.log.Warn("artemis: connection lost; the next publish or receive dials again", "broker", t.desc, "err", conn.Err())
+	}
 }
 
 // Transport is a connection to one Artemis broker. It is safe for concurrent use.
@@ -378,8 +405,7 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 	}
 	if t.conn != nil {
 		select {
-		case <-t.conn.Done():
-			t.log.Warn("artemis: connection lost; reconnecting", "broker", t.desc, "err", t.conn.Err())
+		case <-t.conn.Done(): // logged by watch
 			t.dropLocked()
 		default:
 			return t.conn, nil
@@ -411,6 +437,7 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 	}
 	t.failures = 0
 	t.conn = conn
+	go t.watch(conn)
 	t.log.Info("artemis: reconnected", "broker", t.desc)
 	return conn, nil
 }

@@ -20,7 +20,9 @@
 // sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
 // parameters:
 //
-//	idle_timeout      Go duration; the AMQP idle timeout (default 60s, "0" disables it)
+//	idle_timeout      Go duration; the AMQP idle timeout (default 10s,
+//	                  DefaultIdleTimeout; "0" disables it): a connection that
+//	                  carries no frame for this long is dead (see Reconnection)
 //	container_id      the AMQP container-id of the connection (default: random)
 //	server_name       TLS server name to verify (artemis+ssl only; default: the host)
 //	pipeline_settles  0 makes Settle wait for the runtime's settle writes (default 1:
@@ -105,7 +107,12 @@
 // # Reconnection
 //
 // When the connection drops (a broker restart), the next publish or receive dials again,
-// backing off between attempts. Deliveries handed out over the lost connection are
+// backing off between attempts. A connection that stays open but carries nothing (a
+// network that drops packets, a broker that hangs) is found dead within the idle
+// timeout: Artemis sends a frame at least every half of it, and go-amqp closes a
+// connection that received none for the whole of it. Publishes and receives waiting on
+// it fail then and dial again, and the loss is logged when it happens (a Warn line
+// "artemis: connection lost" with the cause, "i/o timeout" for a dead connection). Deliveries handed out over the lost connection are
 // already back on the broker: rewinding one succeeds, acknowledging one fails and the
 // broker redelivers it. A transport built with [New] reconnects only when given a dial
 // function with [WithDial].
