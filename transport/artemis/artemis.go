@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -16,8 +15,8 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
-	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -49,14 +48,18 @@ type options struct {
 	maxBackoff     time.Duration
 	maxSize        int
 	pipeline       bool
+	bad            driverkit.Options // the bad values given to option functions
 }
 
-// WithLogger sets the logger (default slog.Default()).
+// WithLogger sets the logger (default slog.Default()). A nil l is an error matching
+// babelqueue.ErrInvalidOption.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
-		if l != nil {
-			o.logger = l
+		if l == nil {
+			o.bad.Invalid("WithLogger", "the logger is nil")
+			return
 		}
+		o.logger = l
 	}
 }
 
@@ -67,35 +70,45 @@ func WithDial(dial func(ctx context.Context) (*amqp.Conn, error)) Option {
 	return func(o *options) { o.dial = dial }
 }
 
-// WithConfirmTimeout bounds the wait for the broker to accept a write when the caller's
-// context has no deadline (default 30s).
+// WithConfirmTimeout bounds the wait for the broker to accept a write, and for a
+// disposition, when the caller's context has no deadline, and the wait of a pipelined
+// settlement for its writes (default 30s). A d of zero or less is an error matching
+// babelqueue.ErrInvalidOption.
 func WithConfirmTimeout(d time.Duration) Option {
 	return func(o *options) {
-		if d > 0 {
-			o.confirmTimeout = d
+		if d <= 0 {
+			o.bad.Invalid("WithConfirmTimeout", "want a duration above zero, got %s", d)
+			return
 		}
+		o.confirmTimeout = d
 	}
 }
 
 // WithMaxMessageSize makes a publish or settle write whose body is longer than n bytes
 // fail with a [*transport.TooLargeError] before it is sent. Artemis itself sets no limit
 // (it streams large messages) unless the link advertises one, which is then the
-// default.
+// default. An n of zero or less is an error matching babelqueue.ErrInvalidOption.
 func WithMaxMessageSize(n int) Option {
 	return func(o *options) {
-		if n > 0 {
-			o.maxSize = n
+		if n <= 0 {
+			o.bad.Invalid("WithMaxMessageSize", "want a number of bytes above zero, got %d", n)
+			return
 		}
+		o.maxSize = n
 	}
 }
 
-// WithMaxBackoff caps the wait between reconnection attempts (default 2s: a consumer
-// is back within about 2 s of the broker).
+// WithMaxBackoff caps the wait between reconnection attempts, and a consumer's backoff
+// after failed receives and settlements (default 2s: a consumer is back within about
+// 2 s of the broker). A d of zero or less is an error matching
+// babelqueue.ErrInvalidOption.
 func WithMaxBackoff(d time.Duration) Option {
 	return func(o *options) {
-		if d > 0 {
-			o.maxBackoff = d
+		if d <= 0 {
+			o.bad.Invalid("WithMaxBackoff", "want a duration above zero, got %s", d)
+			return
 		}
+		o.maxBackoff = d
 	}
 }
 
@@ -104,8 +117,9 @@ func WithMaxBackoff(d time.Duration) Option {
 // without waiting for Artemis's outcomes; the delivery is accepted only once every
 // write is accepted, and a write that is refused, fails, or is not accepted within the
 // confirm timeout makes the transport give the delivery back to the broker itself
-// (modified, not counted as a failed delivery; logged with its cause), so it is
-// delivered again: nothing is lost, and a worker never waits for its own write. Not
+// (modified, not counted as a failed delivery; logged with its cause, and the
+// consumer's receives back off while writes keep failing), so it is delivered again:
+// nothing is lost, and a worker never waits for its own write. Not
 // pipelined, Settle waits for the outcomes and returns a failed write as a
 // [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
 // worker a round trip and the broker's journal sync per write. An Option given to
@@ -114,16 +128,24 @@ func WithPipelinedSettles(on bool) Option {
 	return func(o *options) { o.pipeline = on }
 }
 
-func buildOptions(opts []Option) options {
-	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true}
+func buildOptions(opts []Option) (options, error) {
+	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true,
+		bad: driverkit.Options{Broker: "artemis"}}
 	for _, f := range opts {
 		f(&o)
 	}
-	return o
+	return o, o.bad.Err()
 }
 
 // dialTimeout bounds one reconnection attempt.
 const dialTimeout = 15 * time.Second
+
+// DefaultIdleTimeout is the AMQP idle timeout a connection dialled from a URL asks for
+// (idle_timeout): Artemis then sends a frame at least every half of it (an empty one on
+// an idle connection), and a connection that carries none for this long is dead. It is
+// closed then, logged, and the next publish or receive dials again. go-amqp's own
+// default is a minute.
+const DefaultIdleTimeout = 10 * time.Second
 
 // Config is what an artemis:// URL says, parsed by [ParseURL].
 type Config struct {
@@ -133,7 +155,8 @@ type Config struct {
 	Username, Password string
 	// HasCredentials reports that the URL held a user.
 	HasCredentials bool
-	// IdleTimeout is the AMQP idle timeout; negative disables it, zero is the default.
+	// IdleTimeout is the AMQP idle timeout; negative disables it, zero is
+	// [DefaultIdleTimeout].
 	IdleTimeout time.Duration
 	// ContainerID is the AMQP container-id; empty is random.
 	ContainerID string
@@ -171,7 +194,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Opaque != "" {
 		return bad("host", "want artemis://host:port")
 	}
-	if err := transport.CheckParams(u, "idle_timeout", "container_id", "server_name", "pipeline_settles"); err != nil {
+	q, err := driverkit.ParseQuery("artemis", u, "idle_timeout", "container_id", "server_name", "pipeline_settles")
+	if err != nil {
 		return Config{}, err
 	}
 	host := u.Hostname()
@@ -192,10 +216,6 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	if u.Fragment != "" {
 		return bad("fragment", "artemis:// takes no fragment")
-	}
-	q, err := transport.ParseQuery(u)
-	if err != nil {
-		return Config{}, err
 	}
 	if d, ok, err := q.Duration("idle_timeout", time.Second, 0, 0); err != nil {
 		return Config{}, err
@@ -220,7 +240,7 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	}
 	if ok && !secure {
-		return bad("server_name", "only for artemis+ssl://")
+		return Config{}, q.Bad("server_name", "only for artemis+ssl://")
 	}
 	if u.User != nil {
 		c.HasCredentials = true
@@ -243,6 +263,9 @@ func ParseURL(u *url.URL) (Config, error) {
 // ConnOptions returns the go-amqp options the configuration dials with.
 func (c Config) ConnOptions() *amqp.ConnOptions {
 	o := &amqp.ConnOptions{ContainerID: c.ContainerID, IdleTimeout: c.IdleTimeout, TLSConfig: c.TLS}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.HasCredentials {
 		o.SASLType = amqp.SASLTypePlain(c.Username, c.Password)
 	} else {
@@ -293,7 +316,10 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	o := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles)}, opts...))
+	o, err := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles)}, opts...))
+	if err != nil {
+		return nil, err
+	}
 	if o.dial == nil {
 		o.dial = func(ctx context.Context) (*amqp.Conn, error) {
 			return amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
@@ -308,13 +334,37 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 
 // New builds a transport around a connection the caller dialled (TLS, SASL of its
 // choice). The transport owns conn from then on and closes it in Close. Give it
-// [WithDial] to reconnect after the connection drops.
-func New(conn *amqp.Conn, opts ...Option) *Transport {
-	return newTransport(conn, "user-supplied connection", buildOptions(opts))
+// [WithDial] to reconnect after the connection drops. A bad option value is an error
+// matching babelqueue.ErrInvalidOption.
+func New(conn *amqp.Conn, opts ...Option) (*Transport, error) {
+	if conn == nil {
+		return nil, errors.New("artemis: New: nil connection")
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newTransport(conn, "user-supplied connection", o), nil
 }
 
 func newTransport(conn *amqp.Conn, desc string, o options) *Transport {
-	return &Transport{opts: o, desc: desc, conn: conn, senders: map[string]*amqp.Sender{}, log: o.logger.With("transport", "artemis")}
+	t := &Transport{opts: o, desc: desc, conn: conn, senders: map[string]*amqp.Sender{}, log: o.logger.With("transport", "artemis")}
+	go t.watch(conn)
+	return t
+}
+
+// watch logs the loss of conn when it happens rather than when the transport next uses
+// it: the broker or the network closed it, or nothing came through it for the idle
+// timeout (a dead connection: "i/o timeout"). Publishes and receives on it fail then;
+// the next one dials again. A connection the transport's Close closes is not logged.
+func (t *Transport) watch(conn *amqp.Conn) {
+	<-conn.Done()
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if !closed {
+		t.log.Warn("artemis: connection lost; the next publish or receive dials again", "broker", t.desc, "err", conn.Err())
+	}
 }
 
 // Transport is a connection to one Artemis broker. It is safe for concurrent use.
@@ -331,9 +381,7 @@ type Transport struct {
 	failures int // consecutive failed dials, for the back-off
 	lastDial time.Time
 
-	// pending counts the pipelined settlements of every consumer whose writes are not
-	// yet answered; Close waits for them.
-	pending settlepipe.Inflight
+	consumers driverkit.Group // the consumers open; Close closes them
 }
 
 // Capabilities reports binding §7: attempts are the larger of the body's and the
@@ -357,8 +405,7 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 	}
 	if t.conn != nil {
 		select {
-		case <-t.conn.Done():
-			t.log.Warn("artemis: connection lost; reconnecting", "broker", t.desc, "err", t.conn.Err())
+		case <-t.conn.Done(): // logged by watch
 			t.dropLocked()
 		default:
 			return t.conn, nil
@@ -390,6 +437,7 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 	}
 	t.failures = 0
 	t.conn = conn
+	go t.watch(conn)
 	t.log.Info("artemis: reconnected", "broker", t.desc)
 	return conn, nil
 }
@@ -419,12 +467,34 @@ func (t *Transport) session(ctx context.Context) (*amqp.Session, error) {
 	return s, nil
 }
 
+// closeQuietly closes a session, bounded, ignoring the error.
+func closeQuietly(s *amqp.Session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Close(ctx)
+}
+
 // noteErrLocked drops the connection when err says it is gone.
 func (t *Transport) noteErrLocked(err error) {
 	var ce *amqp.ConnError
 	if errors.As(err, &ce) {
 		t.dropLocked()
 	}
+}
+
+// noteErr is noteErrLocked for a caller that does not hold t.mu.
+func (t *Transport) noteErr(err error) {
+	t.mu.Lock()
+	t.noteErrLocked(err)
+	t.mu.Unlock()
+}
+
+// bound returns ctx bounded by the confirm timeout when it has no deadline.
+func (t *Transport) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, t.opts.confirmTimeout)
 }
 
 // sender returns the cached sender of queue, attaching it when needed.
@@ -488,78 +558,25 @@ func linkGone(err error) bool {
 	return errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &ce)
 }
 
-// write sends m and waits until Artemis accepted it. A link that turns out to be dead
-// is attached again once.
-func (t *Transport) write(ctx context.Context, m *transport.Message) error {
-	if m.Queue == "" {
-		return errors.New("artemis: message has no queue")
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.opts.confirmTimeout)
-		defer cancel()
-	}
-	msg := toAMQP(m)
-	var err error
-	for try := 0; try < 2; try++ {
-		var s *amqp.Sender
-		s, err = t.sender(ctx, m.Queue)
-		if err != nil {
-			return err
-		}
-		limit := t.opts.maxSize
-		if n := s.MaxMessageSize(); limit == 0 && n > 0 && n <= math.MaxInt32 {
-			limit = int(n)
-		}
-		if err := transport.CheckSize("artemis", m.Queue, len(m.Body), limit); err != nil {
-			return err
-		}
-		err = send(ctx, s, msg)
-		if err == nil {
-			return nil
-		}
-		if !linkGone(err) {
-			return err
-		}
-		t.forget(m.Queue, s, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return err
-}
-
-// send transfers msg unsettled and waits for the broker's outcome: only accepted counts.
-func send(ctx context.Context, s *amqp.Sender, msg *amqp.Message) error {
-	r, err := s.SendWithReceipt(ctx, msg, nil)
-	if err != nil {
-		return fmt.Errorf("artemis: send to %q: %w", s.Address(), err)
-	}
-	state, err := r.Wait(ctx)
-	if err != nil {
-		return fmt.Errorf("artemis: confirm of write to %q: %w", s.Address(), err)
-	}
-	return accepted(s.Address(), state)
-}
-
 // Publish writes one message and returns once Artemis accepted it.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return t.write(ctx, m)
 }
 
-// Close waits, until ctx ends, for the pipelined settlements in flight (their
-// deliveries are accepted once their writes are), then closes the connection.
-// Deliveries not yet settled go back to the broker.
+// Close closes the transport's consumers ([driverkit.Group.Close]: each waits, until
+// ctx ends, for its pipelined settlements in flight, whose deliveries are accepted once
+// their writes are, and detaches), then closes the connection. Deliveries not yet
+// settled go back to the broker. It returns nil, or the errors of both steps joined.
 func (t *Transport) Close(ctx context.Context) error {
-	t.pending.Wait(ctx)
+	err := t.consumers.Close(ctx)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil
+		return err
 	}
 	t.closed = true
 	if t.conn == nil {
-		return nil
+		return err
 	}
 	done := make(chan error, 1)
 	conn := t.conn
@@ -567,13 +584,13 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.conn, t.sess = nil, nil
 	clear(t.senders)
 	select {
-	case err := <-done:
+	case cerr := <-done:
 		var ce *amqp.ConnError
-		if errors.As(err, &ce) && ce.RemoteErr == nil {
-			return nil
+		if errors.As(cerr, &ce) && ce.RemoteErr == nil {
+			return err
 		}
-		return err
+		return errors.Join(err, cerr)
 	case <-ctx.Done():
-		return ctx.Err()
+		return errors.Join(err, ctx.Err())
 	}
 }

@@ -40,6 +40,21 @@ func rawMessage() *amqp.Message {
 	}
 }
 
+// benchQueue names a queue for one run of a benchmark and destroys it, with what is left
+// on it, when the run ends. The benchmarks leave messages behind (publishes nobody
+// consumes, retry writes, BenchmarkPublishConfirmedBatch's 200 a turn), which the
+// shared test broker must not keep: 400,000 of them from one -benchtime=2000x run filled
+// its 1 GiB heap.
+func benchQueue(b *testing.B, prefix string) string {
+	q := transporttest.UniqueName(prefix)
+	b.Cleanup(func() {
+		if ok, answer := manageBroker(b, "destroyQueue", `["`+q+`",true,true]`); !ok {
+			b.Logf("destroying the benchmark's queue %s: %v", q, answer)
+		}
+	})
+	return q
+}
+
 func rawSender(b *testing.B, queue string) *amqp.Sender {
 	b.Helper()
 	conn := rawConn(b)
@@ -59,7 +74,7 @@ func rawSender(b *testing.B, queue string) *amqp.Sender {
 
 // Confirmed publish, one at a time: send and wait for the broker's accepted outcome.
 func BenchmarkRawPublish(b *testing.B) {
-	s := rawSender(b, transporttest.UniqueName("bqbench-rawpub"))
+	s := rawSender(b, benchQueue(b, "bqbench-rawpub"))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -72,7 +87,7 @@ func BenchmarkRawPublish(b *testing.B) {
 
 func BenchmarkTransportPublish(b *testing.B) {
 	tr := openTransport(b)
-	q := transporttest.UniqueName("bqbench-trpub")
+	q := benchQueue(b, "bqbench-trpub")
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -85,7 +100,7 @@ func BenchmarkTransportPublish(b *testing.B) {
 
 // Confirmed publish from 8 goroutines at once.
 func BenchmarkRawPublishParallel(b *testing.B) {
-	s := rawSender(b, transporttest.UniqueName("bqbench-rawpar"))
+	s := rawSender(b, benchQueue(b, "bqbench-rawpar"))
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -102,7 +117,7 @@ func BenchmarkRawPublishParallel(b *testing.B) {
 
 func BenchmarkTransportPublishParallel(b *testing.B) {
 	tr := openTransport(b)
-	q := transporttest.UniqueName("bqbench-trpar")
+	q := benchQueue(b, "bqbench-trpar")
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -143,7 +158,7 @@ func fill(b *testing.B, queue string, n int) {
 
 // Receive and accept, prefetch 32: the consume side of a worker.
 func BenchmarkRawConsumeAck(b *testing.B) {
-	q := transporttest.UniqueName("bqbench-rawcons")
+	q := benchQueue(b, "bqbench-rawcons")
 	fill(b, q, b.N)
 	conn := rawConn(b)
 	ctx := context.Background()
@@ -169,7 +184,7 @@ func BenchmarkRawConsumeAck(b *testing.B) {
 }
 
 func BenchmarkTransportConsumeAck(b *testing.B) {
-	q := transporttest.UniqueName("bqbench-trcons")
+	q := benchQueue(b, "bqbench-trcons")
 	fill(b, q, b.N)
 	tr := openTransport(b)
 	ctx := context.Background()
@@ -193,9 +208,9 @@ func BenchmarkTransportConsumeAck(b *testing.B) {
 // Receive, make one confirmed write (a retry re-publish) and only then accept: the
 // settle path of a failing handler.
 func BenchmarkRawSettleWithWrite(b *testing.B) {
-	q := transporttest.UniqueName("bqbench-rawsettle")
+	q := benchQueue(b, "bqbench-rawsettle")
 	fill(b, q, b.N)
-	s := rawSender(b, q+".retry")
+	s := rawSender(b, benchQueue(b, "bqbench-rawsettle-retry"))
 	conn := rawConn(b)
 	ctx := context.Background()
 	sess, err := conn.NewSession(ctx, nil)
@@ -223,7 +238,7 @@ func BenchmarkRawSettleWithWrite(b *testing.B) {
 }
 
 func BenchmarkTransportSettleWithWrite(b *testing.B) {
-	q := transporttest.UniqueName("bqbench-trsettle")
+	q, retry := benchQueue(b, "bqbench-trsettle"), benchQueue(b, "bqbench-trsettle-retry")
 	fill(b, q, b.N)
 	tr := openTransport(b)
 	ctx := context.Background()
@@ -238,7 +253,7 @@ func BenchmarkTransportSettleWithWrite(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		w := &transport.Message{Queue: q + ".retry", Body: d.Body, Attempts: 1, Projection: benchProjection}
+		w := &transport.Message{Queue: retry, Body: d.Body, Attempts: 1, Projection: benchProjection}
 		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{w}}); err != nil {
 			b.Fatal(err)
 		}

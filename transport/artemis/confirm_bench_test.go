@@ -8,7 +8,6 @@ import (
 
 	"github.com/babelqueue-go/babelqueue/internal/benchpair"
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // BenchmarkPublishConfirmedBatch: batches of 100 confirmed writes, raw go-amqp (every
@@ -18,9 +17,9 @@ import (
 func BenchmarkPublishConfirmedBatch(b *testing.B) {
 	const batch = 100
 	ctx := context.Background()
-	s := rawSender(b, transporttest.UniqueName("bqbench-rawbatch"))
+	s := rawSender(b, benchQueue(b, "bqbench-rawbatch"))
 	tr := openTransport(b)
-	q := transporttest.UniqueName("bqbench-trbatch")
+	q := benchQueue(b, "bqbench-trbatch")
 	msgs := make([]*transport.Message, batch)
 	for i := range msgs {
 		msgs[i] = &transport.Message{Queue: q, Body: benchBody, Projection: benchProjection}

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
-	"time"
 
 	amqp "github.com/Azure/go-amqp"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
-	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// Consume attaches a receiver to queue with link credit opts.Prefetch (at least 1).
+// Consume attaches a receiver to queue with link credit opts.Prefetch (at least 1). The
+// receive loop, the settlements and Close are the kit's ([driverkit.Consumer]); this
+// file is Artemis's side of them: a receiver link attached again when it is lost, its
+// credit, and the dispositions.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("artemis: consume: empty queue name")
@@ -25,29 +25,35 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	// A Transactional consumer (a redrive) does not pipeline: without AMQP
 	// transactions here, settling before Settle returns keeps a kill's duplicates to
 	// the one delivery in hand.
-	c := &consumer{t: t, queue: queue, credit: credit, manual: t.opts.pipeline && !opts.Transactional, failed: opts.SettleFailed,
-		book: ledger.New[handle](ledger.Config{Broker: "artemis", Queue: queue, Prefetch: int(credit), Logger: t.log})}
-	if c.manual {
-		c.pipe = make(chan struct{}, max(pipeDepth, int(credit)))
-	}
+	pipelined := t.opts.pipeline && !opts.Transactional
+	c := &consumer{t: t, queue: queue, credit: credit, manual: pipelined}
 	if _, err := c.link(ctx); err != nil {
 		return nil, err
 	}
-	return c, nil
+	k, err := driverkit.New[msg](c, driverkit.Config{
+		Broker:            "artemis",
+		Queue:             queue,
+		Logger:            t.log,
+		Group:             &t.consumers,
+		Pipeline:          pipelined,
+		ConfirmTimeout:    t.opts.confirmTimeout,
+		ConcurrentReceive: true,
+		MaxBackoff:        t.opts.maxBackoff,
+	}, opts)
+	if err != nil {
+		_ = c.Close(ctx)
+		return nil, err
+	}
+	c.kit = k
+	return k, nil
 }
 
+// consumer is Artemis's side of one consumer: the receiver link on the queue.
 type consumer struct {
 	t      *Transport
 	queue  string
-	credit int32
-	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
-	// failed after Settle returned.
-	failed func(*transport.Delivery, transport.Settlement, error)
-
-	// book holds the deliveries handed out and not settled: their prefetch slots (a
-	// receiver attached after a lost link gets fresh credit while deliveries of the
-	// old one are still held) and their settle state. Closing it stops the consumer.
-	book *ledger.Ledger[handle]
+	credit int32 // the prefetch
+	kit    *driverkit.Consumer[msg]
 
 	mu     sync.Mutex // guards sess, recv, closed, granted; held while attaching
 	sess   *amqp.Session
@@ -55,22 +61,19 @@ type consumer struct {
 	closed bool
 
 	// manual is set when settle writes are pipelined: the receiver's link credit is
-	// then issued by receive (see pipeline.go), and granted counts the credit issued on
-	// recv and not yet used by a delivery received from it (in flight or buffered).
+	// then issued by Receive (topUp), and granted counts the credit issued on recv and
+	// not yet used by a delivery received from it (in flight or buffered). A pipelined
+	// delivery is finished in the kit (its prefetch slot is free) while Artemis still
+	// holds it unsettled, and go-amqp's automatic credit would count it as held.
 	manual  bool
 	granted int
-
-	pipe    chan struct{}       // a slot per pipelined settlement in flight
-	pending settlepipe.Inflight // pipelined settlements in flight; Close waits for them
-
-	holdMu   sync.Mutex
-	failures int // pipelined settle writes failed in a row; guarded by holdMu
 }
 
-// handle is the consumer's bookkeeping for one delivery.
-type handle struct {
-	recv *amqp.Receiver
-	msg  *amqp.Message
+// msg is one delivery as the kit holds it: the message and the link it came on, which
+// its disposition must go to.
+type msg struct {
+	r *amqp.Receiver
+	m *amqp.Message
 }
 
 // link returns the live receiver, attaching one when there is none.
@@ -89,7 +92,7 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 	}
 	credit := c.credit
 	if c.manual {
-		credit = -1 // issued by receive
+		credit = -1 // issued by topUp
 	}
 	r, err := sess.NewReceiver(ctx, c.queue, &amqp.ReceiverOptions{
 		Credit:             credit,
@@ -97,9 +100,7 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 	})
 	if err != nil {
 		_ = closeQuietly(sess)
-		c.t.mu.Lock()
-		c.t.noteErrLocked(err)
-		c.t.mu.Unlock()
+		c.t.noteErr(err)
 		return nil, fmt.Errorf("artemis: attach receiver to %q: %w", c.queue, err)
 	}
 	c.sess, c.recv, c.granted = sess, r, 0
@@ -107,8 +108,8 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 }
 
 // topUp issues link credit on r, when the credit is managed here, so that the
-// deliveries held (handed out and not finished in the ledger) and the credit granted
-// and unused add up to the prefetch: what go-amqp's automatic credit gives, less the
+// deliveries held (handed out and not finished in the kit) and the credit granted and
+// unused add up to the prefetch: what go-amqp's automatic credit gives, less the
 // deliveries whose pipelined writes are in flight. The caller holds a prefetch slot, so
 // at least one credit is granted.
 func (c *consumer) topUp(r *amqp.Receiver) {
@@ -120,7 +121,7 @@ func (c *consumer) topUp(r *amqp.Receiver) {
 	if c.recv != r {
 		return
 	}
-	want := int(c.credit) - c.book.Held() - c.granted
+	want := int(c.credit) - c.kit.Held() - c.granted
 	if c.granted == 0 {
 		want = max(want, 1)
 	}
@@ -144,145 +145,68 @@ func (c *consumer) used(r *amqp.Receiver) {
 	c.mu.Unlock()
 }
 
-func closeQuietly(s *amqp.Session) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return s.Close(ctx)
-}
-
-// unlink forgets a receiver whose link failed.
+// unlink forgets a receiver whose link failed; the next Receive attaches another.
 func (c *consumer) unlink(r *amqp.Receiver, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.recv != r {
 		return
 	}
-	c.t.log.Warn("artemis: receiver link lost; attaching again", "queue", c.queue, "err", err)
 	c.recv = nil
 	if c.sess != nil {
 		go func(s *amqp.Session) { _ = closeQuietly(s) }(c.sess)
 		c.sess = nil
 	}
-	c.t.mu.Lock()
-	c.t.noteErrLocked(err)
-	c.t.mu.Unlock()
+	c.t.noteErr(err)
 }
 
-// Receive returns the next delivery, once a prefetch slot is free. A lost link or
-// connection is attached again, backing off between attempts, until ctx ends or the
-// consumer is closed.
-func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	return c.book.Receive(ctx, c.receive)
-}
-
-func (c *consumer) receive(ctx context.Context) (*transport.Delivery, error) {
-	backoff := 50 * time.Millisecond
-	failures := 0
-	for {
-		if err := c.stopped(ctx); err != nil {
-			return nil, err
-		}
-		r, err := c.link(ctx)
-		if err == nil {
-			var msg *amqp.Message
-			c.topUp(r)
-			msg, err = r.Receive(ctx, nil)
-			if err == nil {
-				c.used(r)
-				e, herr := c.book.Hand(handle{recv: r, msg: msg})
-				if herr != nil { // closed meanwhile: detaching gives it back
-					return nil, herr
-				}
-				d := fromAMQP(c.queue, msg)
-				d.Handle = e
-				return d, nil
-			}
-			if stop := c.stopped(ctx); stop != nil {
-				return nil, stop
-			}
-			if !linkGone(err) {
-				return nil, err
-			}
-			c.unlink(r, err)
-		} else if errors.Is(err, transport.ErrClosed) {
-			return nil, err
-		} else if stop := c.stopped(ctx); stop != nil {
-			return nil, stop
-		} else {
-			level := slog.LevelWarn
-			if failures > 0 {
-				level = slog.LevelDebug // said once per outage
-			}
-			c.t.log.Log(ctx, level, "artemis: cannot attach receiver; retrying", "queue", c.queue, "err", err)
-			failures++
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
-		case <-c.book.Done():
-			timer.Stop()
-			return nil, transport.ErrClosed
-		}
-		backoff = min(backoff*2, c.t.opts.maxBackoff)
-	}
-}
-
-// stopped returns ctx's error, or ErrClosed once the consumer or transport closed.
-func (c *consumer) stopped(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case <-c.book.Done():
-		return transport.ErrClosed
-	default:
-	}
-	c.t.mu.Lock()
-	closed := c.t.closed
-	c.t.mu.Unlock()
-	if closed {
-		return transport.ErrClosed
-	}
-	return nil
-}
-
-// Settle finishes a delivery: see the package documentation.
-func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	e, err := c.book.Begin(d, s)
+// Receive waits for the next delivery on the live receiver, attaching one first when
+// the last was lost.
+func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
+	r, err := c.link(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.t.opts.confirmTimeout)
-		defer cancel()
+	c.topUp(r)
+	m := r.Prefetched() // the common case under load: no wait, no context
+	if m == nil {
+		rctx, cancel := c.kit.Bind(ctx)
+		m, err = r.Receive(rctx, nil)
+		cancel()
+		if err != nil {
+			if linkGone(err) {
+				c.unlink(r, err)
+			}
+			return 0, err
+		}
 	}
-	return c.book.Finish(e, s, c.settle(ctx, e.Value, d, s, e.AckFailed()))
+	c.used(r)
+	into[0] = msg{r: r, m: m}
+	return 1, nil
 }
 
-// settle settles one delivery. A Rewind counts as a failed delivery (Artemis raises its
-// delivery-count), unless an Ack of it failed before (ackFailed): then a settle write
-// was refused, not its handling, and counting it would move the message to Artemis's
-// dead-letter address after max-delivery-attempts rewinds, which a dead-letter queue
-// refusing writes for three seconds was enough for (found by the fault suite, issue 16).
-func (c *consumer) settle(ctx context.Context, h handle, d *transport.Delivery, s transport.Settlement, ackFailed bool) error {
-	if s.Outcome == transport.Rewind {
-		err := h.recv.ModifyMessage(ctx, h.msg, &amqp.ModifyMessageOptions{DeliveryFailed: !ackFailed})
-		if err != nil && !linkGone(err) {
-			return fmt.Errorf("artemis: rewind: %w", err)
-		}
-		return nil // a lost link already gave the delivery back to the broker
-	}
-	if len(s.Writes) > 0 && c.manual {
-		return c.settlePipelined(ctx, h, d, s)
-	}
-	if err := ledger.SendAll(ctx, s.Writes, c.t.write); err != nil {
-		return err
-	}
-	if err := h.recv.AcceptMessage(ctx, h.msg); err != nil {
+// IsRetryable reports whether the consumer can receive again after err: every failure
+// to attach or to receive is (the link or connection is attached again, backing off),
+// but not once the transport is closed, nor when a connection given to [New] is lost
+// without [WithDial].
+func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, transport.ErrClosed) }
+
+// Decode reads the message into the delivery (message.go).
+func (c *consumer) Decode(m msg, d *transport.Delivery) { decode(m.m, d) }
+
+// Settlement on Artemis. Ack is the accepted outcome, after the settle writes are
+// accepted (Write); a give-back is the modified outcome, with delivery-failed set for a
+// Rewind, so Artemis redelivers the message with a higher delivery-count, and unset for
+// a delivery whose Ack failed (a settle write refused): that does not count against
+// Artemis's max-delivery-attempts, which an outage of the dead-letter queue of a few
+// seconds was enough to use up (found by the fault suite, issue 16). A delivery whose
+// link is gone was taken back by the broker with the link.
+
+// Ack accepts the delivery.
+func (c *consumer) Ack(ctx context.Context, m msg) error {
+	ctx, cancel := c.t.bound(ctx)
+	defer cancel()
+	if err := m.r.AcceptMessage(ctx, m.m); err != nil {
 		if linkGone(err) {
 			// The broker took the delivery back with the link and delivers it again.
 			return &transport.TakenBackError{Broker: "artemis", Queue: c.queue, Reason: "its link is gone",
@@ -293,17 +217,43 @@ func (c *consumer) settle(ctx context.Context, h handle, d *transport.Delivery, 
 	return nil
 }
 
-// Close waits, until ctx ends, for the pipelined settlements in flight (their
-// deliveries are accepted once their writes are), then detaches the receiver;
-// deliveries handed out and not settled go back to the broker, which redelivers them.
-func (c *consumer) Close(ctx context.Context) error {
-	c.book.Close() // detaching gives the deliveries back
-	c.pending.Wait(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+// GiveBack answers each delivery with the modified outcome. Deliveries given back
+// because the consumer closes need nothing: detaching the link gives them back.
+func (c *consumer) GiveBack(ctx context.Context, ms []msg, why driverkit.Reason) error {
+	if why == driverkit.Closing {
 		return nil
 	}
+	ctx, cancel := c.t.bound(ctx)
+	defer cancel()
+	var errs []error
+	for _, m := range ms {
+		err := m.r.ModifyMessage(ctx, m.m, &amqp.ModifyMessageOptions{DeliveryFailed: why == driverkit.Rewound})
+		if err != nil && !linkGone(err) { // a lost link gave the delivery back already
+			errs = append(errs, fmt.Errorf("artemis: give back (%s): %w", why, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Write sends the settle writes of a delivery. Pipelined, they are all sent unsettled
+// at once and the returned Confirm waits for Artemis's outcomes; otherwise each is sent
+// and accepted in turn, stopping at the first that fails.
+func (c *consumer) Write(ctx context.Context, _ msg, ws []*transport.Message) (driverkit.Confirm, error) {
+	if !c.manual {
+		return nil, driverkit.SendAll(ctx, ws, c.t.write)
+	}
+	sent, err := c.t.sendWrites(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return awaitWrites(ctx, sent) }, nil
+}
+
+// Close detaches the receiver: the deliveries it holds and that were not settled go
+// back to the broker, which redelivers them.
+func (c *consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.closed = true
 	r, s := c.recv, c.sess
 	c.recv, c.sess = nil, nil

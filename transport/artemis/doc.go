@@ -20,14 +20,19 @@
 // sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
 // parameters:
 //
-//	idle_timeout      Go duration; the AMQP idle timeout (default 60s, "0" disables it)
+//	idle_timeout      Go duration; the AMQP idle timeout (default 10s,
+//	                  DefaultIdleTimeout; "0" disables it): a connection that
+//	                  carries no frame for this long is dead (see Reconnection)
 //	container_id      the AMQP container-id of the connection (default: random)
 //	server_name       TLS server name to verify (artemis+ssl only; default: the host)
 //	pipeline_settles  0 makes Settle wait for the runtime's settle writes (default 1:
 //	                  pipelined; see Settlement and WithPipelinedSettles)
 //
-// Any other parameter, a malformed value, a missing host or a path is an error from
-// Open that names the parameter and never echoes the password.
+// Any other parameter or a malformed value is an error from Open that names the
+// parameter, matches babelqueue.ErrInvalidOption and [transport.ErrBadURL], and never
+// echoes the password; so is a missing host or a path (ErrBadURL). A bad value given to
+// an option function (WithConfirmTimeout(0)) is an error from Open or [New] naming the
+// option and matching babelqueue.ErrInvalidOption.
 //
 // # Queues
 //
@@ -59,8 +64,10 @@
 // Out-of-band headers ([transport.Message.Headers]) ride as further string application
 // properties; they never replace a projected one. On consume, [transport.Delivery.Headers]
 // holds only those, [transport.Delivery.Redeliveries] is the AMQP header's 0-based
-// delivery-count, the attempts header is bq_attempts and the schema-version header is
-// bq_schema_version exactly as the broker typed it. A body that arrives as an AMQP value
+// delivery-count, the attempts header is bq_attempts (read by
+// driverkit.Attempts, as on every broker: a whole number as written, text or
+// integer, negative ones too) and the schema-version header is bq_schema_version
+// exactly as the broker typed it. A body that arrives as an AMQP value
 // section (a string or binary value, as some peers send it) is handed over as its bytes.
 //
 // # Settlement
@@ -69,9 +76,9 @@
 // answered with the accepted outcome. Settle with Ack and settle writes pipelines them by
 // default: it sends the writes and returns, and the delivery is accepted only once every
 // write is accepted; a write refused, failed or not accepted within the confirm timeout
-// makes the transport give the delivery back itself (modified, not counted, after a hold
-// that grows while writes keep failing), so it is delivered again and nothing is lost. A
-// write that cannot be sent at all still fails Settle at once. At most 256 settlements
+// makes the transport give the delivery back itself (modified, not counted; the
+// consumer's receives back off while writes keep failing), so it is delivered again and
+// nothing is lost. A write that cannot be sent at all still fails Settle at once. At most 256 settlements
 // (or the prefetch, if larger) are in flight per consumer, and Close waits for them. With
 // pipeline_settles=0 ([WithPipelinedSettles]) Settle makes the settle writes, waits for
 // each to be accepted and only then accepts the delivery; when a write fails nothing is
@@ -100,7 +107,12 @@
 // # Reconnection
 //
 // When the connection drops (a broker restart), the next publish or receive dials again,
-// backing off between attempts. Deliveries handed out over the lost connection are
+// backing off between attempts. A connection that stays open but carries nothing (a
+// network that drops packets, a broker that hangs) is found dead within the idle
+// timeout: Artemis sends a frame at least every half of it, and go-amqp closes a
+// connection that received none for the whole of it. Publishes and receives waiting on
+// it fail then and dial again, and the loss is logged when it happens (a Warn line
+// "artemis: connection lost" with the cause, "i/o timeout" for a dead connection). Deliveries handed out over the lost connection are
 // already back on the broker: rewinding one succeeds, acknowledging one fails and the
 // broker redelivers it. A transport built with [New] reconnects only when given a dial
 // function with [WithDial].

@@ -41,7 +41,10 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	tr := artemis.New(conn, artemis.WithDial(dial))
+	tr, err := artemis.New(conn, artemis.WithDial(dial))
+	if err != nil {
+		log.Fatal(err)
+	}
 	app, err := babelqueue.New(tr, babelqueue.WithQueue("orders"))
 	if err != nil {
 		log.Fatal(err)

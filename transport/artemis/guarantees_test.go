@@ -19,6 +19,15 @@ import (
 // activemq.management address and fails the test unless it succeeded.
 func manage(t *testing.T, op string, args string) {
 	t.Helper()
+	if ok, answer := manageBroker(t, op, args); !ok {
+		t.Fatalf("management %s failed: %v", op, answer)
+	}
+}
+
+// manageBroker runs one management operation on the broker resource and returns
+// whether it succeeded, and the broker's answer. The answer comes on a temporary queue.
+func manageBroker(t testing.TB, op string, args string) (bool, any) {
+	t.Helper()
 	conn := rawConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -26,8 +35,7 @@ func manage(t *testing.T, op string, args string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply := transporttest.UniqueName("bqtest-reply")
-	r, err := sess.NewReceiver(ctx, reply, &amqp.ReceiverOptions{SourceCapabilities: []string{"queue"}})
+	r, err := sess.NewReceiver(ctx, "", &amqp.ReceiverOptions{DynamicAddress: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +43,7 @@ func manage(t *testing.T, op string, args string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reply := r.Address()
 	err = s.Send(ctx, &amqp.Message{
 		Properties:            &amqp.MessageProperties{ReplyTo: &reply},
 		ApplicationProperties: map[string]any{"_AMQ_ResourceName": "broker", "_AMQ_OperationName": op},
@@ -48,9 +57,8 @@ func manage(t *testing.T, op string, args string) {
 		t.Fatalf("management %s: no reply: %v", op, err)
 	}
 	_ = r.AcceptMessage(ctx, got)
-	if ok, _ := got.ApplicationProperties["_AMQ_OperationSucceeded"].(bool); !ok {
-		t.Fatalf("management %s failed: %v", op, got.Value)
-	}
+	ok, _ := got.ApplicationProperties["_AMQ_OperationSucceeded"].(bool)
+	return ok, got.Value
 }
 
 // fullQueue makes queue an address that holds one message at most and refuses writes
@@ -314,7 +322,10 @@ func TestNewAroundUserConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := artemis.New(conn, artemis.WithLogger(quiet()))
+	tr, err := artemis.New(conn, artemis.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	q := transporttest.UniqueName("bqtest-new")
 	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: []byte(`{"n":1}`)}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package artemis
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -10,6 +11,7 @@ import (
 	amqp "github.com/Azure/go-amqp"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Names of the binding (SPEC §7, manifest block "artemis").
@@ -107,20 +109,26 @@ func toAMQP(m *transport.Message) *amqp.Message {
 
 func ptr[T any](v T) *T { return &v }
 
-// fromAMQP reads a received AMQP message into a delivery. It never panics on what the
-// broker sends: a body in an unexpected section becomes the bytes that can be read, and
-// headers of unexpected types are left out.
+// fromAMQP decodes msg into a new delivery of queue (a browsed message's).
 func fromAMQP(queue string, msg *amqp.Message) *transport.Delivery {
-	d := &transport.Delivery{Queue: queue, Body: bodyOf(msg)}
+	d := &transport.Delivery{Queue: queue}
+	decode(msg, d)
+	return d
+}
+
+// decode reads a received AMQP message into d. It never panics on what the broker
+// sends: a body in an unexpected section becomes the bytes that can be read, and
+// headers of unexpected types are left out. bq_attempts is read with
+// [driverkit.Attempts], the reading every driver shares.
+func decode(msg *amqp.Message, d *transport.Delivery) {
+	d.Body = bodyOf(msg)
 	if msg.Header != nil {
 		d.Redeliveries = int(min(msg.Header.DeliveryCount, math.MaxInt32))
 	}
 	for k, v := range msg.ApplicationProperties {
 		switch k {
 		case PropAttempts:
-			if n, ok := attemptsValue(v); ok {
-				d.AttemptsHeader, d.HasAttemptsHeader = n, true
-			}
+			d.AttemptsHeader, d.HasAttemptsHeader = driverkit.Attempts(v)
 		case PropSchemaVersion:
 			d.SchemaVersion = schemaValue(v)
 		case PropSourceLang, PropAppID:
@@ -133,7 +141,6 @@ func fromAMQP(queue string, msg *amqp.Message) *transport.Delivery {
 			}
 		}
 	}
-	return d
 }
 
 // bodyOf returns the body bytes: the data sections joined (one in the usual case), or
@@ -164,30 +171,6 @@ func bodyOf(msg *amqp.Message) []byte {
 	return []byte{}
 }
 
-// attemptsValue reads bq_attempts: a decimal string (as every SDK writes it) or an
-// integer typed by another producer. A value that is not valid UTF-8 or not a number is
-// no header.
-func attemptsValue(v any) (int, bool) {
-	switch n := v.(type) {
-	case string:
-		if !utf8.ValidString(n) {
-			return 0, false
-		}
-		i, err := strconv.Atoi(n)
-		if err != nil || i < 0 {
-			return 0, false
-		}
-		return i, true
-	case int8, int16, int32, int64, uint8, uint16, uint32, uint64, int, uint:
-		i, ok := toInt64(n)
-		if !ok || i < 0 || i > math.MaxInt32 {
-			return 0, false
-		}
-		return int(i), true
-	}
-	return 0, false
-}
-
 // schemaValue is bq_schema_version as the broker typed it, in the forms
 // [transport.Delivery.SchemaVersion] allows: nil, string, int64, float64 or bool. A value
 // of another AMQP type is reported as a string naming its type, which the gate rejects.
@@ -199,45 +182,15 @@ func schemaValue(v any) any {
 		return s
 	case float32:
 		return float64(s)
-	case int8, int16, int32, int64, uint8, uint16, uint32, uint64, int, uint:
-		if i, ok := toInt64(s); ok {
-			return i
+	case int8, int16, int32, int64, int:
+		return reflect.ValueOf(s).Int()
+	case uint8, uint16, uint32, uint64, uint:
+		if u := reflect.ValueOf(s).Uint(); u <= math.MaxInt64 {
+			return int64(u)
 		}
 		return fmt.Sprint(s)
 	case amqp.Null:
 		return nil
 	}
 	return fmt.Sprintf("(%T)", v)
-}
-
-func toInt64(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case int:
-		return int64(n), true
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case uint64:
-		if n > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(n), true
-	case uint:
-		if uint64(n) > math.MaxInt64 {
-			return 0, false
-		}
-		return int64(n), true
-	}
-	return 0, false
 }

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/internal/settle"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/artemis"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func TestParseURL(t *testing.T) {
@@ -73,21 +75,22 @@ func TestParseURL(t *testing.T) {
 func TestOpenRejectsBadURLs(t *testing.T) {
 	const secret = "s3cr3t-pw"
 	cases := []struct {
-		url   string
-		param string
+		url    string
+		param  string
+		option bool // a query parameter: also an *driverkit.OptionError matching ErrInvalidOption
 	}{
-		{"artemis://u:" + secret + "@h:5673?prefetch=10", "prefetch"},
-		{"artemis://u:" + secret + "@h:5673?idle_timeout=soon", "idle_timeout"},
-		{"artemis://u:" + secret + "@h:5673?idle_timeout=-3s", "idle_timeout"},
-		{"artemis://u:" + secret + "@h:5673?container_id=", "container_id"},
-		{"artemis://u:" + secret + "@h:5673?container_id=a&container_id=b", "container_id"},
-		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name"},
-		{"artemis://u:" + secret + "@h:5673?pipeline_settles=maybe", "pipeline_settles"},
-		{"artemis://u:" + secret + "@:5673", "host"},
-		{"artemis://u:" + secret + "@h:99999", "port"},
-		{"artemis://u:" + secret + "@h:5673/orders", "path"},
-		{"artemis://u:" + secret + "@h:5673#frag", "fragment"},
-		{"artemis:u:" + secret + "@h", "host"},
+		{"artemis://u:" + secret + "@h:5673?prefetch=10", "prefetch", true},
+		{"artemis://u:" + secret + "@h:5673?idle_timeout=soon", "idle_timeout", true},
+		{"artemis://u:" + secret + "@h:5673?idle_timeout=-3s", "idle_timeout", true},
+		{"artemis://u:" + secret + "@h:5673?container_id=", "container_id", true},
+		{"artemis://u:" + secret + "@h:5673?container_id=a&container_id=b", "container_id", true},
+		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name", true},
+		{"artemis://u:" + secret + "@h:5673?pipeline_settles=maybe", "pipeline_settles", true},
+		{"artemis://u:" + secret + "@:5673", "host", false},
+		{"artemis://u:" + secret + "@h:99999", "port", false},
+		{"artemis://u:" + secret + "@h:5673/orders", "path", false},
+		{"artemis://u:" + secret + "@h:5673#frag", "fragment", false},
+		{"artemis:u:" + secret + "@h", "host", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.param, func(t *testing.T) {
@@ -105,10 +108,61 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			if !errors.As(err, &bad) || bad.Param != tc.param {
 				t.Errorf("error %v: want a BadURLError naming %q", err, tc.param)
 			}
+			var oe *driverkit.OptionError
+			if tc.option && (!errors.Is(err, transport.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != tc.param) {
+				t.Errorf("error %v: want an ErrInvalidOption naming %q", err, tc.param)
+			}
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("error echoes the password: %v", err)
 			}
 		})
+	}
+}
+
+// A bad value given to an option function is an error from Open and New naming the
+// option and matching babelqueue.ErrInvalidOption, never ignored.
+func TestBadOptionValues(t *testing.T) {
+	cases := []struct {
+		opt  artemis.Option
+		name string
+	}{
+		{artemis.WithConfirmTimeout(0), "WithConfirmTimeout"},
+		{artemis.WithConfirmTimeout(-time.Second), "WithConfirmTimeout"},
+		{artemis.WithMaxMessageSize(0), "WithMaxMessageSize"},
+		{artemis.WithMaxBackoff(-1), "WithMaxBackoff"},
+		{artemis.WithLogger(nil), "WithLogger"},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := artemis.DialURL(ctx, brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	check := func(t *testing.T, err error, name string) {
+		t.Helper()
+		var oe *driverkit.OptionError
+		if !errors.Is(err, babelqueue.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != name || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v: want an ErrInvalidOption naming %s", err, name)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Nothing listens on port 1: the option is refused before anything is dialled.
+			tr, err := artemis.Open(ctx, "artemis://127.0.0.1:1", tc.opt)
+			if err == nil {
+				_ = tr.Close(ctx)
+			}
+			check(t, err, tc.name)
+			tr, err = artemis.New(conn, tc.opt)
+			if err == nil {
+				_ = tr.Close(ctx)
+			}
+			check(t, err, tc.name)
+		})
+	}
+	if _, err := artemis.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
 	}
 }
 
