@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -51,7 +52,8 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Opaque != "" {
 		return nil, bad("host", "want kafka://host:port[,host:port]")
 	}
-	if err := transport.CheckParams(u, urlParams...); err != nil {
+	q, err := driverkit.ParseQuery("kafka", u, urlParams...)
+	if err != nil {
 		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -71,10 +73,6 @@ func parseURL(u *url.URL) (*settings, error) {
 		}
 		s.seeds = append(s.seeds, seed)
 	}
-	q, err := transport.ParseQuery(u)
-	if err != nil {
-		return nil, err
-	}
 	clientID, ok, err := q.NonEmpty("client_id")
 	if err != nil {
 		return nil, err
@@ -84,7 +82,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	s.base = append(s.base, kgo.SeedBrokers(s.seeds...), kgo.ClientID(clientID))
 	if g, ok, err := q.NonEmpty("group"); err != nil {
-		return nil, bad("group", "empty consumer group name")
+		return nil, q.Bad("group", "empty consumer group name")
 	} else if ok {
 		s.opts = append(s.opts, WithGroup(g))
 	}
@@ -115,7 +113,7 @@ func parseURL(u *url.URL) (*settings, error) {
 		o(&cfg)
 	}
 	if cfg.heartbeatInterval >= cfg.sessionTimeout {
-		return nil, bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
+		return nil, q.Bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
 	}
 	bools := []struct {
 		name string
@@ -141,10 +139,10 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	mech, _ := q.String("sasl")
 	if q.Has("sasl") && u.User == nil {
-		return nil, bad("sasl", "needs a user and password in the URL (kafka://user:password@host:port)")
+		return nil, q.Bad("sasl", "needs a user and password in the URL (kafka://user:password@host:port)")
 	}
 	if u.User != nil {
-		m, err := saslMechanism(u.User, strings.ToLower(mech))
+		m, err := saslMechanism(q, u.User, strings.ToLower(mech))
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +177,7 @@ func parseSeed(hp string) (string, error) {
 }
 
 // saslMechanism is the SASL mechanism of the URL's user info.
-func saslMechanism(ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
+func saslMechanism(q driverkit.Query, ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
 	user := ui.Username()
 	pass, _ := ui.Password()
 	if user == "" {
@@ -193,7 +191,7 @@ func saslMechanism(ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
 	case "scram-sha-512":
 		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
 	}
-	return nil, bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
+	return nil, q.Bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
 }
 
 // OpenURL builds a transport from a parsed kafka:// URL: it creates the producer, checks
@@ -211,6 +209,9 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	cfg := defaults()
 	for _, o := range all {
 		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	log := cfg.logger.With("transport", "kafka")
 	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))

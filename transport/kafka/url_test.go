@@ -183,7 +183,9 @@ func TestOpenUnreachable(t *testing.T) {
 	t.Logf("Open on a silent port failed after %s: %v", took.Round(time.Millisecond), err)
 }
 
-func TestParseAttempts(t *testing.T) {
+// TestDecodeAttempts: a consumer reads the bq-attempts header as the reference SDK's
+// int() does (driverkit.Attempts, the coercion every driver shares).
+func TestDecodeAttempts(t *testing.T) {
 	cases := []struct {
 		in   string
 		n    int
@@ -196,10 +198,12 @@ func TestParseAttempts(t *testing.T) {
 		{"9223372036854775807", math.MaxInt, true}, {"2147483648", 1 << 31, true},
 		{"-99999999999999999999999", -math.MaxInt, true},
 	}
+	view := &consumer{queue: "q"}
 	for _, c := range cases {
-		n, ok := parseAttempts([]byte(c.in))
-		if n != c.n || ok != c.okay {
-			t.Errorf("parseAttempts(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.okay)
+		var d transport.Delivery
+		view.Decode(&record{r: recordWithHeader(HeaderAttempts, c.in)}, &d)
+		if n, ok := d.AttemptsHeader, d.HasAttemptsHeader; n != c.n || ok != c.okay {
+			t.Errorf("bq-attempts %q read as %d, %v; want %d, %v", c.in, n, ok, c.n, c.okay)
 		}
 	}
 }
