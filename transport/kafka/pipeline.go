@@ -57,32 +57,133 @@ func (c *consumer) Write(ctx context.Context, rec *record, ws []*transport.Messa
 	c.setLocked(rec, stSettling)
 	crowded := c.writing >= c.depth
 	c.mu.Unlock()
-	w := c.t.produceAsync(ctx, recs, func(i int, err error) { c.writeFailed(rec, recs[i].Topic, err) })
+	w := &settleWrite{c: c, rec: rec, ws: ws, recs: recs, done: make(chan struct{})}
+	w.left.Store(int32(len(recs)))
+	w.produce(ctx)
 	if crowded || !c.t.cfg.pipelineSettles {
 		c.t.hurry()
 	}
-	return func(ctx context.Context) error {
-		select {
-		case <-w.done:
-			if w.err == nil {
-				return nil
+	return w.wait, nil
+}
+
+// settleWrite is the settle writes of one delivery, produced together.
+type settleWrite struct {
+	c    *consumer
+	rec  *record
+	ws   []*transport.Message
+	recs []*kgo.Record // ws projected
+	left atomic.Int32  // records not confirmed yet
+	once sync.Once
+	done chan struct{} // closed once every record is confirmed, or once one failed
+	err  error         // set before done closes: the first failure, a *DeliveryError
+	i    int           // the index of the write that failed
+}
+
+// produce hands the records to the producer. They go into the producer's buffer at
+// once when there is room for all of them (producerRoom), with ctx's values but not its
+// cancellation (as a Publish does: franz-go fails every record buffered behind one
+// whose context ends, and cancelling nothing spares it watching one). Otherwise they
+// wait for room in order on a goroutine of their own until ctx ends; the kit's pipeline
+// bounds what waits that way. (A producer that also bounds its buffer in bytes keeps no
+// room: franz-go refuses a record when the buffer is full, ErrMaxBuffered, and
+// produceUncancelled hands it over again from a goroutine of its own.)
+func (w *settleWrite) produce(ctx context.Context) {
+	t := w.c.t
+	if err := ctx.Err(); err != nil {
+		w.finish(0, err)
+		return
+	}
+	uctx := context.WithoutCancel(ctx)
+	confirmed := w.confirmed
+	switch {
+	case t.room == nil:
+		buffered := func(r *kgo.Record, err error) {
+			if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
+				go t.produceUncancelled(ctx, r, confirmed)
+				return
 			}
-			return &transport.SettleWriteError{Queue: ws[w.failed].Queue, Err: w.err}
-		case <-ctx.Done():
-			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: &DeliveryError{Topic: recs[0].Topic, Err: ctx.Err()}}
+			confirmed(r, err)
 		}
-	}, nil
+		for _, r := range w.recs {
+			t.prod.TryProduce(uctx, r, buffered)
+		}
+	case t.room.take(t.prod, len(w.recs)):
+		for _, r := range w.recs {
+			t.prod.Produce(uctx, r, confirmed)
+		}
+	default:
+		// No room now: the records wait for it, in order, on a goroutine of their own.
+		go func() {
+			for i, r := range w.recs {
+				if err := t.room.wait(ctx); err != nil {
+					w.finish(i, err)
+					return
+				}
+				t.prod.Produce(uctx, r, confirmed)
+			}
+		}()
+	}
+}
+
+// confirmed is the delivery promise of each record.
+func (w *settleWrite) confirmed(r *kgo.Record, err error) {
+	t := w.c.t
+	t.room.free()
+	if err != nil {
+		w.finish(max(slices.Index(w.recs, r), 0), err)
+		return
+	}
+	t.delivered(r.Topic)
+	t.settleWriteConfirmed(r.Topic)
+	if w.left.Add(-1) == 0 {
+		w.finish(0, nil)
+	}
+}
+
+// finish ends the write once: with err nil when every record is confirmed, else with
+// the failure of record i, after writeFailed held the record's partition back (on a
+// goroutine of its own: it may repair the topic through the admin API).
+func (w *settleWrite) finish(i int, err error) {
+	w.once.Do(func() {
+		if err == nil {
+			close(w.done)
+			return
+		}
+		w.err, w.i = &DeliveryError{Topic: w.recs[i].Topic, Err: err}, i
+		go func() {
+			w.c.writeFailed(w.rec, w.recs[i].Topic, err)
+			close(w.done)
+		}()
+	})
+}
+
+// wait is the write's Confirm: it waits for the delivery reports, up to the delivery
+// timeout (the kit's bound of a pipelined settlement is that timeout too), and returns
+// the first failure as a *transport.SettleWriteError wrapping a *DeliveryError. A
+// record given up on at the timeout stays buffered and may still be written: its record
+// is delivered again meanwhile, so the outcome is a duplicate, never a loss.
+func (w *settleWrite) wait(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > w.c.t.cfg.deliveryTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.c.t.cfg.deliveryTimeout)
+		defer cancel()
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		w.finish(0, ctx.Err())
+		<-w.done
+	}
+	if w.err == nil {
+		return nil
+	}
+	return &transport.SettleWriteError{Queue: w.ws[w.i].Queue, Err: w.err}
 }
 
 // writeFailed hands rec back to its worker after a failed settle write and holds its
 // partition back: the give-back that follows rewinds the record only once the hold is
 // over, longer with each write to the same topic that fails in a row.
-func (c *consumer) writeFailed(rec *record, topic string, err error) {
-	cause := err
-	var de *DeliveryError
-	if errors.As(err, &de) {
-		cause = de.Err
-	}
+func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
 	hold := holdAfter(n)
 	c.mu.Lock()
@@ -101,34 +202,6 @@ func (c *consumer) writeFailed(rec *record, topic string, err error) {
 	}
 }
 
-// asyncWrite is the settle writes of one delivery, produced together.
-type asyncWrite struct {
-	left   atomic.Int32
-	once   sync.Once
-	timer  *time.Timer
-	done   chan struct{} // closed once every write is confirmed or one failed
-	err    error         // set before done closes: the first failure, a *DeliveryError
-	failed int           // the index of that write
-}
-
-// finish ends the write once: with err nil when every record is confirmed, else with
-// the failure of record i, after onFail ran (on a goroutine of its own: it may repair
-// the topic through the admin API).
-func (w *asyncWrite) finish(i int, err error, onFail func(int, error)) {
-	w.once.Do(func() {
-		w.timer.Stop()
-		if err == nil {
-			close(w.done)
-			return
-		}
-		w.err, w.failed = err, i
-		go func() {
-			onFail(i, err)
-			close(w.done)
-		}()
-	})
-}
-
 // settleRecords projects the writes of a settlement; a write that cannot be projected
 // (a bad topic name, a record over the size limit) is a *transport.SettleWriteError.
 func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error) {
@@ -142,77 +215,6 @@ func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error
 		recs[i] = r
 	}
 	return recs, nil
-}
-
-// produceAsync produces recs and returns their write, which finishes once: with no
-// error when every record is confirmed, else with the first failure (a *DeliveryError),
-// or with context.DeadlineExceeded when they are not all confirmed within the delivery
-// timeout (a record given up on that way stays buffered and may still be written: a
-// duplicate at worst, never a loss). onFail runs before a failed write finishes, with
-// the index of the record that failed.
-//
-// The records go into the producer's buffer at once when there is room for all of them
-// (producerRoom), with ctx's values but not its cancellation (as a Publish does:
-// franz-go fails every record buffered behind one whose context ends, and cancelling
-// nothing spares it watching one). Otherwise they wait for room in order on a goroutine
-// of their own until ctx ends; the kit's pipeline bounds what waits that way. (A
-// producer that also bounds its buffer in bytes keeps no room: franz-go refuses a
-// record when the buffer is full, ErrMaxBuffered, and produceUncancelled hands it over
-// again from a goroutine of its own.)
-func (t *Transport) produceAsync(ctx context.Context, recs []*kgo.Record, onFail func(i int, err error)) *asyncWrite {
-	w := &asyncWrite{done: make(chan struct{})}
-	w.left.Store(int32(len(recs)))
-	fail := func(r *kgo.Record, err error) {
-		i := max(slices.Index(recs, r), 0)
-		w.finish(i, &DeliveryError{Topic: recs[i].Topic, Err: err}, onFail)
-	}
-	w.timer = time.AfterFunc(t.cfg.deliveryTimeout, func() { fail(recs[0], context.DeadlineExceeded) })
-	if err := ctx.Err(); err != nil {
-		fail(recs[0], err)
-		return w
-	}
-	confirmed := func(r *kgo.Record, err error) {
-		t.room.free()
-		if err != nil {
-			fail(r, err)
-			return
-		}
-		t.delivered(r.Topic)
-		t.settleWriteConfirmed(r.Topic)
-		if w.left.Add(-1) == 0 {
-			w.finish(0, nil, onFail)
-		}
-	}
-	uctx := context.WithoutCancel(ctx)
-	switch {
-	case t.room == nil:
-		buffered := func(r *kgo.Record, err error) {
-			if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
-				go t.produceUncancelled(ctx, r, confirmed)
-				return
-			}
-			confirmed(r, err)
-		}
-		for _, r := range recs {
-			t.prod.TryProduce(uctx, r, buffered)
-		}
-	case t.room.take(t.prod, len(recs)):
-		for _, r := range recs {
-			t.prod.Produce(uctx, r, confirmed)
-		}
-	default:
-		// No room now: the records wait for it, in order, on a goroutine of their own.
-		go func() {
-			for _, r := range recs {
-				if err := t.room.wait(ctx); err != nil {
-					fail(r, err)
-					return
-				}
-				t.prod.Produce(uctx, r, confirmed)
-			}
-		}()
-	}
-	return w
 }
 
 // hurry has the producer send what it holds without waiting out its linger: it
