@@ -75,6 +75,9 @@ type partition struct {
 	holdUntil time.Time
 	seekAt    time.Time
 	held      bool
+	// [from, to) are the offsets handed out and not committed (the consumer's
+	// uncommitted window); -1 before the first record is handed out.
+	from, to int64
 }
 
 // record is one fetched record and its state: the kit's raw message. It lives in a slab
@@ -210,6 +213,15 @@ type consumer struct {
 	commitQueued bool          // commitSig is signalled and the commit loop has not yet taken it
 	writing      int           // records in stSettling: settle writes in flight
 	idle         chan struct{} // closed when writing drops to zero; nil while nobody waits
+	// The bound on the work ahead of the commits (WithMaxUncommitted): records handed
+	// out and not committed, the start of the oldest commit attempt that has not
+	// succeeded (zero when the last one did), and whether Receive stopped for them.
+	uncommitted   int
+	commitFrom    time.Time
+	commitFailing bool // the last commit failed
+	stalled       bool
+	stallLogged   bool
+	urgentSig     chan struct{} // the uncommitted window is half full: commit without the pause
 
 	tx *txSettle // transactional settlements (move.go); nil unless opened Transactional
 }
@@ -257,6 +269,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		commitSig: make(chan struct{}, 1),
 		pollSig:   make(chan struct{}, 1),
 		delaySig:  make(chan struct{}, 1),
+		urgentSig: make(chan struct{}, 1),
 		parts:     map[tp]*partition{},
 		wake:      make(chan struct{}),
 		buffer:    max(t.cfg.buffer, opts.Prefetch),
@@ -302,9 +315,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		AtomicAcks: c.tx != nil, // a transaction makes the writes and the offset commit (move.go)
 		Pipeline:   t.cfg.pipelineSettles,
 		// pipeline.go: the settlements made during the producer's linger and a round trip.
-		PipelineDepth: c.depth,
-		// produceAsync gives up at the delivery timeout with the clearer error.
-		ConfirmTimeout:    t.cfg.deliveryTimeout + time.Second,
+		PipelineDepth:     c.depth,
+		ConfirmTimeout:    t.cfg.deliveryTimeout,
 		ConcurrentReceive: true,
 	}, opts)
 	if err != nil {
@@ -530,7 +542,7 @@ const slabSize = 128
 func (c *consumer) admitLocked(key tp, tier time.Duration, rs []*kgo.Record) bool {
 	p := c.parts[key]
 	if p == nil {
-		p = &partition{tp: key, next: -1, sent: -1, tier: tier}
+		p = &partition{tp: key, next: -1, sent: -1, tier: tier, from: -1, to: -1}
 		c.parts[key] = p
 	}
 	if p.seek != nil {
@@ -617,18 +629,12 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 }
 
 // Receive waits for the next record of the ready list, in offset order per partition,
-// and hands it out (the kit holds a prefetch slot for it).
+// and hands it out (the kit holds a prefetch slot for it). It waits too while the
+// consumer is as far ahead of its commits as it may be (overLocked).
 func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	c.mu.Lock()
 	for {
-		var rec *record
-		for c.ready.len() > 0 && rec == nil {
-			if r := c.ready.pop(); r.state == stBuffered && !r.p.revoking {
-				rec = r
-			}
-		}
-		if rec != nil {
-			rec.state = stHanded
+		if rec := c.nextLocked(); rec != nil {
 			low := c.ready.len() < max(c.buffer/2, 1)
 			c.mu.Unlock()
 			if low {
@@ -657,6 +663,80 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 			return 0, transport.ErrClosed
 		}
 		c.mu.Lock()
+	}
+}
+
+// nextLocked takes the next record of the ready list and counts it in the uncommitted
+// window; nil when none is ready, or when the consumer may not work further ahead of
+// its commits.
+func (c *consumer) nextLocked() *record {
+	if c.overLocked() {
+		return nil
+	}
+	for c.ready.len() > 0 {
+		rec := c.ready.pop()
+		if rec.state != stBuffered || rec.p.revoking {
+			continue
+		}
+		rec.state = stHanded
+		p := rec.p
+		if p.to < 0 {
+			p.from, p.to = rec.r.Offset, rec.r.Offset
+		}
+		if end := rec.r.Offset + 1; end > p.to {
+			c.uncommitted += int(end - p.to)
+			p.to = end
+		}
+		if 2*c.uncommitted >= c.t.cfg.maxUncommitted {
+			signal(c.urgentSig)
+		}
+		return rec
+	}
+	return nil
+}
+
+// overLocked reports whether the consumer is as far ahead of its commits as it may be
+// (WithMaxUncommitted, WithMaxUncommittedTime): as many records handed out and not
+// committed as the bound allows, or a commit failing (or hanging) for as long as it
+// allows. Receive then hands out nothing until a commit succeeds (or a rewind or a
+// revoke shrinks the window), so that a crash or a network fault redelivers at most that
+// window. It logs when commits that fail (or hang) stop the consumer and when it goes
+// on; the short waits of a consumer at its bound for a commit in flight are not logged.
+func (c *consumer) overLocked() bool {
+	cfg := &c.t.cfg
+	late := !c.commitFrom.IsZero() && time.Since(c.commitFrom) >= cfg.maxUncommittedTime
+	over := late || c.uncommitted >= cfg.maxUncommitted
+	c.stalled = over
+	switch {
+	case over && (late || c.commitFailing):
+		c.logStallLocked()
+	case !over && c.stallLogged:
+		c.stallLogged = false
+		c.log.Info("kafka: commits caught up; the consumer takes records again", "uncommitted", c.uncommitted)
+	}
+	return over
+}
+
+// logStallLocked says once that failing commits stopped the consumer.
+func (c *consumer) logStallLocked() {
+	if c.stallLogged || !c.stalled {
+		return
+	}
+	c.stallLogged = true
+	cfg := &c.t.cfg
+	c.log.Warn("kafka: commits fail; the consumer stops taking records until one succeeds",
+		"uncommitted", c.uncommitted, "max_uncommitted", cfg.maxUncommitted,
+		"commit_failing_for", time.Since(c.commitFrom), "max_uncommitted_time", cfg.maxUncommittedTime)
+}
+
+// committedLocked records that off is committed for p: the window of records handed
+// out and not committed starts there now.
+func (c *consumer) committedLocked(p *partition, off int64) {
+	p.sent = max(p.sent, off)
+	if p.to >= 0 && off > p.from {
+		n := min(off, p.to) - p.from
+		c.uncommitted -= int(n)
+		p.from += n
 	}
 }
 
@@ -824,6 +904,11 @@ func (c *consumer) rewindLocked(rec *record) {
 	}
 	p.pending.truncate(i)
 	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
+	if p.to > at.Offset { // the records from at on come again
+		lo := max(at.Offset, p.from)
+		c.uncommitted -= int(p.to - lo)
+		p.to = lo
+	}
 	if p.seek == nil || at.Offset < p.seek.Offset {
 		p.seek = &at
 	}
@@ -849,26 +934,57 @@ func (c *consumer) kickPoll() {
 	signal(c.pollSig)
 }
 
+// Failed commits are tried again after a backoff that doubles from commitRetryMin to
+// commitRetryMax while they fail, whether or not more records are settled meanwhile:
+// a consumer stopped by its uncommitted window waits for them.
+const (
+	commitRetryMin = 250 * time.Millisecond
+	commitRetryMax = 2 * time.Second
+)
+
 // commitLoop commits settled offsets in the background, coalescing settles that happen
-// while a commit is in flight.
+// while a commit is in flight, and at least commit_interval apart unless the uncommitted
+// window is half full.
 func (c *consumer) commitLoop() {
 	defer c.wg.Done()
+	failures := 0
 	for {
 		select {
 		case <-c.commitSig:
 		case <-c.ctx.Done():
 			return
 		}
-		c.mu.Lock()
-		c.commitQueued = false // a settle from now on signals again
-		c.mu.Unlock()
-		if err := c.commit(c.ctx, nil); err != nil && c.ctx.Err() == nil {
-			c.log.Warn("kafka: offset commit failed; it is retried with the next settle", "err", err)
+		for {
+			c.mu.Lock()
+			c.commitQueued = false // a settle from now on signals again
+			c.mu.Unlock()
+			err := c.commit(c.ctx, nil)
+			if c.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				break
+			}
+			failures++
+			backoff := min(commitRetryMin<<min(failures-1, 8), commitRetryMax)
+			if failures&(failures-1) == 0 {
+				c.log.Warn("kafka: offset commit failed; retrying after a backoff", "failures", failures, "backoff", backoff, "err", err)
+			}
+			select {
+			case <-time.After(backoff):
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if failures > 0 {
+			c.log.Info("kafka: committing again", "failed_before", failures)
+			failures = 0
 		}
 		// Settles during the pause are coalesced into the next commit.
 		if iv := c.t.cfg.commitInterval; iv > 0 {
 			select {
 			case <-time.After(iv):
+			case <-c.urgentSig:
 			case <-c.ctx.Done():
 				return
 			}
@@ -894,18 +1010,29 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 			offsets[k.topic][k.partition] = p.commitAt
 		}
 	}
+	if len(offsets) > 0 && c.commitFrom.IsZero() {
+		c.commitFrom = time.Now()
+	} else if len(offsets) == 0 && only == nil && !c.commitFrom.IsZero() {
+		c.commitFrom = time.Time{} // nothing left to commit (its partitions were lost)
+		c.wakeLocked()
+	}
 	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
 	}
 	var rerr error
 	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		defer func() {
+			if c.commitFailing = rerr != nil; c.commitFailing {
+				c.logStallLocked()
+			}
+		}()
 		if err != nil {
 			rerr = err
 			return
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
 		for _, t := range resp.Topics {
 			for _, pr := range t.Partitions {
 				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil {
@@ -915,11 +1042,15 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 					continue
 				}
 				if p := c.parts[tp{t.Topic, pr.Partition}]; p != nil {
-					if eo, ok := offsets[t.Topic][pr.Partition]; ok && eo.Offset > p.sent {
-						p.sent = eo.Offset
+					if eo, ok := offsets[t.Topic][pr.Partition]; ok {
+						c.committedLocked(p, eo.Offset)
 					}
 				}
 			}
+		}
+		if rerr == nil {
+			c.commitFrom = time.Time{}
+			c.wakeLocked()
 		}
 	})
 	return rerr
@@ -1027,6 +1158,9 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		}
 		if p.paused || p.held {
 			resume[k.topic] = append(resume[k.topic], k.partition)
+		}
+		if p.to >= 0 {
+			c.uncommitted -= int(p.to - p.from)
 		}
 		if p.seek != nil {
 			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", p.seek.Offset)

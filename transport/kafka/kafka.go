@@ -20,6 +20,9 @@
 //     session timeout.
 //   - dial_timeout: the bound on a connection attempt, and on [Open]'s check that a
 //     broker answers; default 10 s.
+//   - max_uncommitted: the most records a consumer hands out beyond its committed
+//     offsets (default 5000), and max_uncommitted_time: how long it goes on handing out
+//     records while its commits fail (default 2 s); see [WithMaxUncommitted].
 //   - pipeline_settles: 0 makes Settle wait for the confirmation of the runtime's settle
 //     writes and return their failure (default 1: pipelined; see below).
 //   - confirm: 1 makes Publish wait for the broker's acknowledgement and return its
@@ -59,7 +62,10 @@
 // settled, so several workers may settle out of order without an unsettled record being
 // skipped. Commits are made in the background (coalesced), when partitions are revoked,
 // and on Close; a crash between a settle and its commit redelivers the record
-// (at-least-once: keep handlers idempotent).
+// (at-least-once: keep handlers idempotent). A consumer hands out at most
+// max_uncommitted records beyond its committed offsets, and none while its commits have
+// failed for max_uncommitted_time: while it cannot commit it stops instead of working
+// ahead, so a crash or a lost session redelivers at most that window.
 //
 // A rewound delivery makes the next poll seek its partition back to it: the record and
 // every record after it on that partition are delivered again, including records already
@@ -214,18 +220,20 @@ func Factory(base ...kgo.Opt) ConsumerFactory {
 }
 
 type config struct {
-	group             string
-	deliveryTimeout   time.Duration
-	autoCreate        bool
-	logger            *slog.Logger
-	metadataMaxAge    time.Duration
-	buffer            int
-	commitInterval    time.Duration
-	sessionTimeout    time.Duration
-	heartbeatInterval time.Duration
-	dialTimeout       time.Duration
-	confirmPublish    bool
-	pipelineSettles   bool
+	group              string
+	deliveryTimeout    time.Duration
+	autoCreate         bool
+	logger             *slog.Logger
+	metadataMaxAge     time.Duration
+	buffer             int
+	commitInterval     time.Duration
+	maxUncommitted     int
+	maxUncommittedTime time.Duration
+	sessionTimeout     time.Duration
+	heartbeatInterval  time.Duration
+	dialTimeout        time.Duration
+	confirmPublish     bool
+	pipelineSettles    bool
 	// txTimeout is the transaction timeout of a transactional consumer's producer
 	// (move.go); tests shorten it.
 	txTimeout time.Duration
@@ -315,19 +323,48 @@ func WithCommitInterval(d time.Duration) Option {
 	return func(c *config) { c.commitInterval = d }
 }
 
+// The defaults of the bound on what a consumer handles ahead of its commits
+// ([WithMaxUncommitted], [WithMaxUncommittedTime]).
+const (
+	DefaultMaxUncommitted     = 5000
+	DefaultMaxUncommittedTime = 2 * time.Second
+)
+
+// WithMaxUncommitted bounds the records a consumer hands out beyond its group's
+// committed offsets (default [DefaultMaxUncommitted]; at least 1): a crash, or a network
+// fault that costs the consumer its partitions, delivers at most that many records
+// again (plus the parked records its delay loop was moving). Once that many are handed
+// out and not committed, Receive waits until a commit moves the window (or a rewind or
+// a revoke shrinks it): while commits fail the consumer stops taking records from its
+// buffer instead of working ahead. Records count from the partition's committed offset
+// to the last one handed out (by offset), so a record settled behind one a handler
+// still holds counts until that one is settled too; a commit is made at once, without
+// the commit interval's pause, once half the window is used.
+func WithMaxUncommitted(n int) Option { return func(c *config) { c.maxUncommitted = n } }
+
+// WithMaxUncommittedTime bounds how long a consumer goes on handing out records while a
+// commit fails or does not answer (default [DefaultMaxUncommittedTime]): once the oldest
+// commit attempt that has not succeeded began that long ago, Receive waits until one
+// succeeds. Failed commits are tried again after a backoff (250 ms doubling to 2 s).
+func WithMaxUncommittedTime(d time.Duration) Option {
+	return func(c *config) { c.maxUncommittedTime = d }
+}
+
 func defaults() config {
 	return config{
-		group:             DefaultGroup,
-		deliveryTimeout:   DefaultDeliveryTimeout,
-		autoCreate:        true,
-		metadataMaxAge:    10 * time.Second,
-		buffer:            1024,
-		commitInterval:    100 * time.Millisecond,
-		sessionTimeout:    DefaultSessionTimeout,
-		heartbeatInterval: DefaultHeartbeatInterval,
-		dialTimeout:       DefaultDialTimeout,
-		pipelineSettles:   true,
-		txTimeout:         defaultTxTimeout,
+		group:              DefaultGroup,
+		deliveryTimeout:    DefaultDeliveryTimeout,
+		autoCreate:         true,
+		metadataMaxAge:     10 * time.Second,
+		buffer:             1024,
+		commitInterval:     100 * time.Millisecond,
+		maxUncommitted:     DefaultMaxUncommitted,
+		maxUncommittedTime: DefaultMaxUncommittedTime,
+		sessionTimeout:     DefaultSessionTimeout,
+		heartbeatInterval:  DefaultHeartbeatInterval,
+		dialTimeout:        DefaultDialTimeout,
+		pipelineSettles:    true,
+		txTimeout:          defaultTxTimeout,
 	}
 }
 
@@ -358,6 +395,12 @@ func (cfg *config) check() error {
 	}
 	if cfg.commitInterval < 0 {
 		bad.Invalid("WithCommitInterval", "want a duration of zero or more, got %s", cfg.commitInterval)
+	}
+	if cfg.maxUncommitted < 1 {
+		bad.Invalid("WithMaxUncommitted", "want at least 1 record, got %d", cfg.maxUncommitted)
+	}
+	if cfg.maxUncommittedTime <= 0 {
+		bad.Invalid("WithMaxUncommittedTime", "want a duration above zero, got %s", cfg.maxUncommittedTime)
 	}
 	return bad.Err()
 }

@@ -187,9 +187,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 			c.mu.Lock()
 			if rec.state == stSettling && c.parts[at] == p {
 				c.ackLocked(rec)
-				if p.sent < off.Offset {
-					p.sent = off.Offset // committed by the transaction: nothing for the commit loop
-				}
+				c.committedLocked(p, off.Offset) // committed by the transaction: nothing for the commit loop
 			} else {
 				// Revoked while the transaction ran: it committed the offset with the
 				// writes (the group's generation was still ours), so the new owner

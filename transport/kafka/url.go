@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -30,6 +31,7 @@ func init() {
 var urlParams = []string{
 	"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl",
 	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm", "pipeline_settles",
+	"max_uncommitted", "max_uncommitted_time",
 }
 
 // settings is what a kafka:// URL says.
@@ -95,6 +97,7 @@ func parseURL(u *url.URL) (*settings, error) {
 		{"session_timeout", time.Second, time.Hour, WithSessionTimeout},
 		{"heartbeat_interval", time.Millisecond, time.Hour, WithHeartbeatInterval},
 		{"dial_timeout", time.Millisecond, time.Hour, WithDialTimeout},
+		{"max_uncommitted_time", time.Millisecond, time.Hour, WithMaxUncommittedTime},
 	}
 	for _, p := range durations {
 		d, ok, err := q.Duration(p.name, time.Second, p.lo, p.hi)
@@ -107,6 +110,11 @@ func parseURL(u *url.URL) (*settings, error) {
 				s.base = append(s.base, kgo.DialTimeout(d))
 			}
 		}
+	}
+	if n, ok, err := q.Int("max_uncommitted", 1, math.MaxInt32); err != nil {
+		return nil, err
+	} else if ok {
+		s.opts = append(s.opts, WithMaxUncommitted(n))
 	}
 	cfg := defaults()
 	for _, o := range s.opts {
