@@ -655,13 +655,7 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		err error
 	}
 	done := make(chan result, len(recs))
-	t.handOver(ctx, recs, func(i int, r *kgo.Record, err error) {
-		if err == nil {
-			t.delivered(r.Topic)
-			t.settleWriteConfirmed(r.Topic)
-		}
-		done <- result{i, err}
-	})
+	t.produce(ctx, recs, func(i int, err error) { done <- result{i, err} })
 	// A write awaited for its acknowledgement does not wait out the producer's linger:
 	// a Flush sends what is buffered at once and keeps new records from lingering until
 	// it returns, which is once these records are acknowledged (hurried is called then).
@@ -688,37 +682,53 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 	return errs
 }
 
-// handOver hands recs to the producer in order and calls finished once for each: from
-// its delivery promise, or at once with ctx's error for a record that found no room in
-// the producer's buffer before ctx ended (it is not handed over). A record handed over
-// is never cancelled (see produceUncancelled); when the room for all of recs is free
-// (producerRoom) none of them costs a context of its own.
-func (t *Transport) handOver(ctx context.Context, recs []*kgo.Record, finished func(i int, r *kgo.Record, err error)) {
-	if t.room == nil {
-		for i, r := range recs {
-			t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) { finished(i, r, err) })
+// produce hands recs to the producer, in order, and calls report once for each: from
+// its delivery promise, or with ctx's error for a record that found no room in the
+// producer's buffer before ctx ended (it is not handed over). It does not wait: the
+// records go into the producer's buffer at once when there is room for all of them
+// (producerRoom), with ctx's values but not its cancellation (see produceUncancelled),
+// and otherwise wait for room, in order, on a goroutine of their own. (A producer that
+// also bounds its buffer in bytes keeps no room: the records are handed over one at a
+// time with produceUncancelled, on a goroutine of their own.)
+func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, report func(i int, err error)) {
+	if err := ctx.Err(); err != nil {
+		for i := range recs {
+			report(i, err)
 		}
 		return
 	}
-	if err := ctx.Err(); err != nil {
-		for i, r := range recs {
-			finished(i, r, err)
+	promise := func(i int) func(*kgo.Record, error) {
+		return func(r *kgo.Record, err error) {
+			t.room.free()
+			if err == nil {
+				t.delivered(r.Topic)
+				t.settleWriteConfirmed(r.Topic)
+			}
+			report(i, err)
 		}
-		return
 	}
 	uctx := context.WithoutCancel(ctx)
-	admitted := t.room.take(t.prod, len(recs))
-	for i, r := range recs {
-		if !admitted {
-			if err := t.room.wait(ctx); err != nil {
-				finished(i, r, err)
-				continue
+	switch {
+	case t.room == nil:
+		go func() {
+			for i, r := range recs {
+				t.produceUncancelled(ctx, r, promise(i))
 			}
+		}()
+	case t.room.take(t.prod, len(recs)):
+		for i, r := range recs {
+			t.prod.Produce(uctx, r, promise(i))
 		}
-		t.prod.Produce(uctx, r, func(r *kgo.Record, err error) {
-			t.room.free()
-			finished(i, r, err)
-		})
+	default:
+		go func() {
+			for i, r := range recs {
+				if err := t.room.wait(ctx); err != nil {
+					report(i, err)
+					continue
+				}
+				t.prod.Produce(uctx, r, promise(i))
+			}
+		}()
 	}
 }
 

@@ -2,8 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,65 +77,16 @@ type settleWrite struct {
 	i    int           // the index of the write that failed
 }
 
-// produce hands the records to the producer. They go into the producer's buffer at
-// once when there is room for all of them (producerRoom), with ctx's values but not its
-// cancellation (as a Publish does: franz-go fails every record buffered behind one
-// whose context ends, and cancelling nothing spares it watching one). Otherwise they
-// wait for room in order on a goroutine of their own until ctx ends; the kit's pipeline
-// bounds what waits that way. (A producer that also bounds its buffer in bytes keeps no
-// room: franz-go refuses a record when the buffer is full, ErrMaxBuffered, and
-// produceUncancelled hands it over again from a goroutine of its own.)
+// produce hands the records to the producer (Transport.produce).
 func (w *settleWrite) produce(ctx context.Context) {
-	t := w.c.t
-	if err := ctx.Err(); err != nil {
-		w.finish(0, err)
-		return
-	}
-	uctx := context.WithoutCancel(ctx)
-	confirmed := w.confirmed
-	switch {
-	case t.room == nil:
-		buffered := func(r *kgo.Record, err error) {
-			if err != nil && errors.Is(err, kgo.ErrMaxBuffered) {
-				go t.produceUncancelled(ctx, r, confirmed)
-				return
-			}
-			confirmed(r, err)
+	w.c.t.produce(ctx, w.recs, func(i int, err error) {
+		switch {
+		case err != nil:
+			w.finish(i, err)
+		case w.left.Add(-1) == 0:
+			w.finish(0, nil)
 		}
-		for _, r := range w.recs {
-			t.prod.TryProduce(uctx, r, buffered)
-		}
-	case t.room.take(t.prod, len(w.recs)):
-		for _, r := range w.recs {
-			t.prod.Produce(uctx, r, confirmed)
-		}
-	default:
-		// No room now: the records wait for it, in order, on a goroutine of their own.
-		go func() {
-			for i, r := range w.recs {
-				if err := t.room.wait(ctx); err != nil {
-					w.finish(i, err)
-					return
-				}
-				t.prod.Produce(uctx, r, confirmed)
-			}
-		}()
-	}
-}
-
-// confirmed is the delivery promise of each record.
-func (w *settleWrite) confirmed(r *kgo.Record, err error) {
-	t := w.c.t
-	t.room.free()
-	if err != nil {
-		w.finish(max(slices.Index(w.recs, r), 0), err)
-		return
-	}
-	t.delivered(r.Topic)
-	t.settleWriteConfirmed(r.Topic)
-	if w.left.Add(-1) == 0 {
-		w.finish(0, nil)
-	}
+	})
 }
 
 // finish ends the write once: with err nil when every record is confirmed, else with
