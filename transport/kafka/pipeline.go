@@ -39,29 +39,56 @@ import (
 const pipeDepth = 8
 
 // Write hands the settle writes of rec to the producer and returns the wait for their
-// delivery reports. A write that cannot be projected (a bad topic name, a record over
-// the size limit) is a *transport.SettleWriteError and nothing is written; a record
-// dropped meanwhile by a revoke or a rewind is a TakenBackError.
+// delivery reports: the kit uses it for settle writes that are not pipelined, so a
+// worker waits, and the producer is hurried. A write that cannot be projected (a bad
+// topic name, a record over the size limit) is a *transport.SettleWriteError and
+// nothing is written; a record dropped meanwhile by a revoke or a rewind is a
+// TakenBackError.
 func (c *consumer) Write(ctx context.Context, rec *record, ws []*transport.Message) (driverkit.Confirm, error) {
-	recs, err := c.t.settleRecords(ws)
+	w, _, err := c.newWrite(rec, ws)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if !inHand(rec) {
-		c.mu.Unlock()
-		return nil, c.takenBack
-	}
-	c.setLocked(rec, stSettling)
-	crowded := c.writing >= c.depth
-	c.mu.Unlock()
-	w := &settleWrite{c: c, rec: rec, ws: ws, recs: recs, done: make(chan struct{})}
-	w.left.Store(int32(len(recs)))
+	w.done = make(chan struct{})
 	w.produce(ctx)
-	if crowded || !c.t.cfg.pipelineSettles {
+	c.t.hurry()
+	return w.wait, nil
+}
+
+// WriteAsync hands the settle writes of a pipelined settlement to the producer, as
+// Write does, and calls done once from their delivery promises (on a goroutine of its
+// own after a failure), or with context.DeadlineExceeded when they are not all
+// confirmed within the delivery timeout.
+func (c *consumer) WriteAsync(ctx context.Context, rec *record, ws []*transport.Message, done func(error)) error {
+	w, crowded, err := c.newWrite(rec, ws)
+	if err != nil {
+		return err
+	}
+	w.notify = done
+	w.timer = time.AfterFunc(c.t.cfg.deliveryTimeout, func() { w.finish(0, context.DeadlineExceeded) })
+	w.produce(ctx)
+	if crowded {
 		c.t.hurry()
 	}
-	return w.wait, nil
+	return nil
+}
+
+// newWrite projects ws and marks rec as settling; crowded reports that the pipelined
+// writes in flight fill the pipeline.
+func (c *consumer) newWrite(rec *record, ws []*transport.Message) (w *settleWrite, crowded bool, err error) {
+	recs, err := c.t.settleRecords(ws)
+	if err != nil {
+		return nil, false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !inHand(rec) {
+		return nil, false, c.takenBack
+	}
+	c.setLocked(rec, stSettling)
+	w = &settleWrite{c: c, rec: rec, ws: ws, recs: recs}
+	w.left.Store(int32(len(recs)))
+	return w, c.writing >= c.depth, nil
 }
 
 // settleWrite is the settle writes of one delivery, produced together.
@@ -72,9 +99,13 @@ type settleWrite struct {
 	recs []*kgo.Record // ws projected
 	left atomic.Int32  // records not confirmed yet
 	once sync.Once
-	done chan struct{} // closed once every record is confirmed, or once one failed
-	err  error         // set before done closes: the first failure, a *DeliveryError
-	i    int           // the index of the write that failed
+	err  error // the first failure, a *DeliveryError
+	i    int   // the index of the write that failed
+	// Write's: closed once finished. WriteAsync's: the kit's callback, and the timer
+	// that gives up at the delivery timeout.
+	done   chan struct{}
+	notify func(error)
+	timer  *time.Timer
 }
 
 // produce hands the records to the producer (Transport.produce).
@@ -94,39 +125,53 @@ func (w *settleWrite) produce(ctx context.Context) {
 // goroutine of its own: it may repair the topic through the admin API).
 func (w *settleWrite) finish(i int, err error) {
 	w.once.Do(func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
 		if err == nil {
-			close(w.done)
+			w.end()
 			return
 		}
 		w.err, w.i = &DeliveryError{Topic: w.recs[i].Topic, Err: err}, i
 		go func() {
 			w.c.writeFailed(w.rec, w.recs[i].Topic, err)
-			close(w.done)
+			w.end()
 		}()
 	})
 }
 
-// wait is the write's Confirm: it waits for the delivery reports, up to the delivery
-// timeout (the kit's bound of a pipelined settlement is that timeout too), and returns
-// the first failure as a *transport.SettleWriteError wrapping a *DeliveryError. A
-// record given up on at the timeout stays buffered and may still be written: its record
-// is delivered again meanwhile, so the outcome is a duplicate, never a loss.
-func (w *settleWrite) wait(ctx context.Context) error {
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > w.c.t.cfg.deliveryTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, w.c.t.cfg.deliveryTimeout)
-		defer cancel()
+// end tells the writer's waiter that the write finished.
+func (w *settleWrite) end() {
+	if w.notify != nil {
+		w.notify(w.result())
+		return
 	}
+	close(w.done)
+}
+
+// result is the write's outcome: nil, or the first failure as a
+// *transport.SettleWriteError wrapping a *DeliveryError.
+func (w *settleWrite) result() error {
+	if w.err == nil {
+		return nil
+	}
+	return &transport.SettleWriteError{Queue: w.ws[w.i].Queue, Err: w.err}
+}
+
+// wait is Write's Confirm: it waits for the delivery reports, up to the delivery
+// timeout. A record given up on at the timeout stays buffered and may still be
+// written: its record is delivered again meanwhile, so the outcome is a duplicate,
+// never a loss.
+func (w *settleWrite) wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.c.t.cfg.deliveryTimeout)
+	defer cancel()
 	select {
 	case <-w.done:
 	case <-ctx.Done():
 		w.finish(0, ctx.Err())
 		<-w.done
 	}
-	if w.err == nil {
-		return nil
-	}
-	return &transport.SettleWriteError{Queue: w.ws[w.i].Queue, Err: w.err}
+	return w.result()
 }
 
 // writeFailed hands rec back to its worker after a failed settle write and holds its
