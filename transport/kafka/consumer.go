@@ -316,7 +316,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		Pipeline:   t.cfg.pipelineSettles,
 		// pipeline.go: the settlements made during the producer's linger and a round trip.
 		PipelineDepth:     c.depth,
-		ConfirmTimeout:    t.cfg.deliveryTimeout, // pipelined writes are bounded by WriteAsync's own timer
+		ConfirmTimeout:    t.cfg.deliveryTimeout, // WriteAsync bounds its own wait with it too
 		ConcurrentReceive: true,
 	}, opts)
 	if err != nil {

@@ -12,27 +12,27 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// Settle writes. The kit's Settle of an Ack with writes calls Write, which hands the
-// writes to the producer, then waits with the returned Confirm for their delivery
-// reports, and acknowledges the record (moves its partition's commit mark) once every
-// write is confirmed. A write that fails, or is not confirmed within the delivery
-// timeout, holds the record's partition back (topics.go) and the kit gives the record
-// back, which rewinds it once the hold is over.
+// Settle writes. The kit's Settle of an Ack with writes hands them to the producer
+// (Write, WriteAsync) and acknowledges the record (moves its partition's commit mark)
+// once every write is confirmed. A write that fails, or is not confirmed within the
+// delivery timeout, holds the record's partition back (topics.go) and the kit gives the
+// record back, which rewinds it once the hold is over.
 //
 // Pipelined (the default; WithPipelinedSettles, ?pipeline_settles=0 to turn off), the
-// kit's Settle returns once Write handed the writes over and a goroutine of the kit
-// waits for them: the record stays uncommitted (its partition's commit mark stops at
-// it) until then, and the worker is free for the next delivery meanwhile, so the
-// writes of many deliveries share the producer's batches instead of each worker
-// waiting for its own. The settlements in flight are those made during the producer's
-// linger (franz-go's default is 10 ms) and a produce round trip: at the pace of the
-// runtime with half its handlers failing that is a few thousand, so a consumer holds
-// up to pipeDepth × its buffer of them (8192 by default; one buffer's worth, 1024,
-// capped a consumer at about 80 thousand writes a second). When they are all taken,
-// when the consumer has nothing left to hand out, or when a worker waits for its own
-// writes (not pipelined), the producer is hurried (flushed) rather than left to linger:
-// nothing more is coming to batch with, and the consumer may be waiting for these very
-// records (a retry goes back to its own queue).
+// kit's Settle returns once WriteAsync handed the writes over, and their delivery
+// promises tell the kit the outcome (driverkit.AsyncWriter: no goroutine waits per
+// settlement): the record stays uncommitted (its partition's commit mark stops at it)
+// until then, and the worker is free for the next delivery meanwhile, so the writes of
+// many deliveries share the producer's batches instead of each worker waiting for its
+// own. The settlements in flight are those made during the producer's linger (franz-go's
+// default is 10 ms) and a produce round trip: at the pace of the runtime with half its
+// handlers failing that is a few thousand, so a consumer holds up to pipeDepth × its
+// buffer of them (8192 by default; one buffer's worth, 1024, capped a consumer at about
+// 80 thousand writes a second). When they are all taken, when the consumer has nothing
+// left to hand out, or when a worker waits for its own writes (not pipelined: Write and
+// its Confirm), the producer is hurried (flushed) rather than left to linger: nothing
+// more is coming to batch with, and the consumer may be waiting for these very records
+// (a retry goes back to its own queue).
 
 // pipeDepth is how many buffers' worth of pipelined settlements a consumer holds in
 // flight.
