@@ -17,6 +17,7 @@ import (
 type Consumer[M any] struct {
 	d       Driver[M]
 	w       Writer[M]      // nil with AtomicAcks
+	async   AsyncWriter[M] // the pipelined writes' writer when the driver has one; else nil
 	atomic  AtomicAcker[M] // nil without AtomicAcks
 	handOff HandOffer[M]   // nil without HandOff
 	cfg     Config
@@ -104,6 +105,7 @@ func New[M any](d Driver[M], cfg Config, opts transport.ConsumeOptions) (*Consum
 			depth = max(prefetch, DefaultPipelineDepth)
 		}
 		c.pipe = make(chan struct{}, depth)
+		c.async, _ = d.(AsyncWriter[M])
 	}
 	c.bufs.New = func() any {
 		b := make([]M, cfg.MaxBatch)

@@ -117,31 +117,39 @@ func TestEveryMessageAccountedFor(t *testing.T) {
 		name   string
 		cfg    func(*driverkit.Config)
 		faults func(*driverkittest.Faults)
+		async  bool // the driver is an AsyncWriter (driverkittest's ConsumeAsync)
 	}{
-		{"direct", func(c *driverkit.Config) { c.ConcurrentReceive = true }, nil},
-		{"batched", func(c *driverkit.Config) { c.MaxBatch = 4 }, nil},
-		{"batched concurrent", func(c *driverkit.Config) { c.MaxBatch = 3; c.ConcurrentReceive = true }, nil},
-		{"pipelined", func(c *driverkit.Config) { c.ConcurrentReceive, c.Pipeline = true, true }, nil},
-		{"atomic", func(c *driverkit.Config) { c.MaxBatch, c.AtomicAcks = 5, true }, nil},
+		{"direct", func(c *driverkit.Config) { c.ConcurrentReceive = true }, nil, false},
+		{"batched", func(c *driverkit.Config) { c.MaxBatch = 4 }, nil, false},
+		{"batched concurrent", func(c *driverkit.Config) { c.MaxBatch = 3; c.ConcurrentReceive = true }, nil, false},
+		{"pipelined", func(c *driverkit.Config) { c.ConcurrentReceive, c.Pipeline = true, true }, nil, false},
+		{"atomic", func(c *driverkit.Config) { c.MaxBatch, c.AtomicAcks = 5, true }, nil, false},
 		{"receive fails", func(c *driverkit.Config) { c.ConcurrentReceive = true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpReceive, transient, 7) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpReceive, transient, 7) }, false},
 		{"write fails", func(c *driverkit.Config) { c.MaxBatch = 2 },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpWrite, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpWrite, boom, 5) }, false},
 		{"confirm fails", func(c *driverkit.Config) { c.ConcurrentReceive = true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }, false},
 		{"pipelined confirm fails", func(c *driverkit.Config) { c.ConcurrentReceive, c.Pipeline = true, true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }, false},
 		{"pipelined write fails", func(c *driverkit.Config) { c.MaxBatch, c.Pipeline = 4, true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpWrite, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpWrite, boom, 5) }, false},
 		{"ack fails", func(c *driverkit.Config) { c.ConcurrentReceive = true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpAck, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpAck, boom, 5) }, false},
 		{"atomic ack fails", func(c *driverkit.Config) { c.AtomicAcks = true },
-			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpAckWrites, boom, 5) }},
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpAckWrites, boom, 5) }, false},
 		{"everything fails", func(c *driverkit.Config) { c.MaxBatch, c.Pipeline = 3, true }, func(f *driverkittest.Faults) {
 			f.Fail(driverkittest.OpReceive, transient, 4)
 			f.Fail(driverkittest.OpWrite, boom, 3)
 			f.Fail(driverkittest.OpConfirm, boom, 3)
-		}},
+		}, false},
+		{"pipelined async", func(c *driverkit.Config) { c.ConcurrentReceive, c.Pipeline = true, true }, nil, true},
+		{"pipelined async confirm fails", func(c *driverkit.Config) { c.ConcurrentReceive, c.Pipeline = true, true },
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }, true},
+		{"pipelined async write fails", func(c *driverkit.Config) { c.MaxBatch, c.Pipeline = 4, true },
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpWrite, boom, 5) }, true},
+		{"not pipelined, async", func(c *driverkit.Config) { c.ConcurrentReceive = true },
+			func(f *driverkittest.Faults) { f.Fail(driverkittest.OpConfirm, boom, 5) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -159,7 +167,11 @@ func TestEveryMessageAccountedFor(t *testing.T) {
 			tc.cfg(&cfg)
 			var failedMu sync.Mutex
 			failedWrites := 0
-			c, err := broker.Consume("in", cfg, transport.ConsumeOptions{Prefetch: prefetch, SettleFailed: func(*transport.Delivery, transport.Settlement, error) {
+			consume := broker.Consume
+			if tc.async {
+				consume = broker.ConsumeAsync
+			}
+			c, err := consume("in", cfg, transport.ConsumeOptions{Prefetch: prefetch, SettleFailed: func(*transport.Delivery, transport.Settlement, error) {
 				failedMu.Lock()
 				failedWrites++
 				failedMu.Unlock()
@@ -680,42 +692,53 @@ func TestCloseErrorPolicy(t *testing.T) {
 
 // TestCloseWaitsForPipelinedSettlements: Close waits, bounded by its context, for the
 // settlements in flight, whose deliveries are acknowledged once their writes are
-// confirmed.
+// confirmed: the kit's waits for a Confirm, and an AsyncWriter's callbacks.
 func TestCloseWaitsForPipelinedSettlements(t *testing.T) {
-	ctx := ctxT(t)
-	broker := driverkittest.NewFake()
-	const n = 20
-	ids := make([]int, n)
-	for i := range ids {
-		ids[i] = broker.Publish("in", fmt.Appendf(nil, "m%d", i))
-	}
-	faults := new(driverkittest.Faults)
-	release := faults.Hang(driverkittest.OpConfirm)
-	var l logs
-	cfg := fastConfig(&l)
-	cfg.Pipeline = true
-	c, err := broker.Consume("in", cfg, transport.ConsumeOptions{Prefetch: n}, faults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		d, err := c.Receive(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Settle(ctx, d, retryOf(d)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		release()
-	}()
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !allAcked(broker, ids) || len(broker.Ready("out")) != n || len(broker.Ready("in")) != 0 {
-		t.Errorf("after Close: out holds %d, in holds %d; want every message written and acknowledged", len(broker.Ready("out")), len(broker.Ready("in")))
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			ctx := ctxT(t)
+			broker := driverkittest.NewFake()
+			const n = 20
+			ids := make([]int, n)
+			for i := range ids {
+				ids[i] = broker.Publish("in", fmt.Appendf(nil, "m%d", i))
+			}
+			faults := new(driverkittest.Faults)
+			release := faults.Hang(driverkittest.OpConfirm)
+			var l logs
+			cfg := fastConfig(&l)
+			cfg.Pipeline = true
+			consume := broker.Consume
+			if async {
+				consume = broker.ConsumeAsync
+			}
+			c, err := consume("in", cfg, transport.ConsumeOptions{Prefetch: n}, faults)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				d, err := c.Receive(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Settle(ctx, d, retryOf(d)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if acked := allAcked(broker, ids[:1]); acked {
+				t.Error("a delivery was acknowledged before its write was confirmed")
+			}
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				release()
+			}()
+			if err := c.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !allAcked(broker, ids) || len(broker.Ready("out")) != n || len(broker.Ready("in")) != 0 {
+				t.Errorf("after Close: out holds %d, in holds %d; want every message written and acknowledged", len(broker.Ready("out")), len(broker.Ready("in")))
+			}
+		})
 	}
 }
 

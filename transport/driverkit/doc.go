@@ -27,7 +27,8 @@
 //
 // and [Writer] (publish a settlement's writes, return the wait for their confirmation)
 // or, when the broker can make the writes and the acknowledgement one atomic step,
-// [AtomicAcker]; [HandOffer] when the broker has a redrive of its own. Then Consume
+// [AtomicAcker]; [HandOffer] when the broker has a redrive of its own; [AsyncWriter]
+// when the client reports confirmations through callbacks. Then Consume
 // returns the kit's consumer:
 //
 //	c := &consumer{ch: ch}
@@ -67,7 +68,9 @@
 //     delivery stays held for the runtime's Rewind. With [Config.Pipeline] Settle returns
 //     after Write, and a goroutine of the kit waits for the confirmation (up to
 //     [Config.ConfirmTimeout]), then acknowledges the delivery, or gives it back
-//     ([SettleFailed]) and tells [transport.ConsumeOptions.SettleFailed].
+//     ([SettleFailed]) and tells [transport.ConsumeOptions.SettleFailed]; a driver
+//     that is an [AsyncWriter] gets the writes through WriteAsync instead, and the kit
+//     does the same from its callback, with no goroutine or timer of its own.
 //   - Rewind: [Driver.GiveBack] with [Rewound], or [SettleFailed] after a failed Ack.
 //   - HandOff: [HandOffer.HandOff], offered with [Config.HandOff].
 //

@@ -30,6 +30,20 @@ func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Del
 			return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: ctx.Err()}
 		}
 	}
+	if c.async != nil {
+		c.busy.enter()
+		err := c.async.WriteAsync(ctx, m, s.Writes, func(err error) {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
+			defer cancel()
+			c.finishPipelined(ctx, m, d, s, writeErr(err, s.Writes))
+		})
+		if err != nil {
+			c.busy.exit()
+			<-c.pipe
+			return writeErr(err, s.Writes)
+		}
+		return nil
+	}
 	confirm, err := c.w.Write(ctx, m, s.Writes)
 	if err != nil {
 		<-c.pipe
@@ -43,22 +57,29 @@ func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Del
 // awaitPipelined waits, up to the confirm timeout, for the writes of one pipelined
 // settlement, then acknowledges its delivery or gives it back.
 func (c *Consumer[M]) awaitPipelined(m M, d *transport.Delivery, s transport.Settlement, confirm Confirm) {
-	defer c.busy.exit()
-	defer func() { <-c.pipe }()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
 	defer cancel()
 	var err error
 	if confirm != nil {
 		err = writeErr(confirm(ctx), s.Writes)
 	}
-	if c.driverClosed.Load() {
-		return // Close gave up waiting: the driver's side is closed and the broker redelivers
-	}
 	if ctx.Err() != nil {
 		// A fresh bound for the acknowledgement or give-back: the wait used up the first.
 		var again context.CancelFunc
 		ctx, again = context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
 		defer again()
+	}
+	c.finishPipelined(ctx, m, d, s, err)
+}
+
+// finishPipelined acknowledges the delivery of a pipelined settlement whose writes are
+// confirmed (err nil), or gives it back, bounded by ctx, and frees its place in the
+// pipeline.
+func (c *Consumer[M]) finishPipelined(ctx context.Context, m M, d *transport.Delivery, s transport.Settlement, err error) {
+	defer c.busy.exit()
+	defer func() { <-c.pipe }()
+	if c.driverClosed.Load() {
+		return // Close gave up waiting: the driver's side is closed and the broker redelivers
 	}
 	if err == nil {
 		if aerr := c.d.Ack(ctx, m); aerr != nil {

@@ -163,11 +163,9 @@ func (t *Transport) readPartition(ctx context.Context, topic string, part int32,
 			if r.Attrs.IsControl() {
 				return
 			}
-			rec := &record{r: r}
-			view.fillDelivery(rec)
-			d := rec.d
-			d.Handle = nil
-			out = append(out, &d)
+			d := &transport.Delivery{Queue: view.queue}
+			view.Decode(&record{r: r}, d)
+			out = append(out, d)
 		})
 		if got {
 			quiet = time.Now()

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,9 +14,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
+
+// The consumer is the kit's ([driverkit.Consumer]): it owns the prefetch slots,
+// settle-once, the pipelining of settle writes and Close. This file is Kafka's side:
+// one poll loop per consumer fetches the records of the queue's partitions into a ready
+// list, the kit's Receive takes them from it in offset order, and a settled record's
+// offset is committed once every record before it on its partition is settled.
+//
+// How a partition's log maps onto the kit's per-message settlement: Ack marks a record
+// settled and moves its partition's commit mark past the settled records at its head
+// (a background loop commits the marks); a give-back (Rewind, a failed settle write)
+// seeks the partition back to the record, so the record and every record after it are
+// delivered again, and the deliveries after it that were handed out are taken back
+// ([driverkit.Consumer.TakeBack]: their Settle is a [*transport.TakenBackError]
+// wrapping [ErrRevoked]); a partition revoked in a rebalance takes back its deliveries
+// the same way. A give-back on Close needs nothing: what is not committed is delivered
+// again to the group.
 
 // record states.
 const (
@@ -41,7 +58,6 @@ type tp struct {
 
 // partition is the bookkeeping of one assigned partition.
 type partition struct {
-	c        *consumer
 	tp       tp
 	tier     time.Duration // the delay of a delay topic; zero for the queue itself
 	pending  queue         // tracked records in offset order, the first one unsettled
@@ -59,20 +75,19 @@ type partition struct {
 	holdUntil time.Time
 	seekAt    time.Time
 	held      bool
+	// [from, to) are the offsets handed out and not committed (the consumer's
+	// uncommitted window); -1 before the first record is handed out.
+	from, to int64
 }
 
-// record is one fetched record and its state; it is the Handle of its delivery. It
-// lives in a slab of slabSize records; what only some records need (a parked record's
-// due time) or what all share (the consumer, reached through p) is kept out of it.
+// record is one fetched record and its state: the kit's raw message. It lives in a slab
+// of slabSize records; what only some records need (a parked record's due time) or what
+// all share (the consumer, reached through p) is kept out of it.
 type record struct {
 	r     *kgo.Record
 	p     *partition // nil for a record never admitted (already fetched)
 	state uint8
-	d     transport.Delivery // what Receive hands out; its Handle is the ledger entry
 }
-
-// entry is the ledger's account of a record handed out.
-type entry = ledger.Entry[*record]
 
 // parked is a record of a delay topic waiting until due.
 type parked struct {
@@ -122,8 +137,8 @@ func (q *readyList) pop() *record {
 	return r
 }
 
-// queue is a FIFO of record pointers that reuses its backing array, so a steady flow of records
-// through it allocates nothing.
+// queue is a FIFO of record pointers that reuses its backing array, so a steady flow of
+// records through it allocates nothing.
 type queue struct {
 	s    []*record
 	head int // s[head:] are the queued records
@@ -166,37 +181,28 @@ func (q *queue) truncate(n int) {
 	}
 }
 
+// consumer is Kafka's side of one consumer: the group member's client, its poll, commit
+// and delay loops, and the bookkeeping of its partitions.
 type consumer struct {
-	t     *Transport
-	queue string
-	// failed is ConsumeOptions.SettleFailed: told of a pipelined settlement whose writes
-	// failed after Settle returned.
-	failed  func(*transport.Delivery, transport.Settlement, error)
-	cl      *kgo.Client
-	pattern *regexp.Regexp
-	log     interface {
-		Debug(string, ...any)
-		Info(string, ...any)
-		Warn(string, ...any)
-		Error(string, ...any)
-	}
-
-	book      *ledger.Ledger[*record] // prefetch slots, settle-once, give-back on Close
-	takenBack error                   // what Settle of a revoked or superseded delivery returns
-	ctx       context.Context         // lifetime of the background goroutines
-	cancel    context.CancelFunc
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
+	t         *Transport
+	queue     string
+	cl        *kgo.Client
+	pattern   *regexp.Regexp
+	log       *slog.Logger
+	kit       *driverkit.Consumer[*record]
+	takenBack error              // what Settle of a revoked or superseded delivery returns
+	ctx       context.Context    // lifetime of the background goroutines
+	cancel    context.CancelFunc // ends ctx
 	wg        sync.WaitGroup
-	pipe      chan struct{}  // a slot per pipelined settlement in flight (pipeDepth × the buffer)
-	pipeWG    sync.WaitGroup // pipelined settlements in flight
-	commitMu  sync.Mutex     // serialises commits
+	commitMu  sync.Mutex // serialises commits
 	commitSig chan struct{}
 	pollSig   chan struct{}
 	delaySig  chan struct{}
+	buffer    int // the records the poll loop aims to hold ready
+	depth     int // pipelined settlements in flight beyond which the producer is hurried
 
 	mu           sync.Mutex
-	closed       bool
+	stopped      bool // Close began: the loops are not started any more
 	parts        map[tp]*partition
 	ready        readyList
 	wake         chan struct{} // closed and replaced when a waiting Receive may go on
@@ -204,13 +210,32 @@ type consumer struct {
 	pollCancel   context.CancelFunc
 	batch        []record // the rest of the current slab of record structs (poll loop only)
 	seekWanted   bool
-	commitQueued bool // commitSig is signalled and the commit loop has not yet taken it
-	buffer       int
+	commitQueued bool          // commitSig is signalled and the commit loop has not yet taken it
+	writing      int           // records in stSettling: settle writes in flight
+	idle         chan struct{} // closed when writing drops to zero; nil while nobody waits
+	// The bound on the work ahead of the commits (WithMaxUncommitted): records handed
+	// out and not committed, the start of the oldest commit attempt that has not
+	// succeeded (zero when the last one did), and whether Receive stopped for them.
+	uncommitted   int
+	commitFrom    time.Time
+	commitFailing bool // the last commit failed
+	stalled       bool
+	stallLogged   bool
+	urgentSig     chan struct{} // the uncommitted window is half full: commit without the pause
 
 	tx *txSettle // transactional settlements (move.go); nil unless opened Transactional
 }
 
-var _ transport.Consumer = (*consumer)(nil)
+// kitConsumer is what Consume returns: the kit's consumer, and SyncAcks.
+type kitConsumer struct {
+	*driverkit.Consumer[*record]
+	c *consumer
+}
+
+var (
+	_ transport.AckSyncer     = kitConsumer{}
+	_ transport.AtomicSettler = kitConsumer{}
+)
 
 // Consume opens a consumer on queue: one member of the transport's consumer group,
 // consuming the queue's topic and its delay topics. It returns before the group is
@@ -224,38 +249,32 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	if t.factory == nil {
 		return nil, errors.New("kafka: this transport was built without a consumer factory")
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if t.isClosed() {
 		return nil, transport.ErrClosed
 	}
-	t.mu.Unlock()
 	if err := t.prepareTopics(ctx, queue, opts); err != nil {
 		return nil, err
 	}
-	prefetch := max(opts.Prefetch, 1)
 	if opts.Transactional {
-		prefetch = 1 // move.go: one record at a time, so a transaction commits its offset
+		opts.Prefetch = 1 // move.go: one record at a time, so a transaction commits its offset
 	}
 	log := t.log.With("queue", queue, "group", t.cfg.group)
 	c := &consumer{
 		t:       t,
 		queue:   queue,
-		failed:  opts.SettleFailed,
 		pattern: regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
 		log:     log,
-		book:    ledger.New[*record](ledger.Config{Broker: "kafka", Queue: queue, Prefetch: prefetch, Logger: log}),
 		takenBack: &transport.TakenBackError{Broker: "kafka", Queue: queue,
 			Reason: "its partition was revoked in a rebalance, or an earlier record of it was rewound", Err: ErrRevoked},
-		done:      make(chan struct{}),
 		commitSig: make(chan struct{}, 1),
 		pollSig:   make(chan struct{}, 1),
 		delaySig:  make(chan struct{}, 1),
+		urgentSig: make(chan struct{}, 1),
 		parts:     map[tp]*partition{},
 		wake:      make(chan struct{}),
-		buffer:    max(t.cfg.buffer, prefetch),
-		pipe:      make(chan struct{}, pipeDepth*max(t.cfg.buffer, prefetch)),
+		buffer:    max(t.cfg.buffer, opts.Prefetch),
 	}
+	c.depth = pipeDepth * c.buffer
 	cl, err := t.factory(
 		kgo.ConsumerGroup(t.cfg.group),
 		kgo.ConsumeRegex(),
@@ -288,20 +307,37 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	k, err := driverkit.New[*record](c, driverkit.Config{
+		Broker:     "kafka",
+		Queue:      queue,
+		Logger:     log,
+		Group:      &t.consumers,
+		AtomicAcks: c.tx != nil, // a transaction makes the writes and the offset commit (move.go)
+		Pipeline:   t.cfg.pipelineSettles,
+		// pipeline.go: the settlements made during the producer's linger and a round trip.
+		PipelineDepth:     c.depth,
+		ConfirmTimeout:    t.cfg.deliveryTimeout, // WriteAsync bounds its own wait with it too
+		ConcurrentReceive: true,
+	}, opts)
+	if err != nil {
+		c.cancel()
 		cl.Close()
 		c.tx.close()
-		return nil, transport.ErrClosed
+		return nil, err
 	}
-	t.consumers[c] = struct{}{}
+	c.kit = k
+	t.mu.Lock()
+	t.live[c] = struct{}{}
 	t.mu.Unlock()
-	c.wg.Add(3)
-	go c.pollLoop()
-	go c.commitLoop()
-	go c.delayLoop()
-	return c, nil
+	c.mu.Lock()
+	if !c.stopped { // the transport's Close may have closed the consumer already
+		c.wg.Add(3)
+		go c.pollLoop()
+		go c.commitLoop()
+		go c.delayLoop()
+	}
+	c.mu.Unlock()
+	return kitConsumer{Consumer: k, c: c}, nil
 }
 
 // fetchMaxWait is how long the broker may hold a consumer's fetch while its partitions
@@ -330,7 +366,7 @@ func (c *consumer) pollLoop() {
 			return
 		}
 		c.mu.Lock()
-		room := c.buffer - c.readyLenLocked()
+		room := c.buffer - c.ready.len()
 		seek, hold := c.seekPlanLocked(time.Now())
 		c.mu.Unlock()
 		if len(hold) > 0 {
@@ -368,93 +404,87 @@ func (c *consumer) pollLoop() {
 			}
 			c.log.Warn("kafka: fetch error", "topic", topic, "partition", p, "err", err)
 		})
-		// Admit the records in slabs: each slab's tracking structs and deliveries are
-		// built without the lock, then linked under it, and Receive may hand them out
-		// while the next slab is built.
+		// Admit the records in slabs, so that Receive may hand out one slab while the
+		// next is admitted.
 		delayed := false
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			tier := c.tierOf(fp.Topic)
 			for rs := fp.Records; len(rs) > 0; {
 				n := min(len(rs), slabSize)
-				a := c.prepare(fp.Topic, fp.Partition, rs[:n])
-				rs = rs[n:]
 				c.mu.Lock()
-				if c.admitLocked(&a) {
+				if c.admitLocked(tp{fp.Topic, fp.Partition}, tier, rs[:n]) {
 					delayed = true
 				}
 				if c.ready.len() > 0 {
 					c.wakeLocked()
 				}
 				c.mu.Unlock()
+				rs = rs[n:]
 			}
 		})
-		var pause map[string][]int32
-		c.mu.Lock()
-		for _, p := range c.parts {
-			if !delayed {
-				break
-			}
-			if p.tier > 0 && !p.paused && len(p.delayed) >= pauseAt {
-				p.paused = true
-				if pause == nil {
-					pause = map[string][]int32{}
-				}
-				pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
-			}
-		}
-		var seeks map[string]map[int32]kgo.EpochOffset
-		var unhold map[string][]int32
-		now := time.Now()
-		for _, p := range c.parts {
-			if !c.seekWanted {
-				break
-			}
-			if p.seek != nil && !p.seekAt.After(now) {
-				if seeks == nil {
-					seeks = map[string]map[int32]kgo.EpochOffset{}
-				}
-				if seeks[p.tp.topic] == nil {
-					seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
-				}
-				seeks[p.tp.topic][p.tp.partition] = *p.seek
-				if p.held {
-					if unhold == nil {
-						unhold = map[string][]int32{}
-					}
-					unhold[p.tp.topic] = append(unhold[p.tp.topic], p.tp.partition)
-				}
-			}
-		}
-		c.mu.Unlock()
-		if len(pause) > 0 {
-			c.cl.PauseFetchPartitions(pause)
-		}
-		if len(seeks) > 0 {
-			c.cl.SetOffsets(seeks)
-			c.log.Debug("kafka: partitions sought back to rewound records", "offsets", seeks)
-			c.mu.Lock()
-			for topic, ps := range seeks {
-				for part, eo := range ps {
-					if p := c.parts[tp{topic, part}]; p != nil && p.seek != nil && *p.seek == eo {
-						p.seek = nil
-						p.held = false
-					}
-				}
-			}
-			c.seekWanted = false
-			for _, p := range c.parts {
-				if p.seek != nil {
-					c.seekWanted = true
-				}
-			}
-			c.mu.Unlock()
-			if len(unhold) > 0 {
-				c.cl.ResumeFetchPartitions(unhold)
-			}
-		}
+		c.apply(delayed)
 		c.cl.AllowRebalance()
 		if delayed {
 			signal(c.delaySig)
 		}
+	}
+}
+
+// apply makes the pauses and seeks of a poll: it pauses the delay partitions that hold
+// too many parked records (when records were parked) and seeks the partitions whose
+// rewind is due, resuming those that were held.
+func (c *consumer) apply(delayed bool) {
+	c.mu.Lock()
+	if !delayed && !c.seekWanted {
+		c.mu.Unlock()
+		return
+	}
+	pause := map[string][]int32{}
+	seeks := map[string]map[int32]kgo.EpochOffset{}
+	unhold := map[string][]int32{}
+	now := time.Now()
+	for _, p := range c.parts {
+		if delayed && p.tier > 0 && !p.paused && len(p.delayed) >= pauseAt {
+			p.paused = true
+			pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
+		}
+		if c.seekWanted && p.seek != nil && !p.seekAt.After(now) {
+			if seeks[p.tp.topic] == nil {
+				seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
+			}
+			seeks[p.tp.topic][p.tp.partition] = *p.seek
+			if p.held {
+				unhold[p.tp.topic] = append(unhold[p.tp.topic], p.tp.partition)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(pause) > 0 {
+		c.cl.PauseFetchPartitions(pause)
+	}
+	if len(seeks) == 0 {
+		return
+	}
+	c.cl.SetOffsets(seeks)
+	c.log.Debug("kafka: partitions sought back to rewound records", "offsets", seeks)
+	c.mu.Lock()
+	for topic, ps := range seeks {
+		for part, eo := range ps {
+			if p := c.parts[tp{topic, part}]; p != nil && p.seek != nil && *p.seek == eo {
+				p.seek = nil
+				p.held = false
+			}
+		}
+	}
+	c.seekWanted = false
+	for _, p := range c.parts {
+		if p.seek != nil {
+			c.seekWanted = true
+		}
+	}
+	c.mu.Unlock()
+	if len(unhold) > 0 {
+		c.cl.ResumeFetchPartitions(unhold)
 	}
 }
 
@@ -486,14 +516,11 @@ func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]in
 // not left paused should it come back to this consumer.
 func (c *consumer) pauseHeld(hold map[string][]int32) {
 	c.cl.PauseFetchPartitions(hold)
-	var stale map[string][]int32
+	stale := map[string][]int32{}
 	c.mu.Lock()
 	for topic, ps := range hold {
 		for _, part := range ps {
 			if p := c.parts[tp{topic, part}]; p == nil || !p.held {
-				if stale == nil {
-					stale = map[string][]int32{}
-				}
 				stale[topic] = append(stale[topic], part)
 			}
 		}
@@ -504,60 +531,34 @@ func (c *consumer) pauseHeld(hold map[string][]int32) {
 	}
 }
 
-func (c *consumer) readyLenLocked() int {
-	return c.ready.len()
-}
-
 // slabSize is how many record structs the poll loop allocates and admits at once. It
 // bounds what one record still referenced by the application keeps reachable.
 const slabSize = 128
 
-// admission is up to slabSize fetched records of one partition, prepared for
-// admitLocked.
-type admission struct {
-	key  tp
-	tier time.Duration
-	recs []record
-}
-
-// prepare builds the tracking structs of the records fetched from one partition, and
-// the deliveries of those of the queue itself (parked records are never handed out). It
-// touches no shared state, so the poll loop calls it without the lock.
-func (c *consumer) prepare(topic string, part int32, rs []*kgo.Record) admission {
-	a := admission{key: tp{topic, part}, tier: c.tierOf(topic)}
-	if len(c.batch) < len(rs) {
-		c.batch = make([]record, slabSize)
-	}
-	a.recs = c.batch[:len(rs):len(rs)]
-	c.batch = c.batch[len(rs):]
-	for i, r := range rs {
-		rec := &a.recs[i]
-		rec.r = r
-		if a.tier == 0 {
-			c.fillDelivery(rec)
-		}
-	}
-	return a
-}
-
-// admitLocked starts tracking the prepared records of one partition: those of a delay
-// topic are parked, the others join the ready list. Records fetched before a pending
-// seek, or already fetched, are dropped. It reports whether any record was parked.
-func (c *consumer) admitLocked(a *admission) bool {
-	p := c.parts[a.key]
+// admitLocked starts tracking up to slabSize fetched records of one partition: those of
+// a delay topic are parked, the others join the ready list. Records fetched before a
+// pending seek, or already fetched, are dropped. It reports whether any record was
+// parked.
+func (c *consumer) admitLocked(key tp, tier time.Duration, rs []*kgo.Record) bool {
+	p := c.parts[key]
 	if p == nil {
-		p = &partition{c: c, tp: a.key, next: -1, sent: -1, tier: a.tier}
-		c.parts[a.key] = p
+		p = &partition{tp: key, next: -1, sent: -1, tier: tier, from: -1, to: -1}
+		c.parts[key] = p
 	}
 	if p.seek != nil {
 		return false // fetched before the seek: they come again from the sought offset
 	}
+	if len(c.batch) < len(rs) {
+		c.batch = make([]record, slabSize)
+	}
+	recs := c.batch[:len(rs):len(rs)]
+	c.batch = c.batch[len(rs):]
 	isParked := false
 	now := time.Time{}
 	first := -1 // the first record admitted to the ready list
-	for i := range a.recs {
-		rec := &a.recs[i]
-		r := rec.r
+	for i, r := range rs {
+		rec := &recs[i]
+		rec.r = r
 		if p.next >= 0 && r.Offset < p.next {
 			rec.state = stDropped // already fetched: skipped by Receive
 			continue
@@ -580,7 +581,7 @@ func (c *consumer) admitLocked(a *admission) bool {
 		}
 	}
 	if first >= 0 {
-		c.ready.push(a.recs[first:])
+		c.ready.push(recs[first:])
 	}
 	return isParked
 }
@@ -627,52 +628,26 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 	return due
 }
 
-// Receive hands out the next record of the queue, once a prefetch slot is free (and
-// after the ledger's backoff while settlements fail).
-func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := c.book.Acquire(ctx); err != nil {
-		return nil, err
-	}
-	d, err := c.next(ctx)
-	if err != nil {
-		c.book.Unacquire()
-	}
-	return d, err
-}
-
-// next waits for a ready record and hands it out under the slot Receive acquired.
-func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
+// Receive waits for the next record of the ready list, in offset order per partition,
+// and hands it out (the kit holds a prefetch slot for it). It waits too while the
+// consumer is as far ahead of its commits as it may be (overLocked).
+func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	c.mu.Lock()
 	for {
-		if c.closed {
-			c.mu.Unlock()
-			return nil, transport.ErrClosed
-		}
-		var rec *record
-		for c.ready.len() > 0 && rec == nil {
-			if r := c.ready.pop(); r.state == stBuffered && !r.p.revoking {
-				rec = r
-			}
-		}
-		if rec != nil {
-			e, err := c.book.Hand(rec)
-			if err != nil { // closed meanwhile: the record is redelivered by the group
-				c.mu.Unlock()
-				return nil, err
-			}
-			rec.state = stHanded
-			rec.d.Handle = e
+		if rec := c.nextLocked(); rec != nil {
 			low := c.ready.len() < max(c.buffer/2, 1)
 			c.mu.Unlock()
 			if low {
 				signal(c.pollSig)
 			}
-			return &rec.d, nil
+			into[0] = rec
+			return 1, nil
 		}
 		wake := c.wake
 		c.waiting = true
+		writing := c.writing > 0
 		c.mu.Unlock()
-		if len(c.pipe) > 0 {
+		if writing {
 			// Nothing to hand out while settle writes are in flight: they may be the
 			// very records this consumer waits for (retries to its own queue), and
 			// their records are committed only once they are confirmed, so they
@@ -683,13 +658,91 @@ func (c *consumer) next(ctx context.Context) (*transport.Delivery, error) {
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.done:
-			return nil, transport.ErrClosed
+			return 0, ctx.Err()
+		case <-c.kit.Done():
+			return 0, transport.ErrClosed
 		}
 		c.mu.Lock()
 	}
 }
+
+// nextLocked takes the next record of the ready list and counts it in the uncommitted
+// window; nil when none is ready, or when the consumer may not work further ahead of
+// its commits.
+func (c *consumer) nextLocked() *record {
+	if c.overLocked() {
+		return nil
+	}
+	for c.ready.len() > 0 {
+		rec := c.ready.pop()
+		if rec.state != stBuffered || rec.p.revoking {
+			continue
+		}
+		rec.state = stHanded
+		p := rec.p
+		if p.to < 0 {
+			p.from, p.to = rec.r.Offset, rec.r.Offset
+		}
+		if end := rec.r.Offset + 1; end > p.to {
+			c.uncommitted += int(end - p.to)
+			p.to = end
+		}
+		if 2*c.uncommitted >= c.t.cfg.maxUncommitted {
+			signal(c.urgentSig)
+		}
+		return rec
+	}
+	return nil
+}
+
+// overLocked reports whether the consumer is as far ahead of its commits as it may be
+// (WithMaxUncommitted, WithMaxUncommittedTime): as many records handed out and not
+// committed as the bound allows, or a commit failing (or hanging) for as long as it
+// allows. Receive then hands out nothing until a commit succeeds (or a rewind or a
+// revoke shrinks the window), so that a crash or a network fault redelivers at most that
+// window. It logs when commits that fail (or hang) stop the consumer and when it goes
+// on; the short waits of a consumer at its bound for a commit in flight are not logged.
+func (c *consumer) overLocked() bool {
+	cfg := &c.t.cfg
+	late := !c.commitFrom.IsZero() && time.Since(c.commitFrom) >= cfg.maxUncommittedTime
+	over := late || c.uncommitted >= cfg.maxUncommitted
+	c.stalled = over
+	switch {
+	case over && (late || c.commitFailing):
+		c.logStallLocked()
+	case !over && c.stallLogged:
+		c.stallLogged = false
+		c.log.Info("kafka: commits caught up; the consumer takes records again", "uncommitted", c.uncommitted)
+	}
+	return over
+}
+
+// logStallLocked says once that failing commits stopped the consumer.
+func (c *consumer) logStallLocked() {
+	if c.stallLogged || !c.stalled {
+		return
+	}
+	c.stallLogged = true
+	cfg := &c.t.cfg
+	c.log.Warn("kafka: commits fail; the consumer stops taking records until one succeeds",
+		"uncommitted", c.uncommitted, "max_uncommitted", cfg.maxUncommitted,
+		"commit_failing_for", time.Since(c.commitFrom), "max_uncommitted_time", cfg.maxUncommittedTime)
+}
+
+// committedLocked records that off is committed for p: the window of records handed
+// out and not committed starts there now.
+func (c *consumer) committedLocked(p *partition, off int64) {
+	p.sent = max(p.sent, off)
+	if p.to >= 0 && off > p.from {
+		n := min(off, p.to) - p.from
+		c.uncommitted -= int(n)
+		p.from += n
+	}
+}
+
+// IsRetryable reports false: Receive fails only when its context ends or the consumer
+// closes. franz-go retries failed fetches itself (logged by the poll loop).
+func (c *consumer) IsRetryable(error) bool { return false }
 
 // schemaOne is the common schema-version value, boxed once.
 var schemaOne any = "1"
@@ -707,13 +760,15 @@ func isReserved(name string) bool {
 	return false
 }
 
-// fillDelivery builds what the runtime sees of a record; it lives inside the record,
-// which must be fresh (zero) apart from r. Setting the fields one by one, rather
-// than copying a whole Delivery, spares a bulk write barrier while the GC runs.
-func (c *consumer) fillDelivery(rec *record) {
+// Decode builds what the runtime sees of a record: its value (a tombstone's is empty),
+// its key as it is (nil stays nil), the first bq-schema-version and bq-attempts headers,
+// and the other headers but the binding's own (the first of a name wins).
+func (c *consumer) Decode(rec *record, d *transport.Delivery) {
 	r := rec.r
-	d := &rec.d
-	d.Queue, d.Body, d.Key = c.queue, r.Value, r.Key
+	d.Body, d.Key = r.Value, r.Key
+	if d.Body == nil {
+		d.Body = []byte{}
+	}
 	var seenSchema, seenAttempts bool
 	for i := range r.Headers {
 		h := &r.Headers[i]
@@ -732,9 +787,7 @@ func (c *consumer) fillDelivery(rec *record) {
 		case HeaderAttempts:
 			if !seenAttempts {
 				seenAttempts = true
-				if n, ok := parseAttempts(h.Value); ok {
-					d.AttemptsHeader, d.HasAttemptsHeader = n, true
-				}
+				d.AttemptsHeader, d.HasAttemptsHeader = driverkit.Attempts(h.Value)
 			}
 		default:
 			if isReserved(h.Key) {
@@ -750,96 +803,69 @@ func (c *consumer) fillDelivery(rec *record) {
 	}
 }
 
-// takeBackLocked records that a delivery handed out can no longer be settled (its
-// partition was revoked, or a rewind superseded it): its prefetch slot is freed and its
-// Settle returns the consumer's TakenBackError. A record never handed out has no entry.
-func (c *consumer) takeBackLocked(rec *record) {
-	if e, ok := rec.d.Handle.(*entry); ok {
-		c.book.TakeBack(e, c.takenBack)
+// inHand reports whether rec is handed out and still this consumer's to settle.
+func inHand(rec *record) bool { return rec.state == stHanded || rec.state == stSettling }
+
+// setLocked moves rec to state st, counting the records whose settle writes are in
+// flight (for SyncAcks and the producer's hurry).
+func (c *consumer) setLocked(rec *record, st uint8) {
+	switch {
+	case rec.state == st:
+		return
+	case st == stSettling:
+		c.writing++
+	case rec.state == stSettling:
+		c.writing--
+		if c.writing == 0 && c.idle != nil {
+			close(c.idle)
+			c.idle = nil
+		}
 	}
+	rec.state = st
 }
 
-// Settle finishes a delivery: see the package documentation. The ledger checks that d
-// is this consumer's, that s is well formed and that d is settled once.
-func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	e, err := c.book.Begin(d, s)
-	if err != nil {
-		return err
-	}
-	return c.book.Finish(e, s, c.settle(ctx, e.Value, d, s))
-}
-
-func (c *consumer) settle(ctx context.Context, rec *record, d *transport.Delivery, s transport.Settlement) error {
+// Ack marks rec settled and moves its partition's commit mark past every settled
+// record at its head; the commit loop commits it. A record dropped by a revoke or a
+// rewind is a TakenBackError.
+func (c *consumer) Ack(_ context.Context, rec *record) error {
 	c.mu.Lock()
-	if rec.state != stHanded { // dropped by a revoke or a rewind
-		c.mu.Unlock()
+	defer c.mu.Unlock()
+	if !inHand(rec) {
 		return c.takenBack
 	}
-	if s.Outcome == transport.Rewind {
-		c.rewindLocked(rec)
-		c.mu.Unlock()
-		return nil
-	}
-	if len(s.Writes) > 0 {
-		rec.state = stSettling
-		c.mu.Unlock()
-		if c.tx != nil {
-			return c.settleTx(ctx, rec, s.Writes) // move.go
-		}
-		if c.t.cfg.pipelineSettles {
-			return c.settlePipelined(ctx, rec, d, s)
-		}
-		if err := c.t.produceConfirmed(ctx, s.Writes); err != nil {
-			c.writeFailed(ctx, rec, err)
-			return err
-		}
-		c.mu.Lock()
-		if rec.state != stSettling {
-			c.mu.Unlock()
-			c.log.Warn("kafka: settle writes made for a record that will be redelivered (partition revoked or rewound meanwhile)", "topic", rec.r.Topic, "partition", rec.r.Partition, "offset", rec.r.Offset)
-			return c.takenBack
-		}
-	}
 	c.ackLocked(rec)
-	c.mu.Unlock()
 	return nil
 }
 
-// writeFailed hands rec back to its worker after a failed settle write and holds its
-// partition back: the rewind that follows is carried out only once the hold is over,
-// longer with each write to the same topic that fails in a row.
-func (c *consumer) writeFailed(ctx context.Context, rec *record, err error) {
-	topic, cause := "", err
-	var de *DeliveryError
-	var swe *transport.SettleWriteError
-	switch {
-	case errors.As(err, &de):
-		topic, cause = de.Topic, de.Err
-	case errors.As(err, &swe):
-		topic, cause = swe.Queue, swe.Err
+// GiveBack rewinds the records (Rewound, SettleFailed): each one's partition is sought
+// back to it, after the partition's hold when a settle write failed. On Close nothing
+// is needed: a record not settled is not committed, so the group delivers it again.
+func (c *consumer) GiveBack(_ context.Context, recs []*record, why driverkit.Reason) error {
+	if why == driverkit.Closing {
+		return nil
 	}
-	n, counted := c.t.settleWriteFailed(ctx, topic, cause)
-	hold := holdAfter(n)
 	c.mu.Lock()
-	if rec.state == stSettling {
-		rec.state = stHanded
-	}
-	if p := rec.p; c.parts[p.tp] == p {
-		if until := time.Now().Add(hold); until.After(p.holdUntil) {
-			p.holdUntil = until
+	defer c.mu.Unlock()
+	for _, rec := range recs {
+		if !inHand(rec) {
+			return c.takenBack
 		}
+		c.rewindLocked(rec)
 	}
-	c.mu.Unlock()
-	if counted { // once per step of the streak, not for every delivery in flight
-		c.log.Warn("kafka: settle write failed; the record's partition is held back before it is delivered again",
-			"topic", topic, "failures_in_a_row", n, "hold", hold, "partition", rec.r.Partition, "offset", rec.r.Offset, "err", cause)
-	}
+	return nil
+}
+
+// takeBackLocked tells the kit that the records dropped (by a rewind or a revoke) are
+// taken back: their prefetch slots are freed and their Settle returns the consumer's
+// TakenBackError.
+func (c *consumer) takeBackLocked() {
+	c.kit.TakeBack(func(r *record) bool { return r.state == stDropped }, c.takenBack)
 }
 
 // ackLocked marks rec settled and moves the partition's commit mark past every settled
 // record at its head.
 func (c *consumer) ackLocked(rec *record) {
-	rec.state = stSettled
+	c.setLocked(rec, stSettled)
 	p := rec.p
 	moved := false
 	for p.pending.len() > 0 && p.pending.front().state == stSettled {
@@ -864,18 +890,25 @@ func (c *consumer) rewindLocked(rec *record) {
 		i--
 	}
 	if i < 0 { // not tracked: the partition was revoked meanwhile
-		rec.state = stDropped
+		c.setLocked(rec, stDropped)
 		return
 	}
-	for _, r := range pending[i:] {
-		if r != rec {
-			r.state = stDropped
-			c.takeBackLocked(r)
-		}
+	dropped := false
+	for _, r := range pending[i+1:] {
+		c.setLocked(r, stDropped)
+		dropped = true
 	}
-	rec.state = stRewound
+	c.setLocked(rec, stRewound)
+	if dropped {
+		c.takeBackLocked()
+	}
 	p.pending.truncate(i)
 	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
+	if p.to > at.Offset { // the records from at on come again
+		lo := max(at.Offset, p.from)
+		c.uncommitted -= int(p.to - lo)
+		p.to = lo
+	}
 	if p.seek == nil || at.Offset < p.seek.Offset {
 		p.seek = &at
 	}
@@ -901,26 +934,57 @@ func (c *consumer) kickPoll() {
 	signal(c.pollSig)
 }
 
+// Failed commits are tried again after a backoff that doubles from commitRetryMin to
+// commitRetryMax while they fail, whether or not more records are settled meanwhile:
+// a consumer stopped by its uncommitted window waits for them.
+const (
+	commitRetryMin = 250 * time.Millisecond
+	commitRetryMax = 2 * time.Second
+)
+
 // commitLoop commits settled offsets in the background, coalescing settles that happen
-// while a commit is in flight.
+// while a commit is in flight, and at least commit_interval apart unless the uncommitted
+// window is half full.
 func (c *consumer) commitLoop() {
 	defer c.wg.Done()
+	failures := 0
 	for {
 		select {
 		case <-c.commitSig:
 		case <-c.ctx.Done():
 			return
 		}
-		c.mu.Lock()
-		c.commitQueued = false // a settle from now on signals again
-		c.mu.Unlock()
-		if err := c.commit(c.ctx, nil); err != nil && c.ctx.Err() == nil {
-			c.log.Warn("kafka: offset commit failed; it is retried with the next settle", "err", err)
+		for {
+			c.mu.Lock()
+			c.commitQueued = false // a settle from now on signals again
+			c.mu.Unlock()
+			err := c.commit(c.ctx, nil)
+			if c.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				break
+			}
+			failures++
+			backoff := min(commitRetryMin<<min(failures-1, 8), commitRetryMax)
+			if failures&(failures-1) == 0 {
+				c.log.Warn("kafka: offset commit failed; retrying after a backoff", "failures", failures, "backoff", backoff, "err", err)
+			}
+			select {
+			case <-time.After(backoff):
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if failures > 0 {
+			c.log.Info("kafka: committing again", "failed_before", failures)
+			failures = 0
 		}
 		// Settles during the pause are coalesced into the next commit.
 		if iv := c.t.cfg.commitInterval; iv > 0 {
 			select {
 			case <-time.After(iv):
+			case <-c.urgentSig:
 			case <-c.ctx.Done():
 				return
 			}
@@ -946,18 +1010,29 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 			offsets[k.topic][k.partition] = p.commitAt
 		}
 	}
+	if len(offsets) > 0 && c.commitFrom.IsZero() {
+		c.commitFrom = time.Now()
+	} else if len(offsets) == 0 && only == nil && !c.commitFrom.IsZero() {
+		c.commitFrom = time.Time{} // nothing left to commit (its partitions were lost)
+		c.wakeLocked()
+	}
 	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
 	}
 	var rerr error
 	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		defer func() {
+			if c.commitFailing = rerr != nil; c.commitFailing {
+				c.logStallLocked()
+			}
+		}()
 		if err != nil {
 			rerr = err
 			return
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
 		for _, t := range resp.Topics {
 			for _, pr := range t.Partitions {
 				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil {
@@ -967,11 +1042,15 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 					continue
 				}
 				if p := c.parts[tp{t.Topic, pr.Partition}]; p != nil {
-					if eo, ok := offsets[t.Topic][pr.Partition]; ok && eo.Offset > p.sent {
-						p.sent = eo.Offset
+					if eo, ok := offsets[t.Topic][pr.Partition]; ok {
+						c.committedLocked(p, eo.Offset)
 					}
 				}
 			}
+		}
+		if rerr == nil {
+			c.commitFrom = time.Time{}
+			c.wakeLocked()
 		}
 	})
 	return rerr
@@ -982,17 +1061,12 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 const revokeGrace = 5 * time.Second
 
 // revoked commits what was settled on the revoked partitions and forgets them: records
-// handed out from them and not settled within revokeGrace are dropped (their Settle
+// handed out from them and not settled within revokeGrace are taken back (their Settle
 // returns ErrRevoked) and the new owner resumes from the committed offset. The wait keeps
 // a record acknowledged out of order, behind one still being handled, from being
 // redelivered and settled again by the new owner.
 func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	only := map[tp]bool{}
-	for topic, ps := range revoked {
-		for _, p := range ps {
-			only[tp{topic, p}] = true
-		}
-	}
+	only := partsOf(revoked)
 	c.awaitHanded(only, revokeGrace)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1002,57 +1076,71 @@ func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string]
 	c.forget(only, "revoked")
 }
 
+// lost forgets partitions lost without a clean revoke (session expiry): nothing can be
+// committed for them any more.
+func (c *consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.forget(partsOf(lost), "lost")
+}
+
+func partsOf(m map[string][]int32) map[tp]bool {
+	only := map[tp]bool{}
+	for topic, ps := range m {
+		for _, p := range ps {
+			only[tp{topic, p}] = true
+		}
+	}
+	return only
+}
+
 // awaitHanded stops handing out the buffered records of parts and waits, at most grace
-// and not after Close, until none of their records is handed out and unsettled.
+// and not after Close began, until none of their records is handed out and unsettled.
 func (c *consumer) awaitHanded(parts map[tp]bool, grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for k := range parts {
 		if p := c.parts[k]; p != nil {
 			p.revoking = true
 		}
 	}
-	for !c.closed && c.handedLocked(parts) && time.Now().Before(deadline) {
+	for !c.closing() && c.handedLocked(parts) && time.Now().Before(deadline) {
 		c.mu.Unlock()
 		select {
 		case <-tick.C:
-		case <-c.done:
+		case <-c.kit.Done():
 		}
 		c.mu.Lock()
 	}
-	c.mu.Unlock()
+}
+
+// closing reports whether the consumer's Close began.
+func (c *consumer) closing() bool {
+	select {
+	case <-c.kit.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // handedLocked reports whether a record of parts is handed out and not yet settled.
 func (c *consumer) handedLocked(parts map[tp]bool) bool {
 	for k := range parts {
-		p := c.parts[k]
-		if p == nil {
-			continue
-		}
-		for _, r := range p.pending.items() {
-			if r.state == stHanded || r.state == stSettling {
-				return true
+		if p := c.parts[k]; p != nil {
+			for _, r := range p.pending.items() {
+				if inHand(r) {
+					return true
+				}
 			}
 		}
 	}
 	return false
 }
 
-// lost forgets partitions lost without a clean revoke (session expiry): nothing can be
-// committed for them any more.
-func (c *consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	only := map[tp]bool{}
-	for topic, ps := range lost {
-		for _, p := range ps {
-			only[tp{topic, p}] = true
-		}
-	}
-	c.forget(only, "lost")
-}
-
+// forget drops the partitions' bookkeeping: their unsettled records are taken back and
+// delivered again to whoever owns the partition next.
 func (c *consumer) forget(parts map[tp]bool, why string) {
 	resume := map[string][]int32{}
 	c.mu.Lock()
@@ -1064,18 +1152,23 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		}
 		for _, r := range p.pending.items() {
 			if r.state != stSettled {
-				r.state = stDropped
-				c.takeBackLocked(r)
+				c.setLocked(r, stDropped)
 				dropped++
 			}
 		}
 		if p.paused || p.held {
 			resume[k.topic] = append(resume[k.topic], k.partition)
 		}
+		if p.to >= 0 {
+			c.uncommitted -= int(p.to - p.from)
+		}
 		if p.seek != nil {
 			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", p.seek.Offset)
 		}
 		delete(c.parts, k)
+	}
+	if dropped > 0 {
+		c.takeBackLocked()
 	}
 	c.mu.Unlock()
 	if len(resume) > 0 {
@@ -1087,38 +1180,55 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 	signal(c.delaySig)
 }
 
-// Close stops the consumer: it commits what was settled and leaves the group. Deliveries
-// not settled are redelivered to the group.
+// Close stops the loops, commits what was settled and leaves the group; the kit calls
+// it once the deliveries held were given back and the pipelined settlements finished.
+// The deliveries not settled are delivered again to the group. An error is the final
+// commit's: settled records may then be delivered again.
 func (c *consumer) Close(ctx context.Context) error {
-	first := false
-	c.closeOnce.Do(func() {
-		first = true
-		c.mu.Lock()
-		c.closed = true
-		if c.pollCancel != nil {
-			c.pollCancel()
-		}
-		c.mu.Unlock()
-		close(c.done)
-	})
-	if !first {
-		return nil
+	c.mu.Lock()
+	c.stopped = true
+	if c.pollCancel != nil {
+		c.pollCancel()
 	}
-	// The deliveries handed out and not settled need no give-back: their offsets are not
-	// committed, so the group delivers them again. A later Settle of one fails with an
-	// error matching transport.ErrClosed and transport.ErrAlreadySettled.
-	c.book.Close()
-	c.awaitPipelined(ctx) // their records are committed once their writes are confirmed
+	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
 	err := c.commit(ctx, nil)
-	if err != nil {
-		c.log.Warn("kafka: final commit failed; settled records may be redelivered", "err", err)
-	}
 	c.cl.CloseAllowingRebalance()
 	c.tx.close() // move.go
 	c.t.mu.Lock()
-	delete(c.t.consumers, c)
+	delete(c.t.live, c)
 	c.t.mu.Unlock()
-	return err
+	if err != nil {
+		return errors.Join(errFinalCommit, err)
+	}
+	return nil
+}
+
+// errFinalCommit heads the error of a Close whose final commit failed.
+var errFinalCommit = errors.New("kafka: final commit failed; settled records may be redelivered")
+
+// SyncAcks waits for the settle writes still in flight (a settle with writes returns
+// once they are handed to the producer, see [WithPipelinedSettles]), then commits, and
+// waits for, the offsets of every record acknowledged so far (the background commit
+// makes them durable up to 100ms later, [WithCommitInterval]). A record whose write
+// failed meanwhile was rewound by the transport: it is not committed and comes again.
+func (k kitConsumer) SyncAcks(ctx context.Context) error {
+	c := k.c
+	c.mu.Lock()
+	for c.writing > 0 {
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle := c.idle
+		c.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	return c.commit(ctx, nil)
 }

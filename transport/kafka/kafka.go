@@ -20,6 +20,9 @@
 //     session timeout.
 //   - dial_timeout: the bound on a connection attempt, and on [Open]'s check that a
 //     broker answers; default 10 s.
+//   - max_uncommitted: the most records a consumer hands out beyond its committed
+//     offsets (default 5000), and max_uncommitted_time: how long it goes on handing out
+//     records while its commits fail (default 2 s); see [WithMaxUncommitted].
 //   - pipeline_settles: 0 makes Settle wait for the confirmation of the runtime's settle
 //     writes and return their failure (default 1: pipelined; see below).
 //   - confirm: 1 makes Publish wait for the broker's acknowledgement and return its
@@ -59,7 +62,10 @@
 // settled, so several workers may settle out of order without an unsettled record being
 // skipped. Commits are made in the background (coalesced), when partitions are revoked,
 // and on Close; a crash between a settle and its commit redelivers the record
-// (at-least-once: keep handlers idempotent).
+// (at-least-once: keep handlers idempotent). A consumer hands out at most
+// max_uncommitted records beyond its committed offsets, and none while its commits have
+// failed for max_uncommitted_time: while it cannot commit it stops instead of working
+// ahead, so a crash or a lost session redelivers at most that window.
 //
 // A rewound delivery makes the next poll seek its partition back to it: the record and
 // every record after it on that partition are delivered again, including records already
@@ -122,10 +128,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +137,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Record header names of the Kafka binding.
@@ -215,24 +220,28 @@ func Factory(base ...kgo.Opt) ConsumerFactory {
 }
 
 type config struct {
-	group             string
-	deliveryTimeout   time.Duration
-	autoCreate        bool
-	logger            *slog.Logger
-	metadataMaxAge    time.Duration
-	buffer            int
-	commitInterval    time.Duration
-	sessionTimeout    time.Duration
-	heartbeatInterval time.Duration
-	dialTimeout       time.Duration
-	confirmPublish    bool
-	pipelineSettles   bool
+	group              string
+	deliveryTimeout    time.Duration
+	autoCreate         bool
+	logger             *slog.Logger
+	metadataMaxAge     time.Duration
+	buffer             int
+	commitInterval     time.Duration
+	maxUncommitted     int
+	maxUncommittedTime time.Duration
+	sessionTimeout     time.Duration
+	heartbeatInterval  time.Duration
+	dialTimeout        time.Duration
+	confirmPublish     bool
+	pipelineSettles    bool
 	// txTimeout is the transaction timeout of a transactional consumer's producer
 	// (move.go); tests shorten it.
 	txTimeout time.Duration
 }
 
-// Option configures a [Transport].
+// Option configures a [Transport]. A value an option cannot use makes [Open], [OpenURL]
+// and [New] fail with a [*driverkit.OptionError] naming the option, which matches
+// babelqueue.ErrInvalidOption.
 type Option func(*config)
 
 // WithGroup sets the consumer group (default [DefaultGroup]).
@@ -293,7 +302,7 @@ func WithPipelinedSettles(on bool) Option { return func(c *config) { c.pipelineS
 func WithConfirmedPublish(on bool) Option { return func(c *config) { c.confirmPublish = on } }
 
 // WithMetadataRefresh sets how often a consumer looks for new delay topics of its queue
-// created by other processes (default 10 s).
+// created by other processes (default 10 s, at least 1 s).
 func WithMetadataRefresh(d time.Duration) Option {
 	return func(c *config) { c.metadataMaxAge = d }
 }
@@ -314,20 +323,86 @@ func WithCommitInterval(d time.Duration) Option {
 	return func(c *config) { c.commitInterval = d }
 }
 
+// The defaults of the bound on what a consumer handles ahead of its commits
+// ([WithMaxUncommitted], [WithMaxUncommittedTime]).
+const (
+	DefaultMaxUncommitted     = 5000
+	DefaultMaxUncommittedTime = 2 * time.Second
+)
+
+// WithMaxUncommitted bounds the records a consumer hands out beyond its group's
+// committed offsets (default [DefaultMaxUncommitted]; at least 1): a crash, or a network
+// fault that costs the consumer its partitions, delivers at most that many records
+// again (plus the parked records its delay loop was moving). Once that many are handed
+// out and not committed, Receive waits until a commit moves the window (or a rewind or
+// a revoke shrinks it): while commits fail the consumer stops taking records from its
+// buffer instead of working ahead. Records count from the partition's committed offset
+// to the last one handed out (by offset), so a record settled behind one a handler
+// still holds counts until that one is settled too; a commit is made at once, without
+// the commit interval's pause, once half the window is used.
+func WithMaxUncommitted(n int) Option { return func(c *config) { c.maxUncommitted = n } }
+
+// WithMaxUncommittedTime bounds how long a consumer goes on handing out records while a
+// commit fails or does not answer (default [DefaultMaxUncommittedTime]): once the oldest
+// commit attempt that has not succeeded began that long ago, Receive waits until one
+// succeeds. Failed commits are tried again after a backoff (250 ms doubling to 2 s).
+func WithMaxUncommittedTime(d time.Duration) Option {
+	return func(c *config) { c.maxUncommittedTime = d }
+}
+
 func defaults() config {
 	return config{
-		group:             DefaultGroup,
-		deliveryTimeout:   DefaultDeliveryTimeout,
-		autoCreate:        true,
-		metadataMaxAge:    10 * time.Second,
-		buffer:            1024,
-		commitInterval:    100 * time.Millisecond,
-		sessionTimeout:    DefaultSessionTimeout,
-		heartbeatInterval: DefaultHeartbeatInterval,
-		dialTimeout:       DefaultDialTimeout,
-		pipelineSettles:   true,
-		txTimeout:         defaultTxTimeout,
+		group:              DefaultGroup,
+		deliveryTimeout:    DefaultDeliveryTimeout,
+		autoCreate:         true,
+		metadataMaxAge:     10 * time.Second,
+		buffer:             1024,
+		commitInterval:     100 * time.Millisecond,
+		maxUncommitted:     DefaultMaxUncommitted,
+		maxUncommittedTime: DefaultMaxUncommittedTime,
+		sessionTimeout:     DefaultSessionTimeout,
+		heartbeatInterval:  DefaultHeartbeatInterval,
+		dialTimeout:        DefaultDialTimeout,
+		pipelineSettles:    true,
+		txTimeout:          defaultTxTimeout,
 	}
+}
+
+// check refuses the option values the transport cannot use: each is a
+// [*driverkit.OptionError] naming the option, matching babelqueue.ErrInvalidOption.
+func (cfg *config) check() error {
+	bad := driverkit.Options{Broker: "kafka"}
+	if cfg.group == "" {
+		bad.Invalid("WithGroup", "the consumer group name is empty")
+	}
+	if cfg.deliveryTimeout <= 0 {
+		bad.Invalid("WithDeliveryTimeout", "want a duration above zero, got %s", cfg.deliveryTimeout)
+	}
+	if cfg.sessionTimeout < time.Second {
+		bad.Invalid("WithSessionTimeout", "want at least 1s, got %s", cfg.sessionTimeout)
+	}
+	if cfg.heartbeatInterval <= 0 || cfg.heartbeatInterval >= cfg.sessionTimeout {
+		bad.Invalid("WithHeartbeatInterval", "want a duration above zero and shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval)
+	}
+	if cfg.dialTimeout <= 0 {
+		bad.Invalid("WithDialTimeout", "want a duration above zero, got %s", cfg.dialTimeout)
+	}
+	if cfg.metadataMaxAge < time.Second {
+		bad.Invalid("WithMetadataRefresh", "want at least 1s, got %s", cfg.metadataMaxAge)
+	}
+	if cfg.buffer < 1 {
+		bad.Invalid("WithBuffer", "want at least 1 record, got %d", cfg.buffer)
+	}
+	if cfg.commitInterval < 0 {
+		bad.Invalid("WithCommitInterval", "want a duration of zero or more, got %s", cfg.commitInterval)
+	}
+	if cfg.maxUncommitted < 1 {
+		bad.Invalid("WithMaxUncommitted", "want at least 1 record, got %d", cfg.maxUncommitted)
+	}
+	if cfg.maxUncommittedTime <= 0 {
+		bad.Invalid("WithMaxUncommittedTime", "want a duration above zero, got %s", cfg.maxUncommittedTime)
+	}
+	return bad.Err()
 }
 
 // Transport is a connection to one Kafka cluster. It is safe for concurrent use.
@@ -338,12 +413,14 @@ type Transport struct {
 	cfg     config
 	log     *slog.Logger
 
-	mu        sync.Mutex
-	closed    bool
-	consumers map[*consumer]struct{}
-	known     map[string]bool // topics this transport has written to successfully
-	seen      sync.Map        // lock-free copy of known, for the delivery callbacks
-	shut      atomic.Bool     // closed, for the publish fast path
+	consumers driverkit.Group // the consumers opened, for Close
+
+	mu     sync.Mutex
+	closed bool
+	live   map[*consumer]struct{} // the consumers open, for delivered
+	known  map[string]bool        // topics this transport has written to successfully
+	seen   sync.Map               // lock-free copy of known, for the delivery callbacks
+	shut   atomic.Bool            // closed, for the publish fast path
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
 	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
@@ -396,40 +473,22 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.group == "" {
-		return nil, errors.New("kafka: the consumer group name is empty")
-	}
-	if cfg.deliveryTimeout <= 0 {
-		return nil, errors.New("kafka: the delivery timeout must be positive")
-	}
-	if cfg.sessionTimeout < time.Second {
-		return nil, fmt.Errorf("kafka: the session timeout must be at least 1s, got %s", cfg.sessionTimeout)
-	}
-	if cfg.heartbeatInterval <= 0 || cfg.heartbeatInterval >= cfg.sessionTimeout {
-		return nil, fmt.Errorf("kafka: the heartbeat interval (%s) must be positive and shorter than the session timeout (%s)", cfg.heartbeatInterval, cfg.sessionTimeout)
-	}
-	if cfg.dialTimeout <= 0 {
-		return nil, errors.New("kafka: the dial timeout must be positive")
-	}
-	if cfg.metadataMaxAge < time.Second {
-		cfg.metadataMaxAge = time.Second
-	}
-	if cfg.buffer < 1 {
-		cfg.buffer = 1
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	log := cfg.logger
 	if log == nil {
 		log = slog.Default()
 	}
 	t := &Transport{
-		prod:      producer,
-		ownProd:   own,
-		factory:   factory,
-		cfg:       cfg,
-		log:       log.With("transport", "kafka"),
-		consumers: map[*consumer]struct{}{},
-		known:     map[string]bool{},
-		repaired:  map[string]time.Time{},
+		prod:     producer,
+		ownProd:  own,
+		factory:  factory,
+		cfg:      cfg,
+		log:      log.With("transport", "kafka"),
+		live:     map[*consumer]struct{}{},
+		known:    map[string]bool{},
+		repaired: map[string]time.Time{},
 	}
 	t.onPublished = t.published
 	t.room = newProducerRoom(producer)
@@ -579,75 +638,6 @@ func (t *Transport) Flush(ctx context.Context) error {
 	return errors.Join(append(errs, t.takeUndelivered())...)
 }
 
-// produceConfirmed writes msgs and waits for every delivery report, up to the delivery
-// timeout. The first failure is returned as a *transport.SettleWriteError.
-func (t *Transport) produceConfirmed(ctx context.Context, msgs []*transport.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	recs := make([]*kgo.Record, len(msgs))
-	now := time.Now()
-	for i, m := range msgs {
-		r, err := t.record(m, now)
-		if err != nil {
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-		}
-		recs[i] = r
-	}
-	return t.produceRecords(ctx, recs, msgs)
-}
-
-func (t *Transport) produceRecords(ctx context.Context, recs []*kgo.Record, msgs []*transport.Message) error {
-	if t.isClosed() {
-		q := recs[0].Topic
-		if msgs != nil {
-			q = msgs[0].Queue
-		}
-		return &transport.SettleWriteError{Queue: q, Err: transport.ErrClosed}
-	}
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.deliveryTimeout)
-	defer cancel()
-	type result struct {
-		i   int
-		err error
-	}
-	done := make(chan result, len(recs))
-	t.handOver(ctx, recs, func(i int, r *kgo.Record, err error) {
-		if err == nil {
-			t.delivered(r.Topic)
-			t.settleWriteConfirmed(r.Topic)
-		}
-		done <- result{i, err}
-	})
-	// A write awaited for its acknowledgement does not wait out the producer's linger:
-	// a Flush sends what is buffered at once and keeps new records from lingering until
-	// it returns, which is once these records are acknowledged (hurried is called then).
-	hctx, hurried := context.WithCancel(ctx)
-	defer hurried()
-	go func() { _ = t.prod.Flush(hctx) }()
-	queueOf := func(i int) string {
-		if msgs != nil {
-			return msgs[i].Queue
-		}
-		return recs[i].Topic
-	}
-	var first error
-	for range recs {
-		select {
-		case res := <-done:
-			if res.err != nil && first == nil {
-				first = &transport.SettleWriteError{Queue: queueOf(res.i), Err: &DeliveryError{Topic: recs[res.i].Topic, Err: res.err}}
-			}
-		case <-ctx.Done():
-			if first == nil {
-				first = &transport.SettleWriteError{Queue: queueOf(0), Err: &DeliveryError{Topic: recs[0].Topic, Err: ctx.Err()}}
-			}
-			return first
-		}
-	}
-	return first
-}
-
 // produceEach writes recs in order and returns each one's outcome, waiting up to the
 // delivery timeout.
 func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error {
@@ -665,13 +655,7 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 		err error
 	}
 	done := make(chan result, len(recs))
-	t.handOver(ctx, recs, func(i int, r *kgo.Record, err error) {
-		if err == nil {
-			t.delivered(r.Topic)
-			t.settleWriteConfirmed(r.Topic)
-		}
-		done <- result{i, err}
-	})
+	t.produce(ctx, recs, func(i int, err error) { done <- result{i, err} })
 	// A write awaited for its acknowledgement does not wait out the producer's linger:
 	// a Flush sends what is buffered at once and keeps new records from lingering until
 	// it returns, which is once these records are acknowledged (hurried is called then).
@@ -698,37 +682,53 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 	return errs
 }
 
-// handOver hands recs to the producer in order and calls finished once for each: from
-// its delivery promise, or at once with ctx's error for a record that found no room in
-// the producer's buffer before ctx ended (it is not handed over). A record handed over
-// is never cancelled (see produceUncancelled); when the room for all of recs is free
-// (producerRoom) none of them costs a context of its own.
-func (t *Transport) handOver(ctx context.Context, recs []*kgo.Record, finished func(i int, r *kgo.Record, err error)) {
-	if t.room == nil {
-		for i, r := range recs {
-			t.produceUncancelled(ctx, r, func(r *kgo.Record, err error) { finished(i, r, err) })
+// produce hands recs to the producer, in order, and calls report once for each: from
+// its delivery promise, or with ctx's error for a record that found no room in the
+// producer's buffer before ctx ended (it is not handed over). It does not wait: the
+// records go into the producer's buffer at once when there is room for all of them
+// (producerRoom), with ctx's values but not its cancellation (see produceUncancelled),
+// and otherwise wait for room, in order, on a goroutine of their own. (A producer that
+// also bounds its buffer in bytes keeps no room: the records are handed over one at a
+// time with produceUncancelled, on a goroutine of their own.)
+func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, report func(i int, err error)) {
+	if err := ctx.Err(); err != nil {
+		for i := range recs {
+			report(i, err)
 		}
 		return
 	}
-	if err := ctx.Err(); err != nil {
-		for i, r := range recs {
-			finished(i, r, err)
+	promise := func(i int) func(*kgo.Record, error) {
+		return func(r *kgo.Record, err error) {
+			t.room.free()
+			if err == nil {
+				t.delivered(r.Topic)
+				t.settleWriteConfirmed(r.Topic)
+			}
+			report(i, err)
 		}
-		return
 	}
 	uctx := context.WithoutCancel(ctx)
-	admitted := t.room.take(t.prod, len(recs))
-	for i, r := range recs {
-		if !admitted {
-			if err := t.room.wait(ctx); err != nil {
-				finished(i, r, err)
-				continue
+	switch {
+	case t.room == nil:
+		go func() {
+			for i, r := range recs {
+				t.produceUncancelled(ctx, r, promise(i))
 			}
+		}()
+	case t.room.take(t.prod, len(recs)):
+		for i, r := range recs {
+			t.prod.Produce(uctx, r, promise(i))
 		}
-		t.prod.Produce(uctx, r, func(r *kgo.Record, err error) {
-			t.room.free()
-			finished(i, r, err)
-		})
+	default:
+		go func() {
+			for i, r := range recs {
+				if err := t.room.wait(ctx); err != nil {
+					report(i, err)
+					continue
+				}
+				t.prod.Produce(uctx, r, promise(i))
+			}
+		}()
 	}
 }
 
@@ -766,7 +766,7 @@ func (t *Transport) delivered(topic string) {
 	}
 	t.known[topic] = true
 	var nudge []*consumer
-	for c := range t.consumers {
+	for c := range t.live {
 		if c.pattern.MatchString(topic) {
 			nudge = append(nudge, c)
 		}
@@ -926,18 +926,8 @@ func (t *Transport) Close(ctx context.Context) error {
 	}
 	t.closed = true
 	t.shut.Store(true)
-	cs := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		cs = append(cs, c)
-	}
 	t.mu.Unlock()
-	var errs []error
-	for _, c := range cs {
-		if err := c.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, t.Flush(ctx))
+	errs := []error{t.consumers.Close(ctx), t.Flush(ctx)}
 	t.stopBg()
 	t.bgWG.Wait()
 	if t.ownProd {
@@ -955,59 +945,3 @@ func (t *Transport) Group() string { return t.cfg.group }
 
 // DeliveryTimeout returns how long a settle write waits for its delivery report.
 func (t *Transport) DeliveryTimeout() time.Duration { return t.cfg.deliveryTimeout }
-
-// parseAttempts reads a bq-attempts header the way the Python SDK's int() does for the
-// values that matter: optional ASCII whitespace around an optional sign and decimal
-// digits (single underscores between digits allowed). Anything else is unreadable.
-// Values beyond the int range saturate at math.MaxInt (or its negative).
-func parseAttempts(v []byte) (int, bool) {
-	// Fast path: plain decimal digits.
-	if len(v) > 0 && len(v) < 10 {
-		n := 0
-		for _, ch := range v {
-			if ch < '0' || ch > '9' {
-				n = -1
-				break
-			}
-			n = n*10 + int(ch-'0')
-		}
-		if n >= 0 {
-			return n, true
-		}
-	}
-	s := strings.Trim(string(v), " \t\n\v\f\r")
-	neg := false
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		neg = s[0] == '-'
-		s = s[1:]
-	}
-	if s == "" || s[0] == '_' || s[len(s)-1] == '_' {
-		return 0, false
-	}
-	n := 0
-	prevUnderscore := false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch == '_' {
-			if prevUnderscore {
-				return 0, false
-			}
-			prevUnderscore = true
-			continue
-		}
-		prevUnderscore = false
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		d := int(ch - '0')
-		if n > (math.MaxInt-d)/10 {
-			n = math.MaxInt // saturates, as the runtime's counter does
-		} else {
-			n = n*10 + d
-		}
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
-}

@@ -240,7 +240,7 @@ func TestTransport(t *testing.T) {
 		// deliveries and then acknowledges the other two, but a Kafka rewind seeks the
 		// partition back, so the deliveries after the rewound one are superseded (their
 		// Settle is a TakenBackError and frees their slot) and delivered again. The
-		// prefetch bound itself is the ledger's, tested in internal/ledger.
+		// prefetch bound itself is the driver kit's, tested in transport/driverkit.
 		SettleAfterClose:      true,
 		RefusesBadSettlements: true,
 	})

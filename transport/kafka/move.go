@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,10 +125,7 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 // producer has the same transactional id, so when it initializes the coordinator
 // aborts whatever transaction of the old one is still open, at once rather than at
 // the transaction timeout. The caller holds x.mu.
-func (x *txSettle) renew(log interface {
-	Warn(string, ...any)
-	Error(string, ...any)
-}, cause error) error {
+func (x *txSettle) renew(log *slog.Logger, cause error) error {
 	cl, err := x.build()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -154,16 +152,12 @@ func (x *txSettle) close() {
 	}
 }
 
-// SettlesAtomically reports whether the consumer settles its Acks with writes in Kafka
-// transactions: it was opened with [transport.ConsumeOptions.Transactional].
-func (c *consumer) SettlesAtomically() bool { return c.tx != nil }
-
-// settleTx settles rec (in stSettling, set by the caller) with the writes ws in a
-// transaction that also commits rec's offset for the group.
-func (c *consumer) settleTx(ctx context.Context, rec *record, ws []*transport.Message) error {
+// AckWrites settles rec with the writes ws in a transaction that also commits rec's
+// offset for the group: the kit calls it for every Ack with writes of a transactional
+// consumer (Config.AtomicAcks).
+func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.Message) error {
 	recs, err := c.t.settleRecords(ws)
 	if err != nil {
-		c.unsettle(rec)
 		return err
 	}
 	c.tx.mu.Lock()
@@ -171,14 +165,14 @@ func (c *consumer) settleTx(ctx context.Context, rec *record, ws []*transport.Me
 	c.mu.Lock()
 	p := rec.p
 	switch {
-	case rec.state != stSettling: // revoked meanwhile
+	case !inHand(rec): // revoked meanwhile
 		c.mu.Unlock()
 		return c.takenBack
 	case p.pending.len() == 0 || p.pending.front() != rec:
-		rec.state = stHanded
 		c.mu.Unlock()
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: errTxOrder}
 	}
+	c.setLocked(rec, stSettling)
 	at := p.tp
 	off := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset + 1}
 	c.mu.Unlock()
@@ -193,14 +187,12 @@ func (c *consumer) settleTx(ctx context.Context, rec *record, ws []*transport.Me
 			c.mu.Lock()
 			if rec.state == stSettling && c.parts[at] == p {
 				c.ackLocked(rec)
-				if p.sent < off.Offset {
-					p.sent = off.Offset // committed by the transaction: nothing for the commit loop
-				}
+				c.committedLocked(p, off.Offset) // committed by the transaction: nothing for the commit loop
 			} else {
 				// Revoked while the transaction ran: it committed the offset with the
 				// writes (the group's generation was still ours), so the new owner
 				// starts after the record.
-				rec.state = stDropped
+				c.setLocked(rec, stDropped)
 			}
 			c.mu.Unlock()
 			return nil
@@ -209,7 +201,7 @@ func (c *consumer) settleTx(ctx context.Context, rec *record, ws []*transport.Me
 			if rec.state == stSettling {
 				// Not delivered again from here: it may be moved already. It stays
 				// first in its partition, so nothing after it is committed either.
-				rec.state = stDropped
+				c.setLocked(rec, stDropped)
 			}
 			c.mu.Unlock()
 			c.log.Error("kafka: a move's transaction has an unknown outcome; the record is left to the group's committed offset",
@@ -240,7 +232,7 @@ func (c *consumer) settleTx(ctx context.Context, rec *record, ws []*transport.Me
 func (c *consumer) unsettle(rec *record) {
 	c.mu.Lock()
 	if rec.state == stSettling {
-		rec.state = stHanded
+		c.setLocked(rec, stHanded)
 	}
 	c.mu.Unlock()
 }

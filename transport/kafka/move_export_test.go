@@ -39,11 +39,11 @@ func WithTxTimeout(d time.Duration) Option { return func(c *config) { c.txTimeou
 
 // TxID is the transactional id of a consumer opened Transactional ("" for another).
 func TxID(c any) string {
-	k, ok := c.(*consumer)
-	if !ok || k.tx == nil {
+	k, ok := c.(kitConsumer)
+	if !ok || k.c.tx == nil {
 		return ""
 	}
-	k.tx.mu.Lock()
-	defer k.tx.mu.Unlock()
-	return k.tx.id
+	k.c.tx.mu.Lock()
+	defer k.c.tx.mu.Unlock()
+	return k.c.tx.id
 }

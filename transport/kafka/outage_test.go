@@ -201,7 +201,7 @@ func TestTimedOutSettleWriteSparesPublishes(t *testing.T) {
 // settle writes that Settle waits for (not pipelined). Its
 // producer refreshes metadata at most every 250ms, as Open's does, so it keeps trying
 // to reload partitions while the broker is away.
-func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*breaker, *kgo.Client, *kafka.Transport) {
+func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration, opts ...kafka.Option) (*breaker, *kgo.Client, *kafka.Transport) {
 	t.Helper()
 	br := &breaker{}
 	base := []kgo.Opt{kgo.SeedBrokers(seeds(t)...), kgo.Dialer(br.dial)}
@@ -210,8 +210,8 @@ func breakable(t *testing.T, prefix string, deliveryTimeout time.Duration) (*bre
 		t.Fatal(err)
 	}
 	t.Cleanup(prod.Close)
-	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(transporttest.UniqueName(prefix)), kafka.WithDeliveryTimeout(deliveryTimeout),
-		kafka.WithPipelinedSettles(false)) // these tests look at the failed settle writes themselves
+	tr, err := kafka.New(prod, kafka.Factory(base...), append([]kafka.Option{kafka.WithGroup(transporttest.UniqueName(prefix)), kafka.WithDeliveryTimeout(deliveryTimeout),
+		kafka.WithPipelinedSettles(false)}, opts...)...) // these tests look at the failed settle writes themselves
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +235,90 @@ func topicValues(t testing.TB, topic string, quiet time.Duration, extra ...kgo.O
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { vs = append(vs, string(r.Value)) })
 	}
 	return vs
+}
+
+// TestCommitOutageStopsWorkingAhead cuts a consumer off the broker with hundreds of
+// records fetched and not handled: it cannot commit, so it stops handing out the
+// records it holds, once as many are handed out and not committed as max_uncommitted
+// allows, or once its commits have failed for max_uncommitted_time, instead of handling
+// them all to have them delivered again. Once the broker is reachable it goes on, and
+// every record is settled and committed.
+func TestCommitOutageStopsWorkingAhead(t *testing.T) {
+	t.Parallel()
+	brokerURL(t)
+	cases := []struct {
+		name   string
+		opts   []kafka.Option
+		handle time.Duration // each handler's work
+		bound  int           // the most records handed out while cut off; 0: not counted
+	}{
+		{"records", []kafka.Option{kafka.WithMaxUncommitted(100), kafka.WithMaxUncommittedTime(time.Hour)}, 0, 100},
+		{"time", []kafka.Option{kafka.WithMaxUncommitted(1_000_000), kafka.WithMaxUncommittedTime(time.Second)}, 20 * time.Millisecond, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 600
+			q := newTopic(t, "bqtest-ahead")
+			createTopic(t, q, 1)
+			// A session that outlasts the cut: the consumer keeps its partition.
+			br, prod, tr := breakable(t, "bqtest-ahead", 3*time.Second, append(tc.opts, kafka.WithSessionTimeout(time.Minute))...)
+			for i := range n {
+				publishOK(t, tr, &transport.Message{Queue: q, Body: fmt.Appendf(nil, `{"n":%d}`, i)})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := prod.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c := consumeOn(t, tr, q, 8)
+			handled := map[string]int{}
+			handle := func(d *transport.Delivery) {
+				time.Sleep(tc.handle)
+				handled[string(d.Body)]++
+				if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil && !errors.Is(err, kafka.ErrRevoked) {
+					t.Fatalf("Settle: %v", err)
+				}
+			}
+			for len(handled) < 50 {
+				handle(transporttest.Receive(t, c, 30*time.Second))
+			}
+
+			br.set(true)
+			cut := 0
+			for {
+				rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+				d, err := c.Receive(rctx)
+				rcancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("Receive while cut off: %v", err)
+				}
+				handle(d)
+				if cut++; cut > n {
+					t.Fatal("the consumer went on handing out records while cut off")
+				}
+			}
+			if len(handled) == n {
+				t.Fatalf("the consumer handled all %d records while it could not commit (%d of them cut off)", n, cut)
+			}
+			if tc.bound > 0 && cut > tc.bound {
+				t.Errorf("the consumer handed out %d records while cut off, more than max_uncommitted (%d)", cut, tc.bound)
+			}
+			t.Logf("handed out while cut off: %d; handled before: %d", cut, len(handled)-cut)
+
+			br.set(false)
+			for len(handled) < n {
+				handle(transporttest.Receive(t, c, 60*time.Second))
+			}
+			closeCtx, closeCancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer closeCancel()
+			if err := c.Close(closeCtx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			transporttest.ExpectNothing(t, consumeOn(t, tr, q, 8), 5*time.Second)
+		})
+	}
 }

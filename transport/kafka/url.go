@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -29,6 +31,7 @@ func init() {
 var urlParams = []string{
 	"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl",
 	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm", "pipeline_settles",
+	"max_uncommitted", "max_uncommitted_time",
 }
 
 // settings is what a kafka:// URL says.
@@ -51,7 +54,8 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Opaque != "" {
 		return nil, bad("host", "want kafka://host:port[,host:port]")
 	}
-	if err := transport.CheckParams(u, urlParams...); err != nil {
+	q, err := driverkit.ParseQuery("kafka", u, urlParams...)
+	if err != nil {
 		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -71,10 +75,6 @@ func parseURL(u *url.URL) (*settings, error) {
 		}
 		s.seeds = append(s.seeds, seed)
 	}
-	q, err := transport.ParseQuery(u)
-	if err != nil {
-		return nil, err
-	}
 	clientID, ok, err := q.NonEmpty("client_id")
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	s.base = append(s.base, kgo.SeedBrokers(s.seeds...), kgo.ClientID(clientID))
 	if g, ok, err := q.NonEmpty("group"); err != nil {
-		return nil, bad("group", "empty consumer group name")
+		return nil, q.Bad("group", "empty consumer group name")
 	} else if ok {
 		s.opts = append(s.opts, WithGroup(g))
 	}
@@ -97,6 +97,7 @@ func parseURL(u *url.URL) (*settings, error) {
 		{"session_timeout", time.Second, time.Hour, WithSessionTimeout},
 		{"heartbeat_interval", time.Millisecond, time.Hour, WithHeartbeatInterval},
 		{"dial_timeout", time.Millisecond, time.Hour, WithDialTimeout},
+		{"max_uncommitted_time", time.Millisecond, time.Hour, WithMaxUncommittedTime},
 	}
 	for _, p := range durations {
 		d, ok, err := q.Duration(p.name, time.Second, p.lo, p.hi)
@@ -110,12 +111,17 @@ func parseURL(u *url.URL) (*settings, error) {
 			}
 		}
 	}
+	if n, ok, err := q.Int("max_uncommitted", 1, math.MaxInt32); err != nil {
+		return nil, err
+	} else if ok {
+		s.opts = append(s.opts, WithMaxUncommitted(n))
+	}
 	cfg := defaults()
 	for _, o := range s.opts {
 		o(&cfg)
 	}
 	if cfg.heartbeatInterval >= cfg.sessionTimeout {
-		return nil, bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
+		return nil, q.Bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
 	}
 	bools := []struct {
 		name string
@@ -141,10 +147,10 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	mech, _ := q.String("sasl")
 	if q.Has("sasl") && u.User == nil {
-		return nil, bad("sasl", "needs a user and password in the URL (kafka://user:password@host:port)")
+		return nil, q.Bad("sasl", "needs a user and password in the URL (kafka://user:password@host:port)")
 	}
 	if u.User != nil {
-		m, err := saslMechanism(u.User, strings.ToLower(mech))
+		m, err := saslMechanism(q, u.User, strings.ToLower(mech))
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +185,7 @@ func parseSeed(hp string) (string, error) {
 }
 
 // saslMechanism is the SASL mechanism of the URL's user info.
-func saslMechanism(ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
+func saslMechanism(q driverkit.Query, ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
 	user := ui.Username()
 	pass, _ := ui.Password()
 	if user == "" {
@@ -193,7 +199,7 @@ func saslMechanism(ui *url.Userinfo, mech string) (sasl.Mechanism, error) {
 	case "scram-sha-512":
 		return scram.Auth{User: user, Pass: pass}.AsSha512Mechanism(), nil
 	}
-	return nil, bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
+	return nil, q.Bad("sasl", "want plain, scram-sha-256 or scram-sha-512")
 }
 
 // OpenURL builds a transport from a parsed kafka:// URL: it creates the producer, checks
@@ -211,6 +217,9 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	cfg := defaults()
 	for _, o := range all {
 		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	log := cfg.logger.With("transport", "kafka")
 	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))

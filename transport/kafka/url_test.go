@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -44,7 +45,7 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: seeds %v, want %v", c.url, s.seeds, c.seeds)
 		}
 	}
-	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&session_timeout=6s&heartbeat_interval=500ms&dial_timeout=3&confirm=1&pipeline_settles=off")
+	u, _ := url.Parse("kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&session_timeout=6s&heartbeat_interval=500ms&dial_timeout=3&confirm=1&pipeline_settles=off&max_uncommitted=100&max_uncommitted_time=3s")
 	s, err := parseURL(u)
 	if err != nil {
 		t.Fatal(err)
@@ -55,13 +56,14 @@ func TestParseURL(t *testing.T) {
 	}
 	if cfg.group != "g" || cfg.deliveryTimeout != 2500*time.Millisecond || cfg.autoCreate ||
 		cfg.sessionTimeout != 6*time.Second || cfg.heartbeatInterval != 500*time.Millisecond ||
-		cfg.dialTimeout != 3*time.Second || !cfg.confirmPublish || cfg.pipelineSettles {
+		cfg.dialTimeout != 3*time.Second || !cfg.confirmPublish || cfg.pipelineSettles ||
+		cfg.maxUncommitted != 100 || cfg.maxUncommittedTime != 3*time.Second {
 		t.Errorf("options from the URL: %+v", cfg)
 	}
 	// The defaults: a 10 s session (fast failover after a crash), 1 s heartbeats.
 	d := defaults()
 	if d.sessionTimeout != 10*time.Second || d.heartbeatInterval != time.Second || d.dialTimeout != 10*time.Second ||
-		d.confirmPublish || !d.pipelineSettles {
+		d.confirmPublish || !d.pipelineSettles || d.maxUncommitted != DefaultMaxUncommitted || d.maxUncommittedTime != DefaultMaxUncommittedTime {
 		t.Errorf("defaults: %+v", d)
 	}
 }
@@ -103,6 +105,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"kafka://u:s3cr3t@h:9092?confirm=perhaps", "confirm"},
 		{"kafka://u:s3cr3t@h:9092?pipeline_settles=2", "pipeline_settles"},
 		{"kafka://u:s3cr3t@h:9092?client_id=", "client_id"},
+		{"kafka://u:s3cr3t@h:9092?max_uncommitted=0", "max_uncommitted"},
+		{"kafka://u:s3cr3t@h:9092?max_uncommitted=many", "max_uncommitted"},
+		{"kafka://u:s3cr3t@h:9092?max_uncommitted_time=0", "max_uncommitted_time"},
 		{"kafka://u:s3cr3t@h:99999", "host"},
 		{"kafka://u:s3cr3t@h:0", "host"},
 		{"kafka://u:s3cr3t@h:9092,", ""}, // rejected by url.Parse itself
@@ -132,6 +137,40 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("%s: error echoes the password: %v", c.url, err)
 		}
+	}
+}
+
+// TestOptionsValidated: an option value the transport cannot use is an error from New
+// (and Open) naming the option and matching ErrInvalidOption, never ignored; a bad URL
+// value matches it too.
+func TestOptionsValidated(t *testing.T) {
+	cases := []struct {
+		option string
+		opt    Option
+	}{
+		{"WithGroup", WithGroup("")},
+		{"WithDeliveryTimeout", WithDeliveryTimeout(0)},
+		{"WithSessionTimeout", WithSessionTimeout(500 * time.Millisecond)},
+		{"WithHeartbeatInterval", WithHeartbeatInterval(-time.Second)},
+		{"WithHeartbeatInterval", WithHeartbeatInterval(time.Minute)}, // not shorter than the 10 s session
+		{"WithDialTimeout", WithDialTimeout(0)},
+		{"WithMetadataRefresh", WithMetadataRefresh(100 * time.Millisecond)},
+		{"WithBuffer", WithBuffer(0)},
+		{"WithCommitInterval", WithCommitInterval(-time.Second)},
+		{"WithMaxUncommitted", WithMaxUncommitted(0)},
+		{"WithMaxUncommittedTime", WithMaxUncommittedTime(0)},
+	}
+	for _, c := range cases {
+		_, err := newTransport(nil, false, nil, c.opt)
+		var oe *driverkit.OptionError
+		if !errors.Is(err, transport.ErrInvalidOption) || !errors.As(err, &oe) || oe.Option != c.option {
+			t.Errorf("%s with a bad value: %v, want an OptionError naming it that matches ErrInvalidOption", c.option, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := transport.Open(ctx, "kafka://h:9092?delivery_timeout=soon"); !errors.Is(err, transport.ErrInvalidOption) {
+		t.Errorf("a bad delivery_timeout: %v, want an error matching ErrInvalidOption", err)
 	}
 }
 
@@ -183,7 +222,9 @@ func TestOpenUnreachable(t *testing.T) {
 	t.Logf("Open on a silent port failed after %s: %v", took.Round(time.Millisecond), err)
 }
 
-func TestParseAttempts(t *testing.T) {
+// TestDecodeAttempts: a consumer reads the bq-attempts header as the reference SDK's
+// int() does (driverkit.Attempts, the coercion every driver shares).
+func TestDecodeAttempts(t *testing.T) {
 	cases := []struct {
 		in   string
 		n    int
@@ -196,10 +237,12 @@ func TestParseAttempts(t *testing.T) {
 		{"9223372036854775807", math.MaxInt, true}, {"2147483648", 1 << 31, true},
 		{"-99999999999999999999999", -math.MaxInt, true},
 	}
+	view := &consumer{queue: "q"}
 	for _, c := range cases {
-		n, ok := parseAttempts([]byte(c.in))
-		if n != c.n || ok != c.okay {
-			t.Errorf("parseAttempts(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.okay)
+		var d transport.Delivery
+		view.Decode(&record{r: recordWithHeader(HeaderAttempts, c.in)}, &d)
+		if n, ok := d.AttemptsHeader, d.HasAttemptsHeader; n != c.n || ok != c.okay {
+			t.Errorf("bq-attempts %q read as %d, %v; want %d, %v", c.in, n, ok, c.n, c.okay)
 		}
 	}
 }

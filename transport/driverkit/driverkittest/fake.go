@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
@@ -111,6 +112,18 @@ func (f *Fake) Breaches() []string {
 // and cfg.Queue is set to queue; the driver offers HandOff, and AtomicAcks when cfg
 // asks for them.
 func (f *Fake) Consume(queue string, cfg driverkit.Config, opts transport.ConsumeOptions, faults *Faults) (*driverkit.Consumer[*Message], error) {
+	return f.consume(queue, cfg, opts, faults, false)
+}
+
+// ConsumeAsync is [Fake.Consume] with a driver that also implements
+// [driverkit.AsyncWriter], as a client with delivery callbacks does: the kit hands
+// pipelined settlements to WriteAsync, which makes the write (OpWrite) and calls done
+// from a goroutine of its own once the confirmation (OpConfirm) is over.
+func (f *Fake) ConsumeAsync(queue string, cfg driverkit.Config, opts transport.ConsumeOptions, faults *Faults) (*driverkit.Consumer[*Message], error) {
+	return f.consume(queue, cfg, opts, faults, true)
+}
+
+func (f *Fake) consume(queue string, cfg driverkit.Config, opts transport.ConsumeOptions, faults *Faults, async bool) (*driverkit.Consumer[*Message], error) {
 	if cfg.Broker == "" {
 		cfg.Broker = "fake"
 	}
@@ -119,6 +132,9 @@ func (f *Fake) Consume(queue string, cfg driverkit.Config, opts transport.Consum
 	var drv driverkit.Driver[*Message] = d
 	if faults != nil {
 		drv = Wrap(drv, faults)
+	}
+	if async {
+		drv = asyncDriver{drv}
 	}
 	k, err := driverkit.New(drv, cfg, opts)
 	if err != nil {
@@ -265,5 +281,40 @@ func (d *fakeDriver) Close(context.Context) error {
 	}
 	slices.SortFunc(back, func(a, b *Message) int { return a.ID - b.ID })
 	f.queues[d.queue] = append(back, f.queues[d.queue]...)
+	return nil
+}
+
+// asyncDriver gives a driver the kit's AsyncWriter: the confirmation its Write returns
+// is waited for on a goroutine of the driver's, which then calls done.
+type asyncDriver struct {
+	driverkit.Driver[*Message]
+}
+
+func (a asyncDriver) Write(ctx context.Context, m *Message, ws []*transport.Message) (driverkit.Confirm, error) {
+	return a.Driver.(driverkit.Writer[*Message]).Write(ctx, m, ws)
+}
+
+func (a asyncDriver) AckWrites(ctx context.Context, m *Message, ws []*transport.Message) error {
+	return a.Driver.(driverkit.AtomicAcker[*Message]).AckWrites(ctx, m, ws)
+}
+
+func (a asyncDriver) HandOff(ctx context.Context, m *Message) error {
+	return a.Driver.(driverkit.HandOffer[*Message]).HandOff(ctx, m)
+}
+
+func (a asyncDriver) WriteAsync(ctx context.Context, m *Message, ws []*transport.Message, done func(error)) error {
+	confirm, err := a.Write(ctx, m, ws)
+	if err != nil {
+		return err
+	}
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		if confirm != nil {
+			err = confirm(cctx)
+		}
+		done(err)
+	}()
 	return nil
 }
