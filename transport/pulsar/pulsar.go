@@ -203,20 +203,15 @@ func WithBatching(on bool) Option {
 }
 
 // WithPipelinedSettles sets whether settlements are pipelined (default true;
-// pipeline_settles in the URL). Pipelined, Settle of an Ack hands the runtime's settle
-// writes (retry, release, dead letter) to their producers (SendAsync), or the
-// acknowledgement to the consumer, and returns without waiting for the broker's
-// answers; the delivery is acknowledged only once every write is confirmed, and a write
-// or an acknowledgement that fails or has no answer within the send timeout makes the
-// transport rewind the delivery itself (a negative acknowledgement, logged with its
-// cause; receiving backs off while they keep failing), so it is delivered again:
-// nothing is lost, and a worker never waits for the broker. Not pipelined, Settle waits
-// for each receipt and for the acknowledgement's answer and returns a failed write as
-// a [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs
-// the worker a round trip to the broker (and its journal write) per settle write and
-// one per acknowledgement. A consumer opened with
-// [transport.ConsumeOptions.Transactional] (a DLQ redrive) never pipelines. An Option
-// given to [OpenURL] overrides the URL's pipeline_settles.
+// pipeline_settles in the URL; the package doc's Settlement). Pipelined, Settle of an
+// Ack returns once its writes are handed to their producers, or its acknowledgement to
+// the consumer, and the transport acknowledges the delivery once the broker confirmed
+// them, or rewinds it itself (logged, and receiving backs off) when one fails: nothing
+// is lost, and a worker never waits for the broker. Not pipelined, Settle waits for
+// each write's receipt and the acknowledgement's answer, and returns a failed write as
+// a [transport.SettleWriteError], which costs the worker a round trip per write and
+// per acknowledgement. An Option given to [OpenURL] overrides the URL's
+// pipeline_settles.
 func WithPipelinedSettles(on bool) Option {
 	return func(o *options) { o.pipeline = on }
 }
