@@ -264,7 +264,11 @@ func (a *acker) send() {
 			return
 		}
 		a.mu.Unlock()
-		b.err = a.pc.AckIDList(b.ids)
+		if len(b.ids) == 1 {
+			b.err = a.pc.AckID(b.ids[0]) // one ack: the client's own request costs less
+		} else {
+			b.err = a.pc.AckIDList(b.ids)
+		}
 		close(b.done)
 	}
 }
