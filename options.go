@@ -184,8 +184,9 @@ func WithConcurrency(n int) Option {
 }
 
 // WithPrefetch sets how many deliveries the consumer may hold at once: the broker's
-// prefetch (RabbitMQ's basic.qos, Artemis's link credit, Pulsar's receiver queue, the
-// messages Redis reserves in one call). The default is the concurrency, so that no
+// prefetch (RabbitMQ's basic.qos, Artemis's link credit, the messages Redis reserves in
+// one call; on Pulsar the deliveries handed out, its client's receiver queue being the
+// transport's receiver_queue). The default is the concurrency, so that no
 // message waits unhandled in this process. A larger prefetch hides the round trip to
 // the broker behind the handlers (a delivery is waiting when a worker finishes), at
 // the price of deliveries held here: they are given back when the app stops, and on a

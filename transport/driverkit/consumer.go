@@ -24,6 +24,8 @@ type Consumer[M any] struct {
 	book    *Ledger[M]
 	failed  func(*transport.Delivery, transport.Settlement, error) // ConsumeOptions.SettleFailed
 	pipe    chan struct{}                                          // a token per pipelined settlement in flight; nil when not pipelined
+	pipeW   bool                                                   // Acks with writes are pipelined (Config.Pipeline)
+	pipeA   bool                                                   // Acks without writes are pipelined (Config.PipelineAcks)
 	direct  bool                                                   // ConcurrentReceive with batches of one: no buffer
 	busy    gate                                                   // receives and settlements in progress, for Close
 	retry   retrier                                                // the backoff of failed receives
@@ -99,7 +101,9 @@ func New[M any](d Driver[M], cfg Config, opts transport.ConsumeOptions) (*Consum
 	} else if c.w, ok = d.(Writer[M]); !ok {
 		return nil, fmt.Errorf("driverkit: %s: %T has neither a Write method nor Config.AtomicAcks", cfg.Broker, d)
 	}
-	if cfg.Pipeline && !cfg.AtomicAcks && !opts.Transactional {
+	c.pipeW = cfg.Pipeline && !cfg.AtomicAcks && !opts.Transactional
+	c.pipeA = cfg.PipelineAcks && !opts.Transactional
+	if c.pipeW || c.pipeA {
 		depth := cfg.PipelineDepth
 		if depth <= 0 {
 			depth = max(prefetch, DefaultPipelineDepth)
@@ -365,7 +369,8 @@ func (c *Consumer[M]) receiveFailed(ctx context.Context, err error) error {
 // [Rewound] ([SettleFailed] after a failed Ack); a HandOff is [HandOffer.HandOff]; an
 // Ack without writes is [Driver.Ack]. An Ack with writes is [AtomicAcker.AckWrites],
 // or [Writer.Write], then [Confirm], then [Driver.Ack] (pipelined: Settle returns after
-// Write and the rest follows in the background). A write that fails is returned as a
+// Write and the rest follows in the background; with [Config.PipelineAcks] an Ack
+// without writes is made in the background too). A write that fails is returned as a
 // [*transport.SettleWriteError] and nothing is acknowledged.
 func (c *Consumer[M]) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
 	c.busy.enter()
@@ -374,7 +379,7 @@ func (c *Consumer[M]) Settle(ctx context.Context, d *transport.Delivery, s trans
 	if err != nil {
 		return err
 	}
-	if c.pipe != nil && s.Outcome == transport.Ack && len(s.Writes) > 0 {
+	if s.Outcome == transport.Ack && (c.pipeW && len(s.Writes) > 0 || c.pipeA && len(s.Writes) == 0) {
 		if err := c.settlePipelined(ctx, e.Value, d, s); err != nil {
 			return c.book.Finish(e, s, err)
 		}
@@ -411,10 +416,10 @@ func (c *Consumer[M]) settle(ctx context.Context, e *Entry[M], s transport.Settl
 }
 
 // writeErr makes err, the failure of settle writes ws, a *transport.SettleWriteError
-// naming the first write's queue, unless it is one already or says the delivery was
-// taken back.
+// naming the first write's queue, unless it is one already, says the delivery was
+// taken back, or there were no writes.
 func writeErr(err error, ws []*transport.Message) error {
-	if err == nil || errors.Is(err, transport.ErrAlreadySettled) {
+	if err == nil || len(ws) == 0 || errors.Is(err, transport.ErrAlreadySettled) {
 		return err
 	}
 	var swe *transport.SettleWriteError

@@ -832,3 +832,170 @@ func TestBindEndsWithClose(t *testing.T) {
 		t.Fatal("bound context still alive after Close")
 	}
 }
+
+// TestPipelinedAcks: with Config.PipelineAcks an Ack without writes returns before the
+// driver's Ack is made, frees the delivery's slot, and Close waits for the
+// acknowledgements in flight; an Ack that fails in the background gives the delivery
+// back and tells SettleFailed; one the broker took back is not given back; the
+// pipeline depth bounds the acknowledgements in flight; a Transactional consumer does
+// not pipeline them.
+func TestPipelinedAcks(t *testing.T) {
+	ack := transport.Settlement{Outcome: transport.Ack}
+	open := func(t *testing.T, n int, opts transport.ConsumeOptions, depth int) (*driverkittest.Fake, *driverkittest.Faults, *driverkit.Consumer[*driverkittest.Message], *logs) {
+		broker := driverkittest.NewFake()
+		for i := range n {
+			broker.Publish("in", fmt.Appendf(nil, "m%d", i))
+		}
+		faults := new(driverkittest.Faults)
+		l := new(logs)
+		cfg := fastConfig(l)
+		cfg.PipelineAcks, cfg.ConcurrentReceive, cfg.PipelineDepth = true, true, depth
+		opts.Prefetch = max(opts.Prefetch, n)
+		c, err := broker.Consume("in", cfg, opts, faults)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return broker, faults, c, l
+	}
+
+	t.Run("close waits", func(t *testing.T) {
+		ctx := ctxT(t)
+		const n = 5
+		broker, faults, c, _ := open(t, n, transport.ConsumeOptions{}, 0)
+		release := faults.Hang(driverkittest.OpAck)
+		for range n {
+			d, err := c.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Settle(ctx, d, ack); err != nil {
+				t.Fatalf("pipelined Ack = %v, want nil while the driver's Ack hangs", err)
+			}
+			if err := c.Settle(ctx, d, ack); !errors.Is(err, transport.ErrAlreadySettled) {
+				t.Fatalf("second Settle = %v, want ErrAlreadySettled", err)
+			}
+		}
+		if c.Held() != 0 || broker.Held() != n {
+			t.Fatalf("the consumer holds %d and the broker %d, want 0 and %d (acknowledgements in flight)", c.Held(), broker.Held(), n)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			release()
+		}()
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if broker.Held() != 0 || len(broker.Ready("in")) != 0 || faults.Calls(driverkittest.OpAck) != n {
+			t.Errorf("after Close the broker holds %d, %d wait, %d acks made; want every message acknowledged", broker.Held(), len(broker.Ready("in")), faults.Calls(driverkittest.OpAck))
+		}
+	})
+
+	t.Run("ack fails", func(t *testing.T) {
+		ctx := ctxT(t)
+		boom := errors.New("ack refused")
+		var mu sync.Mutex
+		var told []error
+		broker, faults, c, l := open(t, 1, transport.ConsumeOptions{SettleFailed: func(_ *transport.Delivery, s transport.Settlement, err error) {
+			mu.Lock()
+			told = append(told, err)
+			mu.Unlock()
+		}}, 0)
+		faults.Fail(driverkittest.OpAck, boom, 1)
+		d, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Settle(ctx, d, ack); err != nil {
+			t.Fatal(err)
+		}
+		again, err := c.Receive(ctx) // given back, delivered again
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(again.Body) != "m0" || again.Redeliveries != 1 || broker.GivenBack(driverkit.SettleFailed) != 1 {
+			t.Fatalf("after a failed Ack got %q (redeliveries %d), %d given back; want m0 given back once", again.Body, again.Redeliveries, broker.GivenBack(driverkit.SettleFailed))
+		}
+		mu.Lock()
+		if len(told) != 1 || !errors.Is(told[0], boom) {
+			t.Errorf("SettleFailed told %v, want the Ack's error once", told)
+		}
+		mu.Unlock()
+		if len(l.with("settle failed")) != 1 {
+			t.Errorf("the failed Ack was not logged as a failed settlement")
+		}
+		if err := c.Settle(ctx, again, ack); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if broker.Acks(1) != 1 {
+			t.Errorf("message acknowledged %d times, want once", broker.Acks(1))
+		}
+	})
+
+	t.Run("taken back", func(t *testing.T) {
+		ctx := ctxT(t)
+		broker, faults, c, l := open(t, 1, transport.ConsumeOptions{SettleFailed: func(*transport.Delivery, transport.Settlement, error) {
+			t.Error("SettleFailed told of an Ack the broker took back")
+		}}, 0)
+		faults.Fail(driverkittest.OpAck, &transport.TakenBackError{Broker: "fake", Queue: "in", Reason: "its channel closed"}, 1)
+		d, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Settle(ctx, d, ack); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if broker.GivenBack(driverkit.SettleFailed) != 0 || len(l.with("could not be acknowledged")) != 1 {
+			t.Errorf("a taken-back Ack: %d given back, logged %d times; want none given back, logged once",
+				broker.GivenBack(driverkit.SettleFailed), len(l.with("could not be acknowledged")))
+		}
+	})
+
+	t.Run("depth", func(t *testing.T) {
+		ctx := ctxT(t)
+		_, faults, c, _ := open(t, 3, transport.ConsumeOptions{}, 2)
+		release := faults.Hang(driverkittest.OpAck)
+		defer release()
+		for i := range 3 {
+			d, err := c.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			err = c.Settle(sctx, d, ack)
+			cancel()
+			if i < 2 && err != nil {
+				t.Fatalf("Ack %d = %v, want nil (room in the pipeline)", i, err)
+			}
+			if i == 2 && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Ack beyond the pipeline depth = %v, want it to wait for room until its context ends", err)
+			}
+		}
+	})
+
+	t.Run("transactional", func(t *testing.T) {
+		ctx := ctxT(t)
+		boom := errors.New("ack refused")
+		broker, faults, c, _ := open(t, 1, transport.ConsumeOptions{Transactional: true}, 0)
+		faults.Fail(driverkittest.OpAck, boom, 1)
+		d, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Settle(ctx, d, ack); !errors.Is(err, boom) {
+			t.Fatalf("Ack of a Transactional consumer = %v, want the driver's error before Settle returns", err)
+		}
+		if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Rewind}); err != nil {
+			t.Fatal(err)
+		}
+		if broker.GivenBack(driverkit.SettleFailed) != 1 {
+			t.Errorf("the Rewind after the failed Ack gave back %d, want 1", broker.GivenBack(driverkit.SettleFailed))
+		}
+	})
+}

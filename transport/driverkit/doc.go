@@ -61,7 +61,9 @@
 // Settle validates the settlement and that the delivery is this consumer's and not
 // settled already, then:
 //
-//   - Ack without writes: [Driver.Ack].
+//   - Ack without writes: [Driver.Ack]. With [Config.PipelineAcks] Settle returns at
+//     once and a goroutine of the kit makes it; one that fails gives the delivery back
+//     ([SettleFailed]) and tells [transport.ConsumeOptions.SettleFailed].
 //   - Ack with writes: [AtomicAcker.AckWrites] with [Config.AtomicAcks]; else
 //     [Writer.Write], then its [Confirm], then [Driver.Ack]. A write that fails is
 //     returned as a [*transport.SettleWriteError] and nothing is acknowledged; the

@@ -184,6 +184,16 @@ type Config struct {
 	// failure ([AsyncWriter.WriteAsync] and its callback instead, when the driver has
 	// it). Ignored with AtomicAcks or [transport.ConsumeOptions.Transactional].
 	Pipeline bool
+	// PipelineAcks pipelines the acknowledgements of Ack settlements without writes as
+	// Pipeline does those with writes: Settle returns once the settlement holds a token
+	// of the pipeline, and a goroutine of the kit makes the [Driver.Ack] (up to
+	// Config.ConfirmTimeout); an Ack that fails gives the delivery back
+	// ([SettleFailed]) and tells [transport.ConsumeOptions.SettleFailed], unless the
+	// broker took it back already. For a broker whose acknowledgement waits for its
+	// answer (a round trip the worker need not wait for), and a driver whose Ack groups
+	// the calls made at once into one request. Ignored with
+	// [transport.ConsumeOptions.Transactional].
+	PipelineAcks bool
 	// PipelineDepth bounds the pipelined settlements in flight; Settle waits for room.
 	// Default: the prefetch or [DefaultPipelineDepth], whichever is larger.
 	PipelineDepth int

@@ -2,6 +2,7 @@ package driverkit
 
 import (
 	"context"
+	"errors"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -17,6 +18,9 @@ import (
 // writes; a write made before one that failed may be made again (a duplicate at worst,
 // never a loss). The worker is free for the next delivery meanwhile, so the
 // confirmations of many settlements share the broker's round trips and journal syncs.
+//
+// Pipelined acknowledgements ([Config.PipelineAcks]) are the same with no writes: the
+// goroutine makes the acknowledgement, and one that fails gives the delivery back.
 
 // settlePipelined hands the writes over and starts the wait for their confirmation.
 // An error it returns acknowledged nothing and left nothing in flight.
@@ -27,10 +31,10 @@ func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Del
 		select {
 		case c.pipe <- struct{}{}:
 		case <-ctx.Done():
-			return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: ctx.Err()}
+			return writeErr(ctx.Err(), s.Writes)
 		}
 	}
-	if c.async != nil {
+	if c.async != nil && len(s.Writes) > 0 {
 		c.busy.enter()
 		err := c.async.WriteAsync(ctx, m, s.Writes, func(err error) {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConfirmTimeout)
@@ -44,10 +48,13 @@ func (c *Consumer[M]) settlePipelined(ctx context.Context, m M, d *transport.Del
 		}
 		return nil
 	}
-	confirm, err := c.w.Write(ctx, m, s.Writes)
-	if err != nil {
-		<-c.pipe
-		return writeErr(err, s.Writes)
+	var confirm Confirm
+	if len(s.Writes) > 0 {
+		var err error
+		if confirm, err = c.w.Write(ctx, m, s.Writes); err != nil {
+			<-c.pipe
+			return writeErr(err, s.Writes)
+		}
 	}
 	c.busy.enter()
 	go c.awaitPipelined(m, d, s, confirm)
@@ -82,18 +89,22 @@ func (c *Consumer[M]) finishPipelined(ctx context.Context, m M, d *transport.Del
 		return // Close gave up waiting: the driver's side is closed and the broker redelivers
 	}
 	if err == nil {
-		if aerr := c.d.Ack(ctx, m); aerr != nil {
-			// Taken back by the broker (a channel or link gone) after its writes were
-			// made: it is delivered again and its writes are made again.
-			c.cfg.Logger.Warn(c.cfg.Broker+": settle writes made for a delivery that could not be acknowledged; the broker delivers it again",
-				"queue", c.cfg.Queue, "error", aerr)
+		aerr := c.d.Ack(ctx, m)
+		if aerr == nil {
+			c.book.SettleSucceeded()
 			return
 		}
-		c.book.SettleSucceeded()
-		return
+		if errors.Is(aerr, transport.ErrAlreadySettled) {
+			// Taken back by the broker (a channel or link gone), after its writes were
+			// made, if any: it is delivered again and its writes are made again.
+			c.cfg.Logger.Warn(c.cfg.Broker+": a pipelined settlement could not be acknowledged; the broker delivers it again",
+				"queue", c.cfg.Queue, "writes", len(s.Writes), "error", aerr)
+			return
+		}
+		err = aerr
 	}
 	if gerr := c.d.GiveBack(ctx, []M{m}, SettleFailed); gerr != nil {
-		c.cfg.Logger.Warn(c.cfg.Broker+": cannot give back a delivery whose settle write failed; the broker redelivers it after its own timeout",
+		c.cfg.Logger.Warn(c.cfg.Broker+": cannot give back a delivery whose pipelined settlement failed; the broker redelivers it after its own timeout",
 			"queue", c.cfg.Queue, "error", gerr)
 	}
 	if c.failed != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -26,9 +27,16 @@ var _ transport.Browser = (*Transport)(nil)
 // reads the subscription's position through. A transport opened from a URL defaults
 // it to port 8080 (8443 for pulsar+ssl://) of the URL's first host; the URL parameter
 // admin sets it. A transport built with [New] has none unless this option gives it,
-// and cannot browse without it. Only the unauthenticated API is supported.
+// and cannot browse without it (an empty u leaves it so). Only the unauthenticated API
+// is supported. A u that is not an http(s) URL with a host is refused.
 func WithAdminURL(u string) Option {
-	return func(o *options) { o.adminURL = strings.TrimRight(u, "/") }
+	return func(o *options) {
+		if p, err := url.Parse(u); u != "" && (err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "") {
+			o.bad.Invalid("WithAdminURL", "want the admin REST API's http(s)://host:port")
+			return
+		}
+		o.adminURL = strings.TrimRight(u, "/")
+	}
 }
 
 // defaultAdminURL is the admin API next to the first broker of serviceURL.
@@ -45,14 +53,14 @@ func defaultAdminURL(serviceURL string) string {
 }
 
 // adminParam reads the admin URL parameter: an http or https URL with a host.
-func adminParam(q transport.Query) (string, error) {
+func adminParam(q driverkit.Query) (string, error) {
 	v, ok := q.String("admin")
 	if !ok {
 		return "", nil
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return "", &transport.BadURLError{Scheme: "pulsar", Param: "admin", Reason: "want the admin REST API's http(s)://host:port, without credentials"}
+		return "", q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }

@@ -2,9 +2,8 @@ package pulsar
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
@@ -34,20 +33,11 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 		ctx, cancel = context.WithTimeout(ctx, t.opts.sendTimeout)
 		defer cancel()
 	}
-	r := &receipts{errs: make([]error, len(msgs)), open: make([]bool, len(msgs))}
+	r := newReceipts(len(msgs))
 	var used []pc.Producer
 	for i, m := range msgs {
-		if m == nil || m.Queue == "" {
-			r.errs[i] = errors.New("pulsar: message has no queue")
-			continue
-		}
-		if len(m.Body) == 0 {
-			r.errs[i] = ErrEmptyBody
-			continue
-		}
-		pm := producerMessage(m)
-		size := wireSize(pm)
-		if err := transport.CheckSize("pulsar", m.Queue, size, t.opts.maxMessageSize-MetadataReserve); err != nil {
+		pm, err := t.check(m)
+		if err != nil {
 			r.errs[i] = err
 			continue
 		}
@@ -59,17 +49,10 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			}
 			break
 		}
-		if !containsProducer(used, p) {
+		if !slices.Contains(used, p) {
 			used = append(used, p)
 		}
-		r.expect(i)
-		queue := m.Queue
-		p.SendAsync(ctx, pm, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
-			if err != nil {
-				err = t.sendError(queue, size, err)
-			}
-			r.done(i, err)
-		})
+		t.sendAsync(ctx, p, m.Queue, pm, r, i)
 	}
 	for _, p := range used {
 		if err := p.FlushWithCtx(ctx); err != nil {
@@ -79,23 +62,18 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	return transport.NewBatchError(r.wait(ctx))
 }
 
-func containsProducer(ps []pc.Producer, p pc.Producer) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
+// sendAsync hands pm, a write to queue, to its producer p and records its outcome in r
+// at i. A write that fails makes the next write to queue get a new producer
+// ([Transport.dropProducer]).
+func (t *Transport) sendAsync(ctx context.Context, p pc.Producer, queue string, pm *pc.ProducerMessage, r *receipts, i int) {
+	r.expect(i)
+	p.SendAsync(ctx, pm, func(_ pc.MessageID, _ *pc.ProducerMessage, err error) {
+		if err != nil {
+			t.dropProducer(queue, p)
+			err = fmt.Errorf("pulsar: publish to %q: %w", queue, t.refused(queue, wireSize(pm), err))
 		}
-	}
-	return false
-}
-
-// sendError is the error of a write the broker did not persist; a message over the
-// broker's own maxMessageSize matches [transport.ErrTooLarge].
-func (t *Transport) sendError(queue string, size int, err error) error {
-	if errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize") {
-		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
-			transport.ErrTooLarge, size, queue, t.opts.maxMessageSize, err)
-	}
-	return fmt.Errorf("pulsar: publish to %q: %w", queue, err)
+		r.done(i, err)
+	})
 }
 
 // receipts collects the outcomes of a batch's asynchronous sends.
@@ -106,6 +84,8 @@ type receipts struct {
 	pending int
 	changed chan struct{} // closed when pending reaches zero
 }
+
+func newReceipts(n int) *receipts { return &receipts{errs: make([]error, n), open: make([]bool, n)} }
 
 func (r *receipts) expect(i int) {
 	r.mu.Lock()

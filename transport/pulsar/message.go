@@ -7,6 +7,7 @@ import (
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // The message properties of the Pulsar binding (SPEC §7.5). All are strings.
@@ -80,7 +81,9 @@ func producerMessage(m *transport.Message) *pc.ProducerMessage {
 }
 
 // deliveryFields fills d from a received message: body, key, out-of-band headers,
-// redelivery count and attempts header. Nothing in msg can make it panic.
+// redelivery count and attempts header (read with the kit's one coercion,
+// [driverkit.ParseAttempts]: an integer as written, anything else is no header).
+// Nothing in msg can make it panic.
 func deliveryFields(d *transport.Delivery, msg pc.Message) {
 	if p := msg.Payload(); p != nil {
 		d.Body = p
@@ -92,10 +95,7 @@ func deliveryFields(d *transport.Delivery, msg pc.Message) {
 	}
 	for k, v := range msg.Properties() {
 		if k == PropAttempts {
-			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-				d.AttemptsHeader = n
-				d.HasAttemptsHeader = true
-			}
+			d.AttemptsHeader, d.HasAttemptsHeader = driverkit.ParseAttempts(v)
 			continue
 		}
 		if projected(k) {

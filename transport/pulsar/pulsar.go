@@ -17,9 +17,8 @@ import (
 	pc "github.com/apache/pulsar-client-go/pulsar"
 	pclog "github.com/apache/pulsar-client-go/pulsar/log"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
-	"github.com/babelqueue-go/babelqueue/internal/settlepipe"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -78,12 +77,14 @@ type options struct {
 	sendTimeout     time.Duration
 	connectTimeout  time.Duration
 	maxMessageSize  int
+	receiverQueue   int
 	batching        bool
 	closeClient     bool
 	producerOptions func(*pc.ProducerOptions)
 	consumerOptions func(*pc.ConsumerOptions)
 	adminURL        string // the admin REST API, for Browse (browse.go)
-	pipeline        bool   // pipelined settle writes (WithPipelinedSettles, pipeline.go)
+	pipeline        bool   // pipelined settlements (WithPipelinedSettles)
+	bad             driverkit.Options
 }
 
 // WithLogger sets the logger of the transport (default slog.Default()). A transport
@@ -96,42 +97,84 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// The option functions refuse a value the transport cannot work with: [New] and
+// [OpenURL] then fail with an error naming the option that matches
+// babelqueue.ErrInvalidOption (transport.ErrInvalidOption).
+
 // WithSubscription sets the subscription name consumers attach with (default
-// [DefaultSubscription]). The URL parameter subscription sets the same.
+// [DefaultSubscription]). The URL parameter subscription sets the same. An empty name
+// is refused.
 func WithSubscription(name string) Option {
 	return func(o *options) {
-		if name != "" {
-			o.subscription = name
+		if name == "" {
+			o.bad.Invalid("WithSubscription", "want a subscription name, got an empty one")
+			return
 		}
+		o.subscription = name
 	}
 }
 
 // WithSubscriptionType sets the subscription type (default [Shared]). The URL parameter
-// subscription_type sets the same. An unknown type makes [New] fail.
+// subscription_type sets the same. An unknown type is refused.
 func WithSubscriptionType(t SubscriptionType) Option {
-	return func(o *options) { o.subType = t }
+	return func(o *options) {
+		if _, ok := t.native(); !ok {
+			o.bad.Invalid("WithSubscriptionType", "unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(t))
+			return
+		}
+		o.subType = t
+	}
+}
+
+// positive records d as the duration of option into, refusing one that is not positive.
+func (o *options) positive(option string, d time.Duration, into *time.Duration) {
+	if d <= 0 {
+		o.bad.Invalid(option, "want a duration above zero, got %s", d)
+		return
+	}
+	*into = d
 }
 
 // WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a delivery
 // that was rewound (negatively acknowledged). Default 1s; the URL parameter nack_delay
-// sets the same. A delay that is not positive makes [New] and [OpenURL] fail.
+// sets the same. A delay that is not positive is refused.
 func WithNackRedeliveryDelay(d time.Duration) Option {
-	return func(o *options) { o.nackDelay = d }
+	return func(o *options) { o.positive("WithNackRedeliveryDelay", d, &o.nackDelay) }
 }
 
 // WithSendTimeout bounds the wait for the broker to confirm a write when the caller's
-// context has no deadline (default 30s); the URL parameter send_timeout sets the same.
-// A timeout that is not positive makes [New] and [OpenURL] fail.
+// context has no deadline, and for the broker's answer to a pipelined settlement's
+// writes and acknowledgement (default 30s); the URL parameter send_timeout sets the
+// same. A timeout that is not positive is refused.
 func WithSendTimeout(d time.Duration) Option {
-	return func(o *options) { o.sendTimeout = d }
+	return func(o *options) { o.positive("WithSendTimeout", d, &o.sendTimeout) }
 }
 
 // WithConnectTimeout bounds how long [OpenURL] waits for the broker to answer, and how
 // long the client it builds waits for each new connection (default
 // [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same. [New]
-// ignores it: the client is yours.
+// ignores it: the client is yours. A timeout that is not positive is refused.
 func WithConnectTimeout(d time.Duration) Option {
-	return func(o *options) { o.connectTimeout = d }
+	return func(o *options) { o.positive("WithConnectTimeout", d, &o.connectTimeout) }
+}
+
+// WithReceiverQueueSize sets the receiver queue of the transport's consumers: how many
+// messages the Pulsar client fetches ahead of the workers (default
+// [DefaultReceiverQueueSize], the Pulsar clients' own default; receiver_queue in the
+// URL). It is independent of the runtime's prefetch (babelqueue.WithPrefetch), which
+// bounds the deliveries handed to the workers and not yet settled: messages waiting in
+// the receiver queue were not handed out, and when the consumer closes or dies the
+// broker gives them to the subscription's other consumers, their redelivery count
+// unchanged. A small queue (1) makes every receive wait a round trip to the broker. A
+// size below 1 is refused.
+func WithReceiverQueueSize(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.bad.Invalid("WithReceiverQueueSize", "want a number of messages above zero, got %d", n)
+			return
+		}
+		o.receiverQueue = n
+	}
 }
 
 // WithMaxMessageSize tells the transport the broker's maxMessageSize in bytes (default
@@ -141,9 +184,15 @@ func WithConnectTimeout(d time.Duration) Option {
 // size less [MetadataReserve] for what the client adds (producer name, sequence id,
 // timestamps). A larger write fails before it reaches the client with an error
 // matching [transport.ErrTooLarge] that names the size and that limit. A size not above
-// MetadataReserve makes [New] and [OpenURL] fail.
+// MetadataReserve is refused.
 func WithMaxMessageSize(n int) Option {
-	return func(o *options) { o.maxMessageSize = n }
+	return func(o *options) {
+		if n <= MetadataReserve {
+			o.bad.Invalid("WithMaxMessageSize", "want a number of bytes above %d (MetadataReserve), got %d", MetadataReserve, n)
+			return
+		}
+		o.maxMessageSize = n
+	}
 }
 
 // WithBatching turns on the Pulsar producer's batching. It is off by default: every
@@ -153,19 +202,16 @@ func WithBatching(on bool) Option {
 	return func(o *options) { o.batching = on }
 }
 
-// WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
-// letter) are pipelined (default true; pipeline_settles in the URL). Pipelined, Settle
-// hands the writes to their producers (SendAsync) and returns without waiting for the
-// broker's receipts; the delivery is acknowledged only once every write is confirmed,
-// and a write that fails or is not confirmed within the send timeout makes the
-// transport rewind the delivery itself (a negative acknowledgement, logged with its
-// cause; receiving backs off while such writes keep failing), so it is delivered again:
-// nothing is lost, and a worker never waits for its own write. Not pipelined, Settle
-// waits for each receipt and returns a failed write as a [transport.SettleWriteError]
-// (the runtime then rewinds the delivery), which costs the worker a round trip to the
-// broker (and its journal write) per settle write. A consumer opened with
-// [transport.ConsumeOptions.Transactional] (a DLQ redrive) never pipelines. An Option
-// given to [OpenURL] overrides the URL's pipeline_settles.
+// WithPipelinedSettles sets whether settlements are pipelined (default true;
+// pipeline_settles in the URL; the package doc's Settlement). Pipelined, Settle of an
+// Ack returns once its writes are handed to their producers, or its acknowledgement to
+// the consumer, and the transport acknowledges the delivery once the broker confirmed
+// them, or rewinds it itself (logged, and receiving backs off) when one fails: nothing
+// is lost, and a worker never waits for the broker. Not pipelined, Settle waits for
+// each write's receipt and the acknowledgement's answer, and returns a failed write as
+// a [transport.SettleWriteError], which costs the worker a round trip per write and
+// per acknowledgement. An Option given to [OpenURL] overrides the URL's
+// pipeline_settles.
 func WithPipelinedSettles(on bool) Option {
 	return func(o *options) { o.pipeline = on }
 }
@@ -197,9 +243,12 @@ const (
 	// MetadataReserve is the part of the broker's maxMessageSize the size check leaves
 	// for the metadata the Pulsar client adds to every message.
 	MetadataReserve = 512
+	// DefaultReceiverQueueSize is the receiver queue of a consumer
+	// ([WithReceiverQueueSize]).
+	DefaultReceiverQueueSize = 1000
 )
 
-func buildOptions(opts []Option) options {
+func buildOptions(opts []Option) (options, error) {
 	o := options{
 		logger:         slog.Default(),
 		subscription:   DefaultSubscription,
@@ -208,30 +257,14 @@ func buildOptions(opts []Option) options {
 		sendTimeout:    30 * time.Second,
 		connectTimeout: DefaultConnectTimeout,
 		maxMessageSize: DefaultMaxMessageSize,
+		receiverQueue:  DefaultReceiverQueueSize,
 		pipeline:       true,
+		bad:            driverkit.Options{Broker: "pulsar"},
 	}
 	for _, f := range opts {
 		f(&o)
 	}
-	return o
-}
-
-// check refuses option values the transport cannot work with.
-func (o options) check() error {
-	if _, ok := o.subType.native(); !ok {
-		return fmt.Errorf("pulsar: unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(o.subType))
-	}
-	switch {
-	case o.nackDelay <= 0:
-		return fmt.Errorf("pulsar: the nack redelivery delay must be positive, not %s", o.nackDelay)
-	case o.sendTimeout <= 0:
-		return fmt.Errorf("pulsar: the send timeout must be positive, not %s", o.sendTimeout)
-	case o.connectTimeout <= 0:
-		return fmt.Errorf("pulsar: the connect timeout must be positive, not %s", o.connectTimeout)
-	case o.maxMessageSize <= MetadataReserve:
-		return fmt.Errorf("pulsar: the maximum message size must be above %d bytes, not %d", MetadataReserve, o.maxMessageSize)
-	}
-	return nil
+	return o, o.bad.Err()
 }
 
 // Config is what a pulsar:// URL says, parsed by [ParseURL].
@@ -251,6 +284,8 @@ type Config struct {
 	NackDelay time.Duration
 	// MaxMessageSize is the max_message_size parameter in bytes; zero when not given.
 	MaxMessageSize int
+	// ReceiverQueueSize is the receiver_queue parameter; zero when not given.
+	ReceiverQueueSize int
 	// AdminURL is the admin parameter: the http(s) URL of the admin REST API that
 	// Browse reads through; empty when not given (see [WithAdminURL]).
 	AdminURL string
@@ -260,7 +295,8 @@ type Config struct {
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
-var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size", "admin", "pipeline_settles"}
+var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size",
+	"receiver_queue", "admin", "pipeline_settles"}
 
 // options returns the options the URL's parameters stand for.
 func (c Config) options() []Option {
@@ -277,6 +313,9 @@ func (c Config) options() []Option {
 	if c.MaxMessageSize > 0 {
 		opts = append(opts, WithMaxMessageSize(c.MaxMessageSize))
 	}
+	if c.ReceiverQueueSize > 0 {
+		opts = append(opts, WithReceiverQueueSize(c.ReceiverQueueSize))
+	}
 	if c.AdminURL != "" {
 		opts = append(opts, WithAdminURL(c.AdminURL))
 	}
@@ -284,7 +323,8 @@ func (c Config) options() []Option {
 }
 
 // ParseURL reads a pulsar:// or pulsar+ssl:// URL. Errors match [transport.ErrBadURL]
-// and name the part at fault.
+// and name the part at fault; a bad parameter's also matches
+// [transport.ErrInvalidOption].
 func ParseURL(u *url.URL) (Config, error) {
 	scheme := strings.ToLower(u.Scheme)
 	bad := func(param, reason string) (Config, error) {
@@ -304,7 +344,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.User != nil {
 		return bad("user", "pulsar:// URLs carry no credentials; build a client with token or TLS authentication and use pulsar.New")
 	}
-	if err := transport.CheckParams(u, urlParams...); err != nil {
+	q, err := driverkit.ParseQuery("pulsar", u, urlParams...)
+	if err != nil {
 		return Config{}, err
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -335,10 +376,6 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		hosts = append(hosts, net.JoinHostPort(host, port))
 	}
-	q, err := transport.ParseQuery(u)
-	if err != nil {
-		return Config{}, err
-	}
 	c := Config{
 		ServiceURL:       scheme + "://" + strings.Join(hosts, ","),
 		Subscription:     DefaultSubscription,
@@ -353,7 +390,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	if v, ok := q.String("subscription_type"); ok {
 		st := SubscriptionType(strings.ToLower(v))
 		if _, ok := st.native(); !ok || st == "" {
-			return bad("subscription_type", "want shared, exclusive, failover or key_shared")
+			return Config{}, q.Bad("subscription_type", "want shared, exclusive, failover or key_shared")
 		}
 		c.SubscriptionType = st
 	}
@@ -371,6 +408,9 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 	}
 	if c.MaxMessageSize, _, err = q.Int("max_message_size", MetadataReserve+1, math.MaxInt32); err != nil {
+		return Config{}, err
+	}
+	if c.ReceiverQueueSize, _, err = q.Int("receiver_queue", 1, math.MaxInt32); err != nil {
 		return Config{}, err
 	}
 	if c.AdminURL, err = adminParam(q); err != nil {
@@ -396,8 +436,8 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		return nil, err
 	}
 	all := append([]Option{WithLogger(transport.LoggerFrom(ctx)), WithAdminURL(defaultAdminURL(cfg.ServiceURL))}, cfg.options()...)
-	o := buildOptions(append(all, opts...))
-	if err := o.check(); err != nil {
+	o, err := buildOptions(append(all, opts...))
+	if err != nil {
 		return nil, err
 	}
 	if err := probe(ctx, cfg.ServiceURL, o.connectTimeout); err != nil {
@@ -448,8 +488,8 @@ func New(client pc.Client, opts ...Option) (*Transport, error) {
 	if client == nil {
 		return nil, errors.New("pulsar: New needs a client")
 	}
-	o := buildOptions(opts)
-	if err := o.check(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	t := newTransport(client, o)
@@ -463,7 +503,6 @@ func newTransport(client pc.Client, o options) *Transport {
 		opts:      o,
 		log:       o.logger,
 		producers: map[string]*producerSlot{},
-		consumers: map[*consumer]struct{}{},
 	}
 }
 
@@ -474,17 +513,14 @@ type Transport struct {
 	log        *slog.Logger
 	ownsClient bool
 
-	// settleFault, when set (by tests), fails the settle writes it returns an error for.
-	settleFault atomic.Pointer[func(*transport.Message) error]
+	// faultHook, when set (by tests), fails the settle writes it returns an error for.
+	faultHook atomic.Pointer[func(*transport.Message) error]
 
-	// pending counts the pipelined settlements of every consumer whose writes are in
-	// flight (pipeline.go); Close waits for them.
-	pending settlepipe.Inflight
+	consumers driverkit.Group // the consumers opened, closed with the transport
 
 	mu        sync.Mutex
 	closed    bool
 	producers map[string]*producerSlot
-	consumers map[*consumer]struct{}
 }
 
 // producerSlot holds one topic's producer; ready is closed once p or err is set, so
@@ -617,15 +653,20 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		ctx, cancel = context.WithTimeout(ctx, t.opts.sendTimeout)
 		defer cancel()
 	}
-	_, err = p.Send(ctx, pm)
-	if err != nil {
+	if _, err = p.Send(ctx, pm); err != nil {
 		t.dropProducer(m.Queue, p)
+		return t.refused(m.Queue, wireSize(pm), err)
 	}
-	if err != nil && (errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize")) {
-		// The broker's maxMessageSize is below max_message_size. The client reports it
-		// with an error of its internal package, known only by its text.
+	return nil
+}
+
+// refused is err, the failure of a write of size bytes to queue; when the broker's
+// maxMessageSize is below max_message_size it matches [transport.ErrTooLarge] (the
+// client reports that with an error of its internal package, known only by its text).
+func (t *Transport) refused(queue string, size int, err error) error {
+	if errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize") {
 		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
-			transport.ErrTooLarge, wireSize(pm), m.Queue, t.opts.maxMessageSize, err)
+			transport.ErrTooLarge, size, queue, t.opts.maxMessageSize, err)
 	}
 	return err
 }
@@ -643,12 +684,18 @@ func wireSize(pm *pc.ProducerMessage) int {
 	return n
 }
 
+// settleFault is the error a test's fault hook makes a settle write fail with.
+func (t *Transport) settleFault(m *transport.Message) error {
+	if f := t.faultHook.Load(); f != nil {
+		return (*f)(m)
+	}
+	return nil
+}
+
 // sendSettle makes one settle write, unless a test's fault hook refuses it.
 func (t *Transport) sendSettle(ctx context.Context, m *transport.Message) error {
-	if f := t.settleFault.Load(); f != nil {
-		if err := (*f)(m); err != nil {
-			return err
-		}
+	if err := t.settleFault(m); err != nil {
+		return err
 	}
 	return t.send(ctx, m)
 }
@@ -666,99 +713,11 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return nil
 }
 
-// Consume subscribes to the topic queue with the transport's subscription. Messages
-// published before the subscription first existed are received too (the initial
-// position is the earliest message).
-func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	if queue == "" {
-		return nil, errors.New("pulsar: Consume needs a queue")
-	}
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		return nil, transport.ErrClosed
-	}
-	prefetch := max(opts.Prefetch, 1)
-	st, _ := t.opts.subType.native()
-	co := pc.ConsumerOptions{
-		Topic:                       queue,
-		SubscriptionName:            t.opts.subscription,
-		Type:                        st,
-		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest,
-		ReceiverQueueSize:           prefetch,
-		NackRedeliveryDelay:         t.opts.nackDelay,
-		// An Ack returns once the broker has it: without this the client groups acks
-		// for up to 100ms, and Close (or a crash) can lose the last ones, so a message
-		// whose settle writes were made comes back (a redrive's move, a retry twice).
-		AckWithResponse:   true,
-		BackOffPolicyFunc: newReconnectBackoff,
-	}
-	if t.opts.consumerOptions != nil {
-		t.opts.consumerOptions(&co)
-	}
-	type result struct {
-		c   pc.Consumer
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := t.client.Subscribe(co)
-		done <- result{c, err}
-	}()
-	var r result
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.err == nil {
-				r.c.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("pulsar: subscribe %q to %q: %w", t.opts.subscription, queue, r.err)
-	}
-	c := &consumer{
-		t:      t,
-		queue:  queue,
-		pc:     r.c,
-		failed: opts.SettleFailed,
-		book: ledger.New[pc.Message](ledger.Config{
-			Broker:   "pulsar",
-			Queue:    queue,
-			Prefetch: prefetch,
-			Logger:   t.log,
-		}),
-	}
-	// A Transactional consumer (a DLQ redrive) does not pipeline: without a Pulsar
-	// transaction here, settling before Settle returns keeps a kill's duplicates to the
-	// one delivery in hand.
-	if t.opts.pipeline && !opts.Transactional {
-		c.pipe = settlepipe.New(max(pipeDepth, prefetch), &t.pending)
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		r.c.Close()
-		return nil, transport.ErrClosed
-	}
-	t.consumers[c] = struct{}{}
-	t.mu.Unlock()
-	return c, nil
-}
-
-func (t *Transport) forget(c *consumer) {
-	t.mu.Lock()
-	delete(t.consumers, c)
-	t.mu.Unlock()
-}
-
 // Close closes the consumers still open (their unsettled deliveries go back to the
-// broker), waits, until ctx ends, for the pipelined settlements in flight (each
+// broker), waiting, until ctx ends, for their pipelined settlements in flight (each
 // delivery is acknowledged once its writes are confirmed, or rewound), flushes and
-// closes every producer and, when the transport owns it, the client.
+// closes every producer and, when the transport owns it, the client. It returns the
+// errors of those steps joined.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
 	if t.closed {
@@ -770,18 +729,8 @@ func (t *Transport) Close(ctx context.Context) error {
 	for _, s := range t.producers {
 		slots = append(slots, s)
 	}
-	consumers := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		consumers = append(consumers, c)
-	}
 	t.mu.Unlock()
-	for _, c := range consumers {
-		_ = c.Close(ctx)
-	}
-	if !t.pending.Wait(ctx) {
-		t.log.Warn("pulsar: transport closed before the receipts of its pipelined settle writes came; those deliveries are delivered again")
-	}
-	var errs []error
+	errs := []error{t.consumers.Close(ctx)}
 	for _, s := range slots {
 		select {
 		case <-s.ready:
@@ -789,17 +738,15 @@ func (t *Transport) Close(ctx context.Context) error {
 			continue
 		}
 		if s.p != nil {
-			if err := s.p.FlushWithCtx(ctx); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, s.p.FlushWithCtx(ctx))
 			s.p.Close()
 		}
 	}
 	if t.ownsClient {
 		t.client.Close()
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("pulsar: close: %w", errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pulsar: close: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
+	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
 )
@@ -41,6 +42,7 @@ func TestParseURL(t *testing.T) {
 		{"pulsar://h?pipeline_settles=0", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
 		{"pulsar://h?pipeline_settles=off", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
 		{"pulsar://h?pipeline_settles=1", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
+		{"pulsar://h?receiver_queue=1", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true, ReceiverQueueSize: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -89,6 +91,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"pulsar://h:6650?pipeline_settles=maybe", "pipeline_settles"},
 		{"pulsar://h:6650?pipeline_settles=", "pipeline_settles"},
 		{"pulsar://h:6650?pipeline_settles=1&pipeline_settles=0", "pipeline_settles"},
+		{"pulsar://h:6650?receiver_queue=0", "receiver_queue"},
+		{"pulsar://h:6650?receiver_queue=lots", "receiver_queue"},
+		{"pulsar://h:6650?admin=ftp://h:21", "admin"},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -106,6 +111,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			}
 			if bad.Param != c.param {
 				t.Errorf("error names %q, want %q: %v", bad.Param, c.param, err)
+			}
+			if isParam := c.param != "scheme" && c.param != "host" && c.param != "port" && c.param != "path" && c.param != "fragment" && c.param != "user"; isParam && !errors.Is(err, babelqueue.ErrInvalidOption) {
+				t.Errorf("error %v of a bad parameter does not match babelqueue.ErrInvalidOption", err)
 			}
 			if strings.Contains(err.Error(), "s3cr3t-pw") {
 				t.Errorf("error echoes the password: %v", err)
@@ -145,7 +153,9 @@ func TestDelayOnlyOnSharedSubscriptions(t *testing.T) {
 	}
 }
 
-// Options whose value the transport cannot work with are refused, not ignored.
+// Options whose value the transport cannot work with are refused, not ignored: the
+// error names the option and matches babelqueue.ErrInvalidOption, from New and from
+// OpenURL alike.
 func TestNewRefusesBadOptions(t *testing.T) {
 	client, err := pc.NewClient(pc.ClientOptions{URL: "pulsar://127.0.0.1:1", Logger: silentPulsarLog()})
 	if err != nil {
@@ -153,14 +163,27 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	defer client.Close()
 	for name, o := range map[string]pulsar.Option{
-		"nack delay":        pulsar.WithNackRedeliveryDelay(-time.Second),
-		"send timeout":      pulsar.WithSendTimeout(0),
-		"max message size":  pulsar.WithMaxMessageSize(-1),
-		"subscription type": pulsar.WithSubscriptionType("round_robin"),
+		"WithNackRedeliveryDelay": pulsar.WithNackRedeliveryDelay(-time.Second),
+		"WithSendTimeout":         pulsar.WithSendTimeout(0),
+		"WithConnectTimeout":      pulsar.WithConnectTimeout(-1),
+		"WithMaxMessageSize":      pulsar.WithMaxMessageSize(-1),
+		"WithSubscriptionType":    pulsar.WithSubscriptionType("round_robin"),
+		"WithSubscription":        pulsar.WithSubscription(""),
+		"WithReceiverQueueSize":   pulsar.WithReceiverQueueSize(0),
+		"WithAdminURL":            pulsar.WithAdminURL("localhost:8080"),
 	} {
-		if tr, err := pulsar.New(client, o); err == nil {
+		tr, err := pulsar.New(client, o)
+		if err == nil {
 			_ = tr.Close(context.Background())
 			t.Errorf("New with a bad %s succeeded", name)
+			continue
+		}
+		if !errors.Is(err, babelqueue.ErrInvalidOption) || !strings.Contains(err.Error(), name) {
+			t.Errorf("New with a bad %s = %v, want an error naming it that matches ErrInvalidOption", name, err)
+		}
+		u, _ := url.Parse("pulsar://127.0.0.1:1")
+		if _, err := pulsar.OpenURL(context.Background(), u, o); !errors.Is(err, babelqueue.ErrInvalidOption) {
+			t.Errorf("OpenURL with a bad %s = %v, want ErrInvalidOption before it dials", name, err)
 		}
 	}
 }
