@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,42 +22,34 @@ import (
 // a basic.consume on it with manual acknowledgements and a prefetch of opts.Prefetch.
 // The consumer survives connection and channel loss: the next Receive consumes on a new
 // channel. The receive loop, the settlements and Close are the kit's
-// ([driverkit.Consumer]); this file and settle.go are RabbitMQ's side of them.
+// ([driverkit.Consumer]); this file is RabbitMQ's side of them: Ack is basic.ack once
+// the settle writes are confirmed ([WithPipelinedSettles]), a Rewind basic.nack with
+// requeue, and HandOff is not offered (RabbitMQ has no redrive of its own). A delivery
+// whose channel died cannot be acknowledged: its Ack returns a
+// [transport.TakenBackError] wrapping [ErrDeliveryLost], its Rewind succeeds (the
+// broker requeued it already). A transactional consumer settles in AMQP transactions
+// (move.go).
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("amqp: Consume: empty queue name")
 	}
 	prefetch := max(opts.Prefetch, 1)
-	c := &consumer{
-		t:        t,
-		queue:    queue,
-		prefetch: prefetch,
-		tag:      "babelqueue-go-" + randomHex(8),
-		tx:       newTxSettle(opts), // move.go
-		opening:  make(chan struct{}, 1),
-	}
+	c := &consumer{t: t, queue: queue, prefetch: prefetch, tag: "babelqueue-go-" + randomHex(8),
+		tx: opts.Transactional, opening: make(chan struct{}, 1)}
 	s, err := c.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	c.sess.Store(s)
-	k, err := driverkit.New[msg](c, driverkit.Config{
-		Broker:            "amqp",
-		Queue:             queue,
-		Logger:            t.log,
-		Group:             &t.consumers,
-		AtomicAcks:        c.tx != nil, // a transactional consumer commits each settlement (move.go)
-		Pipeline:          t.s.pipeline,
-		PipelineDepth:     prefetch, // the channel's basic.qos bounds them anyway
-		ConfirmTimeout:    t.s.confirmTimeout,
-		ConcurrentReceive: true,
+	c.kit, err = driverkit.New[msg](c, driverkit.Config{Broker: "amqp", Queue: queue, Logger: t.log, Group: &t.consumers,
+		AtomicAcks: c.tx, Pipeline: t.s.pipeline, ConfirmTimeout: t.s.confirmTimeout, ConcurrentReceive: true,
+		PipelineDepth: prefetch, // the channel's basic.qos bounds them anyway
 	}, opts)
 	if err != nil {
 		_ = s.ch.Close()
 		return nil, err
 	}
-	c.kit = k
-	return k, nil
+	return c.kit, nil
 }
 
 // consumer is RabbitMQ's side of one consumer: the channel consuming the queue, opened
@@ -67,13 +60,11 @@ type consumer struct {
 	prefetch int
 	tag      string
 	kit      *driverkit.Consumer[msg]
-
-	sess    atomic.Pointer[session] // the live channel; nil once lost, until a Receive opens another
-	opening chan struct{}           // a token held while a channel is opened
-	closed  bool                    // Close ran; guarded by the opening token
-
-	// tx is set on a consumer opened with ConsumeOptions.Transactional (move.go).
-	tx *txSettle
+	sess     atomic.Pointer[session] // the live channel; nil once lost, until a Receive opens another
+	opening  chan struct{}           // a token held while a channel is opened
+	closed   bool                    // Close ran; guarded by the opening token
+	tx       bool                    // opened with ConsumeOptions.Transactional (move.go)
+	txMu     sync.Mutex              // one transaction at a time on the channel
 }
 
 // session is one channel consuming the queue.
@@ -110,22 +101,22 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: open channel: %w", err)
 	}
+	fail := func(what string, err error) (*session, error) {
+		_ = ch.Close()
+		return nil, fmt.Errorf("amqp: %s: %w", what, err)
+	}
 	s := &session{ch: ch, closed: ch.NotifyClose(make(chan *amqp091.Error, 1))}
 	if err := ch.Qos(c.prefetch, 0, false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("amqp: set prefetch %d: %w", c.prefetch, err)
+		return fail("set prefetch "+strconv.Itoa(c.prefetch), err)
 	}
-	if err := c.txSelect(ch); err != nil { // move.go
-		_ = ch.Close()
-		return nil, err
-	}
-	if c.tx != nil { // move.go
+	if c.tx {
+		if err := ch.Tx(); err != nil {
+			return fail("transaction mode (tx.select)", err)
+		}
 		s.rt = c.t.trackReturns(ch)
 	}
-	s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil)
-	if err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("amqp: consume %q: %w", c.queue, err)
+	if s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil); err != nil {
+		return fail(fmt.Sprintf("consume %q", c.queue), err)
 	}
 	return s, nil
 }
@@ -144,11 +135,11 @@ func (c *consumer) session(ctx context.Context) (*session, error) {
 		return nil, transport.ErrClosed
 	}
 	defer func() { <-c.opening }()
-	if s := c.sess.Load(); s != nil {
-		return s, nil
-	}
 	if c.closed {
 		return nil, transport.ErrClosed
+	}
+	if s := c.sess.Load(); s != nil {
+		return s, nil
 	}
 	// Bounded: amqp091's channel calls wait for the broker's answer without a context.
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -226,6 +217,42 @@ func decode(d *amqp091.Delivery, out *transport.Delivery) {
 	out.Headers = userHeaders(d.Headers)
 }
 
+// userHeaders returns the out-of-band headers: everything but the projected headers
+// and the ones RabbitMQ adds. Scalar values that are not strings are formatted (a
+// timestamp as Unix seconds); tables and arrays are skipped.
+func userHeaders(h amqp091.Table) map[string]string {
+	var out map[string]string
+	for k, v := range h {
+		switch k {
+		case HeaderSchemaVersion, HeaderSourceLang, HeaderAttempts, "x-death", "x-delivery-count":
+			continue
+		}
+		if strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			continue
+		}
+		var s string
+		switch x := v.(type) {
+		case string:
+			s = x
+		case []byte:
+			s = string(x)
+		case bool, int8, int16, int32, int64, int, uint8, uint16, uint32, uint64, float32, float64:
+			s = fmt.Sprint(x) // floats in the shortest form that reads back the same
+		case amqp091.Decimal:
+			s = fmt.Sprint(x.Value) + "e-" + strconv.Itoa(int(x.Scale))
+		case time.Time:
+			s = strconv.FormatInt(x.Unix(), 10)
+		default:
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(h))
+		}
+		out[k] = s
+	}
+	return out
+}
+
 // Close closes the consumer's channel: the deliveries prefetched and not handed out go
 // back to the broker.
 func (c *consumer) Close(ctx context.Context) error {
@@ -243,56 +270,55 @@ func (c *consumer) Close(ctx context.Context) error {
 	return nil
 }
 
-// userHeaders returns the out-of-band headers: everything but the projected headers
-// and the ones RabbitMQ adds. Scalar values that are not strings are formatted; tables
-// and arrays are skipped.
-func userHeaders(h amqp091.Table) map[string]string {
-	var out map[string]string
-	for k, v := range h {
-		if isOwnHeader(k) {
-			continue
-		}
-		s, ok := headerString(v)
-		if !ok {
-			continue
-		}
-		if out == nil {
-			out = make(map[string]string, len(h))
-		}
-		out[k] = s
+// Ack acknowledges the delivery on its channel.
+func (c *consumer) Ack(ctx context.Context, m msg) error {
+	switch {
+	case c.tx:
+		return c.AckWrites(ctx, m, nil)
+	case m.s.ch.IsClosed():
+		return c.lost(nil)
 	}
-	return out
+	if err := m.s.ch.Ack(m.d.DeliveryTag, false); err != nil {
+		return c.lost(err)
+	}
+	return nil
 }
 
-func isOwnHeader(k string) bool {
-	switch k {
-	case HeaderSchemaVersion, HeaderSourceLang, HeaderAttempts, "x-death", "x-delivery-count":
-		return true
+// GiveBack nacks the deliveries with requeue. A delivery whose channel closed needs
+// nothing: the broker requeued it then (and a channel that dies meanwhile requeues it
+// by itself).
+func (c *consumer) GiveBack(ctx context.Context, ms []msg, _ driverkit.Reason) error {
+	for _, m := range ms {
+		if c.tx {
+			c.txRewind(ctx, m)
+		} else if !m.s.ch.IsClosed() {
+			_ = m.s.ch.Nack(m.d.DeliveryTag, false, true)
+		}
 	}
-	return strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
+	return nil
 }
 
-func headerString(v any) (string, bool) {
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case []byte:
-		return string(x), true
-	case bool:
-		return strconv.FormatBool(x), true
-	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
-		return fmt.Sprint(x), true
-	case float32:
-		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64), true
-	case amqp091.Decimal:
-		return fmt.Sprint(x.Value) + "e-" + strconv.Itoa(int(x.Scale)), true
-	case time.Time:
-		return strconv.FormatInt(x.Unix(), 10), true
-	default:
-		return "", false
+// Write publishes the settle writes of m on one confirm channel and returns the wait
+// for their confirms. Nothing is written for a delivery whose channel is gone.
+func (c *consumer) Write(ctx context.Context, m msg, ws []*transport.Message) (driverkit.Confirm, error) {
+	if m.s.ch.IsClosed() {
+		return nil, c.lost(nil)
 	}
+	ss, err := c.t.publishWrites(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return c.t.confirmed(ctx, ws, ss) }, nil
+}
+
+// lost is the error of a delivery whose channel died before it was settled.
+func (c *consumer) lost(err error) error {
+	if err == nil {
+		err = ErrDeliveryLost
+	} else {
+		err = fmt.Errorf("%w: %w", ErrDeliveryLost, err)
+	}
+	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: err}
 }
 
 func randomHex(n int) string {

@@ -2,13 +2,12 @@ package amqp
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // A consumer opened with [transport.ConsumeOptions.Transactional] puts its channel in
@@ -20,111 +19,80 @@ import (
 // settlements of one consumer are made one at a time, so the runtime's consumers do
 // not use it; a DLQ redrive does.
 
-// txSettle is the transaction state of a transactional consumer.
-type txSettle struct {
-	// mu makes one transaction at a time on the channel: the publishes and the ack of
-	// one settlement must not be committed by another's tx.commit.
-	mu sync.Mutex
-}
-
 // txBeforeCommit, set by tests, runs between the acknowledgement and the commit.
 var txBeforeCommit func()
 
-// newTxSettle returns the transaction state for a consumer opened with opts, or nil.
-func newTxSettle(opts transport.ConsumeOptions) *txSettle {
-	if !opts.Transactional {
-		return nil
+// txRewind gives m back in a transaction of its own. A channel that closed requeued it
+// already, and a commit that fails closes the channel, which requeues it too.
+func (c *consumer) txRewind(ctx context.Context, m msg) {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if ch := m.s.ch; !ch.IsClosed() && ch.Nack(m.d.DeliveryTag, false, true) == nil {
+		_ = c.commit(ctx, ch)
 	}
-	return &txSettle{}
 }
 
-// txSelect puts a consumer channel in transaction mode when the consumer is
-// transactional.
-func (c *consumer) txSelect(ch *amqp091.Channel) error {
-	if c.tx == nil {
-		return nil
-	}
-	if err := ch.Tx(); err != nil {
-		return fmt.Errorf("amqp: transaction mode (tx.select): %w", err)
-	}
-	return nil
-}
-
-// SettlesAtomically reports whether the consumer settles in AMQP transactions: it was
-// opened with [transport.ConsumeOptions.Transactional].
-func (c *consumer) SettlesAtomically() bool { return c.tx != nil }
-
-// settleTx settles one delivery in a transaction on its own channel.
-func (c *consumer) settleTx(ctx context.Context, h msg, st transport.Settlement) error {
-	c.tx.mu.Lock()
-	defer c.tx.mu.Unlock()
-	ch := h.s.ch
+// AckWrites acknowledges m and makes its writes ws (none for a plain Ack) in one
+// transaction on m's channel.
+func (c *consumer) AckWrites(ctx context.Context, m msg, ws []*transport.Message) error {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	ch := m.s.ch
 	if ch.IsClosed() {
-		if st.Outcome == transport.Rewind {
-			return nil // the broker requeued it when the channel closed
-		}
 		return c.lost(nil)
 	}
-	if st.Outcome == transport.Rewind {
-		if err := ch.Nack(h.d.DeliveryTag, false, true); err == nil {
-			_ = c.commit(ctx, ch) // a commit that fails closes the channel: requeued too
-		}
-		return nil
-	}
 	queue := c.queue
-	if len(st.Writes) > 0 {
-		queue = st.Writes[0].Queue
+	if len(ws) > 0 {
+		queue = ws[0].Queue
 	}
 	conn, gen, err := c.t.connection(ctx)
 	if err != nil {
 		return &transport.SettleWriteError{Queue: queue, Err: err}
 	}
-	pc := &pubChan{ch: ch, conn: conn, gen: gen, rt: h.s.rt}
-	ss := make([]sent, 0, len(st.Writes))
-	for _, m := range st.Writes {
-		if m == nil || m.Queue == "" {
-			c.rollbackSent(ch, ss)
-			return &transport.SettleWriteError{Err: errors.New("amqp: settle write has no queue")}
-		}
-		if err := transport.CheckSize("amqp", m.Queue, len(m.Body), c.t.s.maxSize); err != nil {
-			c.rollbackSent(ch, ss)
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
-		}
+	pc := &pubChan{ch: ch, conn: conn, gen: gen, rt: m.s.rt}
+	var ss []sent
+	err = driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
 		// RabbitMQ routes a transaction's publishes when it commits, and declares are
 		// not part of it: the target is declared again now (or, with declare=false,
 		// checked), not taken from the cache, so that a queue deleted since the last
 		// write is there to take this one.
-		if err := c.t.ensureQueue(conn, gen, m); err != nil {
-			c.rollbackSent(ch, ss)
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		err := c.t.check(w)
+		if err == nil {
+			err = c.t.ensureQueue(conn, gen, w)
 		}
-		s, err := c.t.send(ctx, pc, m, true)
-		if err != nil {
-			c.rollbackSent(ch, ss)
-			return &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		if err == nil {
+			var s sent
+			if s, err = c.t.send(ctx, pc, w, true); err == nil {
+				ss = append(ss, s)
+			}
 		}
-		ss = append(ss, s)
+		return err
+	})
+	if err == nil {
+		if err = ch.Ack(m.d.DeliveryTag, false); err != nil {
+			err = c.lost(err)
+		}
 	}
-	if err := ch.Ack(h.d.DeliveryTag, false); err != nil {
-		c.rollbackSent(ch, ss)
-		return c.lost(err)
+	if err != nil {
+		resolve(ss...)
+		c.rollback(ch)
+		return err
 	}
 	if txBeforeCommit != nil {
 		txBeforeCommit()
 	}
 	if err := c.commit(ctx, ch); err != nil {
-		c.resolveSent(ss)
+		resolve(ss...)
 		// Rolled back, or (the connection lost after the broker committed) made: either
 		// way each message is in one queue, never in both and never in none.
 		return &transport.SettleWriteError{Queue: queue, Err: err}
 	}
-	return c.rewriteReturned(ctx, st.Writes, ss)
+	return c.rewriteReturned(ctx, ws, ss)
 }
 
 // ensureQueue makes sure m's queue exists now, bypassing the declare cache: declared
-// again, or with declare=false checked with a passive declare (on the transport's
-// admin channel, which a missing queue closes). A delayed write is left to send, which
-// declares its delay queue.
+// again, or with declare=false checked with a passive declare. A delayed write is left
+// to send, which declares its delay queue.
 func (t *Transport) ensureQueue(conn *amqp091.Connection, gen uint64, m *transport.Message) error {
 	if m.Delay > 0 {
 		return nil
@@ -133,15 +101,14 @@ func (t *Transport) ensureQueue(conn *amqp091.Connection, gen uint64, m *transpo
 		t.forget(m.Queue)
 		return t.declare(conn, gen, m.Queue, nil)
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("amqp: open channel: %w", err)
+	ch, _, found, err := inspect(conn, "write to", m.Queue)
+	if err == nil {
+		_ = ch.Close()
+		if !found {
+			err = fmt.Errorf("amqp: write to %q: the queue does not exist (declare=false): %w", m.Queue, ErrUnroutable)
+		}
 	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclarePassive(m.Queue, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("amqp: write to %q: the queue does not exist (declare=false): %w: %w", m.Queue, ErrUnroutable, err)
-	}
-	return nil
+	return err
 }
 
 // rewriteReturned covers the window ensureQueue leaves: a target queue deleted between
@@ -167,26 +134,15 @@ func (c *consumer) rewriteReturned(ctx context.Context, writes []*transport.Mess
 	if len(again) == 0 {
 		return nil
 	}
-	if err := c.t.writeConfirmed(ctx, again); err != nil {
+	ss, err := c.t.publishWrites(ctx, again)
+	if err == nil {
+		err = c.t.confirmed(ctx, again, ss)
+	}
+	if err != nil {
 		return &transport.SettleWriteError{Queue: again[0].Queue,
 			Err: fmt.Errorf("amqp: a moved message was returned at commit (its queue deleted meanwhile) and could not be written again: %w", err)}
 	}
 	return nil
-}
-
-// resolveSent forgets the publishes of ss.
-func (c *consumer) resolveSent(ss []sent) {
-	for _, s := range ss {
-		if s.rt != nil {
-			s.rt.resolve(s.key)
-		}
-	}
-}
-
-// rollbackSent rolls the open transaction back and forgets the publishes of ss.
-func (c *consumer) rollbackSent(ch *amqp091.Channel, ss []sent) {
-	c.resolveSent(ss)
-	c.rollback(ch)
 }
 
 // commit sends tx.commit and waits for it until ctx ends; a commit that does not
@@ -210,10 +166,7 @@ func (c *consumer) commit(ctx context.Context, ch *amqp091.Channel) error {
 // rollback undoes what the open transaction holds; when it fails the channel is
 // closed, which rolls back too.
 func (c *consumer) rollback(ch *amqp091.Channel) {
-	if ch.IsClosed() {
-		return
-	}
-	if err := ch.TxRollback(); err != nil {
+	if !ch.IsClosed() && ch.TxRollback() != nil {
 		_ = ch.Close()
 	}
 }

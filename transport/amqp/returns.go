@@ -8,25 +8,18 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
-// Unroutable writes. Every publish is mandatory, so RabbitMQ answers a message it cannot
-// route (its queue was deleted, or never declared with declare=false) with a
-// basic.return before the basic.ack it still sends. Without the flag such a message is
-// confirmed and dropped: a dead letter written to a deleted dead-letter queue would be
-// lost without a trace.
+// Unroutable writes. Every publish is mandatory, so RabbitMQ answers a message no queue
+// takes with a basic.return before the basic.ack it still sends; without the flag such
+// a message would be confirmed and dropped.
 //
-// Each confirm channel registers a buffered NotifyReturn channel that a goroutine of its
-// own always drains into a record, so a return never holds up amqp091-go's reader (which
-// gives up on a listener after 5 s, dropping the return). amqp091-go hands a return to
-// that channel before it processes the ack of the same publish, so once a
-// DeferredConfirmation is acked the return, if any, is either recorded or still
-// buffered: a waiter asks the goroutine to record what is buffered (sync) and then looks
-// for its own publish (resolve).
-//
-// A publish is told apart by its routing key and message id, registered before it is
-// sent. Two publishes in flight on one channel with the same key and id cannot be told
-// apart, so a return for that key fails every publish registered under it until they are
-// all resolved: a write that was in fact routed may be reported failed and made again
-// (a duplicate), never the other way round.
+// Each confirm channel's NotifyReturn channel is drained into a record by a goroutine
+// of its own, so a return never holds up amqp091-go's reader (which drops a return a
+// listener does not take within 5 s). amqp091-go hands a return over before it
+// processes the ack of the same publish, so once a confirm is acked its return, if any,
+// is recorded or still buffered: the waiter asks the goroutine to record what is
+// buffered (sync), then looks for its own publish (resolve). A publish is told apart by
+// its routing key and message id; a return for a key fails every publish in flight
+// under it (a duplicate at worst, never a loss).
 
 // ErrUnroutable matches the error of a write RabbitMQ returned because no queue took it:
 // the queue does not exist (deleted while the application runs, or never declared with
@@ -34,8 +27,8 @@ import (
 // the queue, so its next write to it declares it again (unless [WithoutDeclare]).
 var ErrUnroutable = errors.New("amqp: message unroutable: no queue took it (the queue does not exist)")
 
-// returnBuffer is the capacity of each confirm channel's NotifyReturn channel. Its
-// goroutine drains it continuously; the buffer only absorbs bursts.
+// returnBuffer is the capacity of each confirm channel's NotifyReturn channel: it only
+// absorbs bursts.
 const returnBuffer = 16
 
 // retKey identifies a publish for the returns: its routing key and message id.
@@ -63,15 +56,11 @@ type returnTracker struct {
 	pending map[retKey]retState
 }
 
-// trackReturns registers a return listener on ch and starts the goroutine that drains it;
-// the goroutine ends when ch closes.
+// trackReturns registers a return listener on ch and starts the goroutine that drains
+// it until ch closes.
 func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
-	r := &returnTracker{
-		t:       t,
-		ch:      make(chan amqp091.Return, returnBuffer),
-		kick:    make(chan struct{}, 1),
-		pending: make(map[retKey]retState),
-	}
+	r := &returnTracker{t: t, ch: make(chan amqp091.Return, returnBuffer), kick: make(chan struct{}, 1),
+		pending: make(map[retKey]retState)}
 	r.synced.L = &r.mu
 	ch.NotifyReturn(r.ch)
 	go r.run()
@@ -79,69 +68,52 @@ func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
 }
 
 func (r *returnTracker) run() {
-	var lost []amqp091.Return
-	for {
+	for closed := false; !closed; {
+		var ret amqp091.Return
+		ok, kicked := true, false
 		select {
-		case ret, ok := <-r.ch:
-			r.mu.Lock()
-			if ok {
-				lost = r.note(ret, lost)
-			} else {
-				r.close()
-			}
-			r.mu.Unlock()
-			if !ok {
-				r.report(lost)
-				return
-			}
+		case ret, ok = <-r.ch:
 		case <-r.kick:
-			r.mu.Lock()
-			lost = r.drain(lost)
-			r.served = r.asked
-			r.synced.Broadcast()
-			done := r.closed
-			r.mu.Unlock()
-			if done {
-				r.report(lost)
-				return
-			}
+			kicked = true
 		}
-		lost = r.report(lost)
-	}
-}
-
-// drain records every return buffered now. r.mu is held.
-func (r *returnTracker) drain(lost []amqp091.Return) []amqp091.Return {
-	for {
-		select {
-		case ret, ok := <-r.ch:
-			if !ok {
-				r.close()
-				return lost
+		r.mu.Lock()
+		var lost []amqp091.Return
+		switch {
+		case kicked: // record every return buffered now
+			for drained := false; !drained && !r.closed; {
+				select {
+				case ret, ok := <-r.ch:
+					if !ok {
+						r.closed = true
+						break
+					}
+					lost = r.note(ret, lost)
+				default:
+					drained = true
+				}
 			}
+		case ok:
 			lost = r.note(ret, lost)
 		default:
-			return lost
+			r.closed = true
 		}
+		if kicked || r.closed {
+			r.served = r.asked
+			r.synced.Broadcast()
+		}
+		closed = r.closed
+		r.mu.Unlock()
+		r.report(lost)
 	}
 }
 
-// close records that the channel closed. r.mu is held.
-func (r *returnTracker) close() {
-	r.closed = true
-	r.served = r.asked
-	r.synced.Broadcast()
-}
-
-// note records one return. A return no publish in flight is registered for (a publish
-// not waiting for its confirm, or one that already failed otherwise) goes to lost, to be
-// logged. r.mu is held.
+// note records one return (r.mu held). A return no publish in flight is registered for
+// (a publish not waiting for its confirm, or one that failed already) goes to lost.
 func (r *returnTracker) note(ret amqp091.Return, lost []amqp091.Return) []amqp091.Return {
 	k := retKey{ret.RoutingKey, ret.MessageId}
 	st, ok := r.pending[k]
 	if !ok {
-		ret.Body, ret.Headers = nil, nil
-		return append(lost, ret)
+		return append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
 	}
 	if !st.returned {
 		st.returned, st.code, st.text = true, ret.ReplyCode, ret.ReplyText
@@ -152,22 +124,12 @@ func (r *returnTracker) note(ret amqp091.Return, lost []amqp091.Return) []amqp09
 
 // report logs returns nobody waits for and makes the transport declare their queues
 // again. It runs without r.mu, and never waits for the transport's lock.
-func (r *returnTracker) report(lost []amqp091.Return) []amqp091.Return {
-	if len(lost) == 0 {
-		return lost
-	}
-	queues := make([]string, 0, len(lost))
+func (r *returnTracker) report(lost []amqp091.Return) {
 	for _, ret := range lost {
 		r.t.log.Warn("amqp: the broker returned a message it could not route: its queue does not exist, and the message was not enqueued",
 			"queue", ret.RoutingKey, "message_id", ret.MessageId, "reply_code", ret.ReplyCode, "reply_text", ret.ReplyText)
-		queues = append(queues, ret.RoutingKey)
+		go r.t.forget(ret.RoutingKey)
 	}
-	go func() {
-		for _, q := range queues {
-			r.t.forget(q)
-		}
-	}()
-	return lost[:0]
 }
 
 // register records a publish about to be sent under k.
@@ -184,14 +146,13 @@ func (r *returnTracker) register(k retKey) {
 // publish was acked, so that its return, if any, is recorded.
 func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	st := r.pending[k]
-	st.n--
-	if st.n <= 0 {
+	if st.n--; st.n <= 0 {
 		delete(r.pending, k)
 	} else {
 		r.pending[k] = st
 	}
-	r.mu.Unlock()
 	return st.returned, st.code, st.text
 }
 
@@ -199,9 +160,6 @@ func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text stri
 func (r *returnTracker) sync() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return
-	}
 	r.asked++
 	mine := r.asked
 	select {
@@ -213,12 +171,13 @@ func (r *returnTracker) sync() {
 	}
 }
 
-// sent is one publish on a confirm channel: its deferred confirm and, when a waiter
-// checks for its return, the tracker it is registered with.
-type sent struct {
-	dc  *amqp091.DeferredConfirmation
-	rt  *returnTracker // nil when nobody checks for a return
-	key retKey
+// resolve forgets the publishes of ss registered for their returns.
+func resolve(ss ...sent) {
+	for _, s := range ss {
+		if s.rt != nil {
+			s.rt.resolve(s.key)
+		}
+	}
 }
 
 // checkReturns finishes the publishes of ss once their confirms were awaited: errs[i]
@@ -235,31 +194,16 @@ func (t *Transport) checkReturns(ss []sent, errs []error) {
 			s.rt.sync() // one sync serves every publish acked before it
 			last = s.rt
 		}
-		returned, code, text := s.rt.resolve(s.key)
-		if errs[i] == nil && returned {
-			errs[i] = t.unroutable(s.key.key, code, text)
+		if returned, code, text := s.rt.resolve(s.key); errs[i] == nil && returned {
+			t.forget(s.key.key)
+			errs[i] = fmt.Errorf("amqp: write to %q returned by the broker (%d %s): %w", s.key.key, code, text, ErrUnroutable)
 		}
 	}
 }
 
 // checkReturn is checkReturns for one publish.
 func (t *Transport) checkReturn(s sent, err error) error {
-	if s.rt == nil {
-		return err
-	}
-	if err == nil {
-		s.rt.sync()
-	}
-	returned, code, text := s.rt.resolve(s.key)
-	if err == nil && returned {
-		return t.unroutable(s.key.key, code, text)
-	}
-	return err
-}
-
-// unroutable is the error of a write to queue that the broker returned; the declare
-// cache forgets queue, so the next write declares it again.
-func (t *Transport) unroutable(queue string, code uint16, text string) error {
-	t.forget(queue)
-	return fmt.Errorf("amqp: write to %q returned by the broker (%d %s): %w", queue, code, text, ErrUnroutable)
+	errs := [1]error{err}
+	t.checkReturns([]sent{s}, errs[:])
+	return errs[0]
 }

@@ -10,7 +10,30 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-var _ transport.Browser = (*Transport)(nil)
+var (
+	_ transport.Browser      = (*Transport)(nil)
+	_ transport.QueueStatter = (*Transport)(nil)
+)
+
+// inspect opens a channel of its own on conn (a passive declare of a missing queue
+// closes the channel it is made on) and looks queue up with a passive declare: found is
+// false when the queue does not exist. what names the operation in errors. The caller
+// closes ch when err is nil.
+func inspect(conn *amqp091.Connection, what, queue string) (ch *amqp091.Channel, q amqp091.Queue, found bool, err error) {
+	if ch, err = conn.Channel(); err != nil {
+		return nil, q, false, fmt.Errorf("amqp: %s: open channel: %w", what, err)
+	}
+	q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp091.Error
+	if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+		return ch, q, false, nil
+	}
+	if err != nil {
+		_ = ch.Close()
+		return nil, q, false, fmt.Errorf("amqp: %s %q: %w", what, queue, err)
+	}
+	return ch, q, true, nil
+}
 
 // Browse reads up to limit messages of queue from the place from without consuming
 // them: on a channel of its own it gets (basic.get, manual acknowledgement) the first
@@ -36,17 +59,13 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, err
 	}
-	ch, err := conn.Channel()
+	ch, _, found, err := inspect(conn, "browse", queue)
 	if err != nil {
-		return transport.Page{}, fmt.Errorf("amqp: browse: open channel: %w", err)
+		return transport.Page{}, err
 	}
 	defer func() { _ = ch.Close() }() // anything still unacknowledged goes back too
-	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
-		var ae *amqp091.Error
-		if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
-			return transport.Page{Next: from, End: true}, nil
-		}
-		return transport.Page{}, fmt.Errorf("amqp: browse %q: %w", queue, err)
+	if !found {
+		return transport.Page{Next: from, End: true}, nil
 	}
 	var got []amqp091.Delivery
 	giveBack := func() error {
@@ -82,4 +101,30 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	}
 	p.Next = transport.OffsetCursor(off + len(p.Deliveries))
 	return p, nil
+}
+
+// QueueStats asks RabbitMQ for the queue with a passive declare (queue.declare-ok
+// carries its message count): Ready is the messages ready for delivery. InFlight,
+// Delayed and Appended are [transport.UnknownCount]: AMQP does not report the
+// messages delivered and unacknowledged (the management plugin does), delayed
+// messages wait on per-delay queues of their own, and a queue keeps no count of what
+// went through it. Oldest is unknown (zero): AMQP does not tell it, and a basic.get to
+// look would mark the message redelivered. A queue that does not exist has Exists
+// false; nothing is declared.
+func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
+	s := transport.QueueStats{InFlight: transport.UnknownCount, Delayed: transport.UnknownCount, Appended: transport.UnknownCount}
+	if queue == "" {
+		return s, errors.New("amqp: stats: empty queue name")
+	}
+	conn, _, err := t.connection(ctx)
+	if err != nil {
+		return s, err
+	}
+	ch, q, found, err := inspect(conn, "stats", queue)
+	if err != nil {
+		return s, err
+	}
+	_ = ch.Close()
+	s.Exists, s.Ready = found, int64(q.Messages)
+	return s, nil
 }
