@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -49,9 +52,10 @@ const (
 // for it. The error also matches [transport.ErrAlreadySettled].
 var ErrDeliveryLost = errors.New("amqp: delivery's channel was lost; the broker redelivers it")
 
-// errConnectionLost is returned when a connection built by the user died and no
-// redial function was given.
-var errConnectionLost = errors.New("amqp: connection lost and no redial function (use WithRedial)")
+var (
+	errConnectionLost = errors.New("amqp: connection lost and no redial function (use WithRedial)")
+	errNoConnection   = errors.New("amqp: no connection")
+)
 
 // Option configures a [Transport].
 type Option func(*settings)
@@ -59,8 +63,7 @@ type Option func(*settings)
 type settings struct {
 	logger                                              *slog.Logger
 	confirmTimeout, publishWait, heartbeat, connTimeout time.Duration
-	noUserConfirm, noDeclare                            bool
-	pipeline                                            bool // pipelined settle writes
+	noUserConfirm, noDeclare, pipeline                  bool
 	connName                                            string
 	maxSize                                             int
 	tlsConfig                                           *tls.Config
@@ -75,8 +78,7 @@ func defaultSettings() settings {
 		bad: driverkit.Options{Broker: "amqp"}}
 }
 
-// duration is an option setting a duration above zero, or of zero or more with zeroOK;
-// any other d is an error matching babelqueue.ErrInvalidOption naming option.
+// duration is an option setting a duration above zero (or zero too, with zeroOK).
 func duration(option string, d time.Duration, zeroOK bool, field func(*settings) *time.Duration) Option {
 	return func(s *settings) {
 		if d < 0 || d == 0 && !zeroOK {
@@ -182,13 +184,10 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 	return dialURL(ctx, u, opts...)
 }
 
-// ownParams are the query parameters this package reads itself; they are not passed
-// on to amqp091.
-var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
-
-// clientParams are the RabbitMQ URI query parameters amqp091 reads; tlsParams those
-// of them only amqps:// takes.
+// ownParams are read here and not passed on; clientParams are RabbitMQ's URI
+// parameters, read by amqp091, of which amqps:// alone takes tlsParams.
 var (
+	ownParams    = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
 	tlsParams    = []string{"certfile", "keyfile", "cacertfile", "server_name_indication"}
 	clientParams = append([]string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}, tlsParams...)
 )
@@ -206,7 +205,7 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	pq, err := driverkit.ParseQuery("amqp", u, append(append([]string(nil), clientParams...), ownParams...)...)
+	pq, err := driverkit.ParseQuery("amqp", u, append(slices.Clone(clientParams), ownParams...)...)
 	if err != nil {
 		return "", err
 	}
@@ -231,47 +230,23 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if m, ok := pq.String("auth_mechanism"); ok && !slices.Contains([]string{"plain", "amqplain", "external"}, strings.ToLower(m)) {
 		return "", pq.Bad("auth_mechanism", "want plain, amqplain or external")
 	}
-	if _, _, err := pq.Int("channel_max", 0, 65535); err != nil {
+	if err := errors.Join(
+		setInt(pq, "channel_max", 0, 65535, 0, nil), // checked here, read by amqp091
+		setInt(pq, "heartbeat", 0, 65535, time.Second, &s.heartbeat),
+		setInt(pq, "connection_timeout", 1, 1<<31-1, time.Millisecond, &s.connTimeout),
+		setBool(pq, "publish_confirms", &s.noUserConfirm, true),
+		setBool(pq, "declare", &s.noDeclare, true),
+		setBool(pq, "pipeline_settles", &s.pipeline, false),
+		setDuration(pq, "confirm_timeout", time.Millisecond, &s.confirmTimeout),
+		setDuration(pq, "publish_wait", 0, &s.publishWait),
+	); err != nil {
 		return "", err
-	}
-	if n, ok, err := pq.Int("heartbeat", 0, 65535); err != nil {
-		return "", err
-	} else if ok {
-		s.heartbeat = time.Duration(n) * time.Second
-	}
-	if n, ok, err := pq.Int("connection_timeout", 1, 1<<31-1); err != nil {
-		return "", err
-	} else if ok {
-		s.connTimeout = time.Duration(n) * time.Millisecond
-	}
-	for _, p := range []struct {
-		name     string
-		field    *bool
-		negative bool
-	}{{"publish_confirms", &s.noUserConfirm, true}, {"declare", &s.noDeclare, true}, {"pipeline_settles", &s.pipeline, false}} {
-		if b, ok, err := pq.Bool(p.name); err != nil {
-			return "", err
-		} else if ok {
-			*p.field = b != p.negative
-		}
-	}
-	for _, p := range []struct {
-		name  string
-		field *time.Duration
-		least time.Duration
-	}{{"confirm_timeout", &s.confirmTimeout, time.Millisecond}, {"publish_wait", &s.publishWait, 0}} {
-		if d, ok, err := pq.Duration(p.name, time.Second, p.least, 0); err != nil {
-			return "", err
-		} else if ok {
-			*p.field = d
-		}
 	}
 	if name, ok := pq.String("connection_name"); ok {
 		s.connName = name
 	}
 	c := *u
-	c.Scheme = scheme
-	c.Fragment, c.RawFragment = "", ""
+	c.Scheme, c.Fragment, c.RawFragment = scheme, "", ""
 	for _, p := range ownParams {
 		q.Del(p)
 	}
@@ -283,36 +258,49 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	return c.String(), nil
 }
 
+// setInt, setBool and setDuration store a query parameter, when given, in field and
+// return the error of a bad value.
+func setInt(q driverkit.Query, name string, lo, hi int, unit time.Duration, field *time.Duration) error {
+	n, ok, err := q.Int(name, lo, hi)
+	if ok && err == nil && field != nil {
+		*field = time.Duration(n) * unit
+	}
+	return err
+}
+
+func setBool(q driverkit.Query, name string, field *bool, negated bool) error {
+	b, ok, err := q.Bool(name)
+	if ok && err == nil {
+		*field = b != negated
+	}
+	return err
+}
+
+func setDuration(q driverkit.Query, name string, least time.Duration, field *time.Duration) error {
+	d, ok, err := q.Duration(name, time.Second, least, 0)
+	if ok && err == nil {
+		*field = d
+	}
+	return err
+}
+
 func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	s := defaultSettings()
 	raw, err := parseURL(u, &s)
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range opts { // options given in code win over the URL
-		o(&s)
-	}
-	if err := s.bad.Err(); err != nil {
-		return nil, err
-	}
-	t := newTransport(s)
-	t.dial = t.dialer(raw, u)
-	conn, err := t.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.install(conn)
-	return t, nil
+	return open(s, opts, func(t *Transport) (*amqp091.Connection, error) {
+		t.dial = t.dialer(raw, u)
+		return t.dial(ctx)
+	})
 }
 
 // dialer returns the function that opens a connection to raw with the transport's
-// settings; u, redacted, names the broker in its errors.
+// settings; u, redacted, names the broker in its errors. amqp091 takes the URL's
+// heartbeat over its Config's (and a zero there as the broker's): raw gets the setting.
 func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp091.Connection, error) {
 	s := &t.s
-	// amqp091 takes the URL's heartbeat over its Config's, and reads a zero there as
-	// "the broker's": the URL carries the heartbeat the settings ended with.
 	c, _ := url.Parse(raw)
 	q := c.Query()
 	q.Set("heartbeat", strconv.FormatInt(int64((s.heartbeat+time.Second-1)/time.Second), 10))
@@ -336,8 +324,7 @@ func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp0
 			if err != nil {
 				return nil, err
 			}
-			// A deadline for the TLS and AMQP handshakes; amqp091 clears it once open.
-			deadline, _ := ctx.Deadline()
+			deadline, _ := ctx.Deadline() // for the TLS and AMQP handshakes; amqp091 clears it once open
 			if err := conn.SetDeadline(deadline); err != nil {
 				_ = conn.Close()
 				return nil, err
@@ -362,6 +349,33 @@ func scrub(err error, u *url.URL) error {
 	return err
 }
 
+// liveConn is the socket under a dialled connection. amqp091 sets a read deadline of 1.5
+// heartbeats after every frame it reads; when one passes, liveConn closes the socket (so
+// that a write blocked on a dead network fails too: amqp091's shutdown waits for it)
+// and names the cause, which the transport logs.
+type liveConn struct {
+	net.Conn
+	bound atomic.Int64 // 1.5 heartbeats once the connection is open; 0 before, or without heartbeats
+}
+
+// opened arms c for a connection open with heartbeat. It sets a first read deadline too:
+// amqp091 may clear the handshake's deadline after its heartbeater set the first one.
+func (c *liveConn) opened(heartbeat time.Duration) {
+	if bound := 3 * heartbeat / 2; bound > 0 {
+		c.bound.Store(int64(bound))
+		_ = c.Conn.SetReadDeadline(time.Now().Add(bound))
+	}
+}
+
+func (c *liveConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if bound := time.Duration(c.bound.Load()); bound > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = c.Conn.Close()
+		err = fmt.Errorf("amqp: no frame from the broker for %s (1.5 heartbeats): the connection is dead", bound)
+	}
+	return n, err
+}
+
 // New builds a transport around a connection the caller opened (custom TLS, auth,
 // tuning). The transport does not close conn on Close: it is the caller's. When conn is
 // lost the transport uses the function given with [WithRedial], if any, to open a new
@@ -372,7 +386,15 @@ func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
 	if conn == nil {
 		return nil, errors.New("amqp: New: nil connection")
 	}
-	s := defaultSettings()
+	return open(defaultSettings(), opts, func(t *Transport) (*amqp091.Connection, error) {
+		t.userConn, t.dial = conn, t.s.redial
+		return conn, nil
+	})
+}
+
+// open builds the transport of s and opts (which win over the URL) around the
+// connection first returns.
+func open(s settings, opts []Option, first func(*Transport) (*amqp091.Connection, error)) (*Transport, error) {
 	for _, o := range opts {
 		o(&s)
 	}
@@ -380,7 +402,10 @@ func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
 		return nil, err
 	}
 	t := newTransport(s)
-	t.userConn, t.dial = conn, s.redial
+	conn, err := first(t)
+	if err != nil {
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.install(conn)
@@ -412,16 +437,15 @@ type Transport struct {
 	consumers driverkit.Group // the consumers opened, closed with the transport
 }
 
-// Capabilities reports what the RabbitMQ binding does: attempts from the body, delays
-// through per-delay queues, no native delivery count.
+// Capabilities reports the RabbitMQ binding: attempts from the body, delays through
+// per-delay queues, no native delivery count.
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true, MaxDelay: MaxDelay,
 		PublishConfirmed: !t.s.noUserConfirm}
 }
 
-// install makes conn the current connection (t.mu held) and watches it: its loss is
-// logged when it happens, with the cause (a heartbeat that found it dead, a cut, the
-// broker closing it), which Publish reports when it gives up waiting.
+// install makes conn the current connection (t.mu held) and logs its loss, with the
+// cause, when it happens; Publish reports the cause when it gives up waiting.
 func (t *Transport) install(conn *amqp091.Connection) {
 	t.dropIdle()
 	if t.conn != nil && t.conn != t.userConn {
@@ -449,10 +473,9 @@ func (t *Transport) dropIdle() {
 	t.idle = nil
 }
 
-// connection returns a live connection and its generation. Without one it waits,
-// until ctx ends, for a dial: the one under way, or one it starts. A dial is bounded by
-// connection_timeout, not by its callers, so that one giving up leaves the result to
-// the next. When the dial fails, connection returns its error.
+// connection returns a live connection and its generation, or waits until ctx ends for
+// the dial under way (or one it starts) and returns its error when it fails. A dial is
+// bounded by connection_timeout, not by a caller: one giving up leaves it to the next.
 func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
 	for waited := false; ; waited = true {
 		t.mu.Lock()
@@ -502,6 +525,82 @@ func (t *Transport) redial(done chan struct{}) {
 	}
 }
 
+// unsent wraps the error of a write that cannot have reached the broker (the connection
+// was lost, or could not be made, before it was written): Publish makes it again.
+type unsent struct{ err error }
+
+func (e unsent) Error() string { return e.err.Error() }
+func (e unsent) Unwrap() error { return e.err }
+
+func isUnsent(err error) bool { return err != nil && errors.As(err, new(unsent)) }
+
+// lostWith marks err, a step before a publish was written, unsent when conn or the
+// channel was lost; a refusal by a live broker stays final.
+func lostWith(conn *amqp091.Connection, err error) error {
+	if errors.Is(err, amqp091.ErrClosed) || conn.IsClosed() {
+		return unsent{err}
+	}
+	return err
+}
+
+// unsentUnlessFinal marks a failed dial's error unsent, unless dialling again cannot
+// help: the broker refused the login, vhost or connection, or its certificate failed.
+func unsentUnlessFinal(err error) error {
+	var ae *amqp091.Error
+	var cve *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return unsent{errNoConnection}
+	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve):
+		return err
+	}
+	return unsent{err}
+}
+
+// rideOut runs write until it succeeds or fails otherwise than unsent. Meanwhile it
+// tries again after a backoff (50 ms doubling to 1 s) for up to the publish wait and
+// until ctx ends, then fails with context.DeadlineExceeded (or ctx's error) wrapped with
+// the broker's last error. write's argument bounds its wait for a connection. queue
+// names the publish in errors ("" for a batch).
+func (t *Transport) rideOut(ctx context.Context, queue string, write func(wait context.Context) error) error {
+	t.mu.Lock()
+	live, last := t.conn != nil && !t.conn.IsClosed(), error(nil)
+	t.mu.Unlock()
+	if live { // no connection to wait for: no wait to bound
+		if last = write(ctx); !isUnsent(last) {
+			return last
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, t.s.publishWait)
+	defer cancel()
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		err := write(wait)
+		if !isUnsent(err) {
+			return err
+		}
+		if wait.Err() == nil {
+			last = err
+			select {
+			case <-wait.Done():
+			case <-time.After(backoff):
+				continue
+			}
+		}
+		t.mu.Lock()
+		last = cmp.Or(last, t.lastErr, error(errNoConnection))
+		t.mu.Unlock()
+		what := "a batch"
+		if queue != "" {
+			what = fmt.Sprintf("to %q", queue)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("amqp: publish %s: %w while waiting for the connection; the broker's last error: %w", what, err, last)
+		}
+		return fmt.Errorf("amqp: publish %s: no connection within %s (publish_wait): %w; the broker's last error: %w",
+			what, t.s.publishWait, context.DeadlineExceeded, last)
+	}
+}
+
 // declare declares queue (durable, classic) with args on conn, once per connection,
 // on a channel of its own: a declare the broker refuses closes the channel.
 func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, args amqp091.Table) error {
@@ -527,8 +626,7 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 	return nil
 }
 
-// forget drops queue from the declare cache, so the next write to it declares it again
-// (after the broker returned a write to it: the queue was deleted).
+// forget drops queue from the declare cache (the broker returned a write to it).
 func (t *Transport) forget(queue string) {
 	t.mu.Lock()
 	delete(t.declared, queue)

@@ -22,13 +22,18 @@ import (
 // a basic.consume on it with manual acknowledgements and a prefetch of opts.Prefetch.
 // The consumer survives connection and channel loss: the next Receive consumes on a new
 // channel. The receive loop, the settlements and Close are the kit's
-// ([driverkit.Consumer]); this file is RabbitMQ's side of them: Ack is basic.ack once
-// the settle writes are confirmed ([WithPipelinedSettles]), a Rewind basic.nack with
-// requeue, and HandOff is not offered (RabbitMQ has no redrive of its own). A delivery
-// whose channel died cannot be acknowledged: its Ack returns a
+// ([driverkit.Consumer]); the consumer below is RabbitMQ's side of them: Ack is
+// basic.ack once the settle writes are confirmed ([WithPipelinedSettles]), a Rewind
+// basic.nack with requeue, and HandOff is not offered (RabbitMQ has no redrive of its
+// own). A delivery whose channel died cannot be acknowledged: its Ack returns a
 // [transport.TakenBackError] wrapping [ErrDeliveryLost], its Rewind succeeds (the
-// broker requeued it already). A transactional consumer settles in AMQP transactions
-// (move.go).
+// broker requeued it already).
+//
+// A consumer opened with [transport.ConsumeOptions.Transactional] (a DLQ redrive's)
+// settles every delivery in an AMQP transaction of its own on its channel: the writes
+// and the acknowledgement are committed together, and a process killed before the
+// commit leaves none of them (the broker rolls back when the channel closes). Each
+// settlement costs a commit round trip, one at a time.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("amqp: Consume: empty queue name")
@@ -63,7 +68,7 @@ type consumer struct {
 	sess     atomic.Pointer[session] // the live channel; nil once lost, until a Receive opens another
 	opening  chan struct{}           // a token held while a channel is opened
 	closed   bool                    // Close ran; guarded by the opening token
-	tx       bool                    // opened with ConsumeOptions.Transactional (move.go)
+	tx       bool                    // settles in transactions (ConsumeOptions.Transactional)
 	txMu     sync.Mutex              // one transaction at a time on the channel
 }
 
@@ -72,7 +77,7 @@ type session struct {
 	ch         *amqp091.Channel
 	deliveries <-chan amqp091.Delivery
 	closed     chan *amqp091.Error
-	rt         *returnTracker // a transactional consumer's returned writes (move.go); else nil
+	rt         *returnTracker // a transactional consumer's returned writes; else nil
 }
 
 // msg is one delivery as the kit holds it: the broker's delivery and the channel it
@@ -86,6 +91,9 @@ type msg struct {
 // connection was lost, or the broker cancelled the consumer because the queue was
 // deleted); the next Receive consumes on a new channel.
 var errChannelLost = errors.New("amqp: consumer channel lost; consuming again on a new one")
+
+// txBeforeCommit, set by tests, runs between a transaction's acknowledgement and commit.
+var txBeforeCommit func()
 
 func (c *consumer) open(ctx context.Context) (*session, error) {
 	conn, gen, err := c.t.connection(ctx)
@@ -284,15 +292,17 @@ func (c *consumer) Ack(ctx context.Context, m msg) error {
 	return nil
 }
 
-// GiveBack nacks the deliveries with requeue. A delivery whose channel closed needs
-// nothing: the broker requeued it then (and a channel that dies meanwhile requeues it
-// by itself).
+// GiveBack nacks the deliveries with requeue (a transactional consumer's each in a
+// transaction). A delivery whose channel closed needs nothing: the broker requeued it
+// then, as it does when a commit fails (that closes the channel).
 func (c *consumer) GiveBack(ctx context.Context, ms []msg, _ driverkit.Reason) error {
+	if c.tx {
+		c.txMu.Lock()
+		defer c.txMu.Unlock()
+	}
 	for _, m := range ms {
-		if c.tx {
-			c.txRewind(ctx, m)
-		} else if !m.s.ch.IsClosed() {
-			_ = m.s.ch.Nack(m.d.DeliveryTag, false, true)
+		if ch := m.s.ch; !ch.IsClosed() && ch.Nack(m.d.DeliveryTag, false, true) == nil && c.tx {
+			_ = c.commit(ctx, ch)
 		}
 	}
 	return nil
@@ -319,6 +329,246 @@ func (c *consumer) lost(err error) error {
 		err = fmt.Errorf("%w: %w", ErrDeliveryLost, err)
 	}
 	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: err}
+}
+
+// AckWrites acknowledges m and makes its writes ws (none for a plain Ack) in one
+// transaction on m's channel (a transactional consumer's settlement).
+func (c *consumer) AckWrites(ctx context.Context, m msg, ws []*transport.Message) error {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	ch := m.s.ch
+	if ch.IsClosed() {
+		return c.lost(nil)
+	}
+	queue := c.queue
+	if len(ws) > 0 {
+		queue = ws[0].Queue
+	}
+	conn, gen, err := c.t.connection(ctx)
+	if err != nil {
+		return &transport.SettleWriteError{Queue: queue, Err: err}
+	}
+	pc := &pubChan{ch: ch, conn: conn, gen: gen, rt: m.s.rt}
+	var ss []sent
+	err = driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
+		// RabbitMQ routes a transaction's publishes at the commit, and declares are not
+		// part of it: the target is declared again now (or, with declare=false,
+		// checked), not taken from the cache, so that a queue deleted since the last
+		// write is there to take this one.
+		err := c.t.check(w)
+		if err == nil {
+			err = c.t.ensureQueue(ctx, conn, gen, w)
+		}
+		if err == nil {
+			var s sent
+			if s, err = c.t.send(ctx, pc, w, true); err == nil {
+				ss = append(ss, s)
+			}
+		}
+		return err
+	})
+	if err == nil {
+		if err = ch.Ack(m.d.DeliveryTag, false); err != nil {
+			err = c.lost(err)
+		}
+	}
+	if err != nil {
+		resolve(ss...)
+		if !ch.IsClosed() && ch.TxRollback() != nil {
+			_ = ch.Close() // which rolls back too
+		}
+		return err
+	}
+	if txBeforeCommit != nil {
+		txBeforeCommit()
+	}
+	if err := c.commit(ctx, ch); err != nil {
+		resolve(ss...)
+		// Rolled back, or (the connection lost after the broker committed) made: either
+		// way each message is in one queue, never in both and never in none.
+		return &transport.SettleWriteError{Queue: queue, Err: err}
+	}
+	return c.rewriteReturned(ctx, ws, ss)
+}
+
+// ensureQueue makes sure m's queue exists now, bypassing the declare cache: declared
+// again, or with declare=false checked with a passive declare. A delayed write is left
+// to send, which declares its delay queue.
+func (t *Transport) ensureQueue(ctx context.Context, conn *amqp091.Connection, gen uint64, m *transport.Message) error {
+	if m.Delay > 0 {
+		return nil
+	}
+	if !t.s.noDeclare {
+		t.forget(m.Queue)
+		return t.declare(conn, gen, m.Queue, nil)
+	}
+	ch, _, found, err := t.inspect(ctx, "write to", m.Queue)
+	if err == nil {
+		_ = ch.Close()
+		if !found {
+			err = fmt.Errorf("amqp: write to %q: the queue does not exist (declare=false): %w", m.Queue, ErrUnroutable)
+		}
+	}
+	return err
+}
+
+// rewriteReturned covers the window ensureQueue leaves: a target queue deleted between
+// its declare and the commit. RabbitMQ sends the basic.return of a transaction's
+// unroutable publish at the commit, after the acknowledgement was made, so a returned
+// write is made again, confirmed, outside the transaction (its queue declared anew):
+// the message is then on the target queue once and the delivery acknowledged, as the
+// move meant. Only if that write fails too is an error returned, naming the message.
+func (c *consumer) rewriteReturned(ctx context.Context, writes []*transport.Message, ss []sent) error {
+	if len(ss) == 0 || ss[0].rt == nil {
+		return nil
+	}
+	ss[0].rt.sync() // tx.commit-ok is in: the returns sent on commit are buffered or recorded
+	var again []*transport.Message
+	for i, s := range ss {
+		if returned, code, text := s.rt.resolve(s.key); returned {
+			c.t.log.Warn("amqp: a moved message came back from the broker at commit (its queue was deleted); writing it again",
+				"queue", s.key.key, "reply_code", code, "reply_text", text)
+			c.t.forget(s.key.key)
+			again = append(again, writes[i])
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	ss, err := c.t.publishWrites(ctx, again)
+	if err == nil {
+		err = c.t.confirmed(ctx, again, ss)
+	}
+	if err != nil {
+		return &transport.SettleWriteError{Queue: again[0].Queue,
+			Err: fmt.Errorf("amqp: a moved message was returned at commit (its queue deleted meanwhile) and could not be written again: %w", err)}
+	}
+	return nil
+}
+
+// commit sends tx.commit and waits for it until ctx ends; a commit that does not
+// answer closes the channel, which rolls the transaction back.
+func (c *consumer) commit(ctx context.Context, ch *amqp091.Channel) error {
+	done := make(chan error, 1)
+	go func() { done <- ch.TxCommit() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("amqp: tx.commit: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = ch.Close()
+		<-done
+		return fmt.Errorf("amqp: tx.commit: %w (channel closed: rolled back unless the broker had committed)", ctx.Err())
+	}
+}
+
+var (
+	_ transport.Browser      = (*Transport)(nil)
+	_ transport.QueueStatter = (*Transport)(nil)
+)
+
+// inspect looks queue up with a passive declare on a channel of its own (a missing
+// queue closes the channel it is asked on): found is false when it does not exist. what
+// names the operation in errors. The caller closes ch when err is nil.
+func (t *Transport) inspect(ctx context.Context, what, queue string) (ch *amqp091.Channel, q amqp091.Queue, found bool, err error) {
+	conn, _, err := t.connection(ctx)
+	if err != nil {
+		return nil, q, false, err
+	}
+	if ch, err = conn.Channel(); err != nil {
+		return nil, q, false, fmt.Errorf("amqp: %s: open channel: %w", what, err)
+	}
+	q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if ae := (*amqp091.Error)(nil); errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+		return ch, q, false, nil
+	} else if err != nil {
+		_ = ch.Close()
+		return nil, q, false, fmt.Errorf("amqp: %s %q: %w", what, queue, err)
+	}
+	return ch, q, true, nil
+}
+
+// Browse reads up to limit messages of queue from the place from without consuming
+// them: on a channel of its own it gets (basic.get, manual acknowledgement) the first
+// from+limit+1 messages, then gives all of them back at once (basic.nack, requeue), so
+// RabbitMQ puts each back at its place in the queue. RabbitMQ has no other way to look
+// into a queue, and it leaves two marks: the messages lent are flagged redelivered,
+// and a quorum queue (declared elsewhere) counts a delivery for each, which its
+// delivery-limit sees. While a page is read its messages are held, not handed to
+// consumers. Reading a page costs the messages before it too (a page far into a long
+// queue reads everything in front of it); the cursor is a place in the queue
+// ([transport.OffsetCursor]). A queue that does not exist is empty: Browse declares
+// nothing.
+func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
+	off, err := from.Offset()
+	if err != nil {
+		return transport.Page{}, err
+	}
+	if queue == "" {
+		return transport.Page{}, errors.New("amqp: browse: empty queue name")
+	}
+	limit = max(limit, 1)
+	ch, _, found, err := t.inspect(ctx, "browse", queue)
+	if err != nil {
+		return transport.Page{}, err
+	}
+	defer func() { _ = ch.Close() }() // anything still unacknowledged goes back too
+	if !found {
+		return transport.Page{Next: from, End: true}, nil
+	}
+	var got []amqp091.Delivery
+	for len(got) <= off+limit && err == nil {
+		var d amqp091.Delivery
+		var ok bool
+		if err = ctx.Err(); err == nil {
+			if d, ok, err = ch.Get(queue, false); ok {
+				got = append(got, d)
+			} else if err == nil {
+				break
+			}
+		}
+	}
+	if n := len(got); n > 0 { // all back at once
+		if nerr := ch.Nack(got[n-1].DeliveryTag, true, true); err == nil && nerr != nil {
+			err = fmt.Errorf("give the messages back: %w", nerr)
+		}
+	}
+	if err != nil {
+		return transport.Page{}, fmt.Errorf("amqp: browse %q: %w", queue, err)
+	}
+	p := transport.Page{End: len(got) <= off+limit}
+	for i := off; i < len(got) && i < off+limit; i++ {
+		d := &transport.Delivery{Queue: queue}
+		decode(&got[i], d)
+		d.Redeliveries = 0 // the flag is the browse's own doing
+		p.Deliveries = append(p.Deliveries, d)
+	}
+	p.Next = transport.OffsetCursor(off + len(p.Deliveries))
+	return p, nil
+}
+
+// QueueStats asks RabbitMQ for the queue with a passive declare (queue.declare-ok
+// carries its message count): Ready is the messages ready for delivery. InFlight,
+// Delayed and Appended are [transport.UnknownCount]: AMQP does not report the
+// messages delivered and unacknowledged (the management plugin does), delayed
+// messages wait on per-delay queues of their own, and a queue keeps no count of what
+// went through it. Oldest is unknown (zero): AMQP does not tell it, and a basic.get to
+// look would mark the message redelivered. A queue that does not exist has Exists
+// false; nothing is declared.
+func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
+	s := transport.QueueStats{InFlight: transport.UnknownCount, Delayed: transport.UnknownCount, Appended: transport.UnknownCount}
+	if queue == "" {
+		return s, errors.New("amqp: stats: empty queue name")
+	}
+	ch, q, found, err := t.inspect(ctx, "stats", queue)
+	if err != nil {
+		return s, err
+	}
+	_ = ch.Close()
+	s.Exists, s.Ready = found, int64(q.Messages)
+	return s, nil
 }
 
 func randomHex(n int) string {

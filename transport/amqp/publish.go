@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -29,28 +30,25 @@ const ContentType = "application/json"
 
 var _ transport.ConfirmedPublisher = (*Transport)(nil)
 
-// maxIdleChans is how many idle confirm channels the transport keeps.
-const maxIdleChans = 16
+const maxIdleChans = 16 // idle confirm channels kept
 
 var (
 	errNacked         = fmt.Errorf("amqp: the broker nacked the write: %w", transport.ErrNotConfirmed)
 	errNotConfirmMode = errors.New("amqp: channel is not in confirm mode")
 )
 
-// pubChan is a channel in confirm mode, used by one write at a time.
+// pubChan is a channel in confirm mode, used by one write at a time. Its timer bounds
+// the confirm waits of its writes, stopped between waits and reused: a confirmed write
+// allocates no timer of its own (since Go 1.23 Reset and Stop leave no stale tick).
 type pubChan struct {
-	ch   *amqp091.Channel
-	conn *amqp091.Connection
-	gen  uint64
-	// timer bounds the confirm waits of the writes made on this channel. It is stopped
-	// between waits and reused, so a confirmed write allocates no timer or context of
-	// its own (since Go 1.23, Reset and Stop leave no stale tick in timer.C).
+	ch    *amqp091.Channel
+	conn  *amqp091.Connection
+	gen   uint64
 	timer *time.Timer
 	rt    *returnTracker // the publishes the broker returned; nil when nobody checks
 }
 
-// sent is one publish: its deferred confirm, its channel and, when a waiter checks for
-// its return, the tracker it is registered with.
+// sent is one publish: its confirm, its channel, and the tracker of its return.
 type sent struct {
 	dc  *amqp091.DeferredConfirmation
 	ch  *amqp091.Channel
@@ -134,7 +132,9 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		if err != nil || t.s.noUserConfirm {
 			return err
 		}
-		return t.checkReturn(s, t.waitConfirm(ctx, pc, s.key.key, s.dc))
+		errs := [1]error{}
+		t.awaitConfirms(ctx, pc.timer, []sent{s}, errs[:])
+		return errs[0]
 	})
 }
 
@@ -167,13 +167,11 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 		}
 	}
 	t.awaitConfirms(ctx, pc.timer, ss, errs)
-	t.checkReturns(ss, errs)
 	return transport.NewBatchError(errs)
 }
 
-// send declares what m needs and publishes it on pc, mandatory. When track is set and
-// pc records returns, the publish is registered there: the caller must pass the result
-// to checkReturn or checkReturns once its confirm was awaited (or failed). A publish
+// send declares what m needs and publishes it on pc, mandatory; with track it is
+// registered for its return, which awaitConfirms checks (or resolve forgets). A publish
 // refused because the channel is closed was not written: its error is unsent.
 func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message, track bool) (sent, error) {
 	key := m.Queue
@@ -207,21 +205,10 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 	return s, nil
 }
 
-// waitConfirm waits for the confirm of dc, published on pc to queue, until ctx ends or
-// the confirm timeout passes (reported as context.DeadlineExceeded).
-func (t *Transport) waitConfirm(ctx context.Context, pc *pubChan, queue string, dc *amqp091.DeferredConfirmation) error {
-	if dc == nil {
-		return errNotConfirmMode
-	}
-	ss, errs := [1]sent{{dc: dc, ch: pc.ch, key: retKey{key: queue}}}, [1]error{}
-	t.awaitConfirms(ctx, pc.timer, ss[:], errs[:])
-	return errs[0]
-}
-
 // awaitConfirms waits for every confirm of ss under one deadline (the confirm timeout,
-// from the first confirm not in yet, on timer or, when nil, a timer of its own) and
-// records in errs each write that was not acknowledged. A write not sent (errs holds
-// its error) has no confirm to wait for.
+// from the first confirm not in yet, on timer or, when nil, a timer of its own), then
+// checks their returns: errs[i] is ss[i]'s outcome. A write not sent (errs holds its
+// error) has no confirm to wait for.
 func (t *Transport) awaitConfirms(ctx context.Context, timer *time.Timer, ss []sent, errs []error) {
 	var ended error // set once the deadline or ctx ended the wait
 	armed := false
@@ -270,11 +257,11 @@ func (t *Transport) awaitConfirms(ctx context.Context, timer *time.Timer, ss []s
 	if armed {
 		timer.Stop()
 	}
+	t.checkReturns(ss, errs)
 }
 
-// publishWrites publishes the settle writes ws on one confirm channel, which goes back
-// to the idle list at once for other writers, and returns them as sent. Any failure is
-// a *transport.SettleWriteError; the publishes before it stay made.
+// publishWrites publishes the settle writes ws on one confirm channel (back to the
+// idle list at once). A failure is a *transport.SettleWriteError; earlier writes stay.
 func (t *Transport) publishWrites(ctx context.Context, ws []*transport.Message) ([]sent, error) {
 	for _, m := range ws {
 		if err := t.check(m); err != nil {
@@ -301,8 +288,7 @@ func (t *Transport) publishWrites(ctx context.Context, ws []*transport.Message) 
 	return ss, nil
 }
 
-// confirmed waits for every confirm of ss, until ctx ends or the confirm timeout
-// passes, then checks that none was returned, and returns the first failure as a
+// confirmed awaits the confirms of ss and returns the first failure as a
 // *transport.SettleWriteError.
 func (t *Transport) confirmed(ctx context.Context, ws []*transport.Message, ss []sent) error {
 	var buf [4]error // the usual settlement has one write: no allocation
@@ -312,7 +298,6 @@ func (t *Transport) confirmed(ctx context.Context, ws []*transport.Message, ss [
 	}
 	errs = errs[:len(ss)]
 	t.awaitConfirms(ctx, nil, ss, errs)
-	t.checkReturns(ss, errs)
 	for i, err := range errs {
 		if err != nil {
 			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: err}
@@ -364,4 +349,193 @@ func nativeInt(n int64) any {
 		return int32(n)
 	}
 	return n
+}
+
+// Unroutable writes. Every publish is mandatory, so RabbitMQ answers a message no queue
+// takes with a basic.return before the basic.ack it still sends; without the flag such
+// a message would be confirmed and dropped.
+//
+// Each confirm channel's NotifyReturn channel is drained into a record by a goroutine
+// of its own, so a return never holds up amqp091-go's reader (which drops a return a
+// listener does not take within 5 s). amqp091-go hands a return over before it
+// processes the ack of the same publish, so once a confirm is acked its return, if any,
+// is recorded or still buffered: the waiter asks the goroutine to record what is
+// buffered (sync), then looks for its own publish (resolve). A publish is told apart by
+// its routing key and message id; a return for a key fails every publish in flight
+// under it (a duplicate at worst, never a loss).
+
+// ErrUnroutable matches the error of a write RabbitMQ returned because no queue took it:
+// the queue does not exist (deleted while the application runs, or never declared with
+// declare=false). The message was not enqueued. The transport forgets that it declared
+// the queue, so its next write to it declares it again (unless [WithoutDeclare]).
+var ErrUnroutable = errors.New("amqp: message unroutable: no queue took it (the queue does not exist)")
+
+// returnBuffer is the capacity of a NotifyReturn channel: it only absorbs bursts.
+const returnBuffer = 16
+
+// retKey identifies a publish for the returns: its routing key and message id.
+type retKey struct{ key, id string }
+
+// retState is what is known of the publishes in flight under one retKey.
+type retState struct {
+	n        int    // publishes registered and not resolved
+	returned bool   // a return came for the key while they were in flight
+	code     uint16 // the first return's reply code and text
+	text     string
+}
+
+// returnTracker records the returns of one confirm channel.
+type returnTracker struct {
+	t    *Transport
+	ch   chan amqp091.Return
+	kick chan struct{} // a waiter asks for a sync
+
+	mu      sync.Mutex
+	synced  sync.Cond // broadcast when served moves or closed is set
+	asked   uint64    // syncs asked for
+	served  uint64    // syncs served: every return buffered when they were asked is recorded
+	closed  bool      // the channel closed: every return it carried is recorded
+	pending map[retKey]retState
+}
+
+// trackReturns drains ch's returns into a new tracker until ch closes.
+func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
+	r := &returnTracker{t: t, ch: make(chan amqp091.Return, returnBuffer), kick: make(chan struct{}, 1),
+		pending: make(map[retKey]retState)}
+	r.synced.L = &r.mu
+	ch.NotifyReturn(r.ch)
+	go r.run()
+	return r
+}
+
+func (r *returnTracker) run() {
+	for closed := false; !closed; {
+		var ret amqp091.Return
+		ok, kicked := true, false
+		select {
+		case ret, ok = <-r.ch:
+		case <-r.kick:
+			kicked = true
+		}
+		r.mu.Lock()
+		var lost []amqp091.Return
+		switch {
+		case kicked: // record every return buffered now
+			for drained := false; !drained && !r.closed; {
+				select {
+				case ret, ok := <-r.ch:
+					if !ok {
+						r.closed = true
+						break
+					}
+					lost = r.note(ret, lost)
+				default:
+					drained = true
+				}
+			}
+		case ok:
+			lost = r.note(ret, lost)
+		default:
+			r.closed = true
+		}
+		if kicked || r.closed {
+			r.served = r.asked
+			r.synced.Broadcast()
+		}
+		closed = r.closed
+		r.mu.Unlock()
+		r.report(lost)
+	}
+}
+
+// note records one return (r.mu held). A return no publish in flight is registered for
+// (a publish not waiting for its confirm, or one that failed already) goes to lost.
+func (r *returnTracker) note(ret amqp091.Return, lost []amqp091.Return) []amqp091.Return {
+	k := retKey{ret.RoutingKey, ret.MessageId}
+	st, ok := r.pending[k]
+	if !ok {
+		return append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
+	}
+	if !st.returned {
+		st.returned, st.code, st.text = true, ret.ReplyCode, ret.ReplyText
+		r.pending[k] = st
+	}
+	return lost
+}
+
+// report logs returns nobody waits for and makes the transport declare their queues
+// again. It runs without r.mu, and never waits for the transport's lock.
+func (r *returnTracker) report(lost []amqp091.Return) {
+	for _, ret := range lost {
+		r.t.log.Warn("amqp: the broker returned a message it could not route: its queue does not exist, and the message was not enqueued",
+			"queue", ret.RoutingKey, "message_id", ret.MessageId, "reply_code", ret.ReplyCode, "reply_text", ret.ReplyText)
+		go r.t.forget(ret.RoutingKey)
+	}
+}
+
+// register records a publish about to be sent under k.
+func (r *returnTracker) register(k retKey) {
+	r.mu.Lock()
+	st := r.pending[k]
+	st.n++
+	r.pending[k] = st
+	r.mu.Unlock()
+}
+
+// resolve forgets one publish registered under k and reports whether a return came for
+// k while it was in flight (with the reply code and text). Call sync first when the
+// publish was acked, so that its return, if any, is recorded.
+func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.pending[k]
+	if st.n--; st.n <= 0 {
+		delete(r.pending, k)
+	} else {
+		r.pending[k] = st
+	}
+	return st.returned, st.code, st.text
+}
+
+// sync returns once every return handed to the listener before the call is recorded.
+func (r *returnTracker) sync() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked++
+	mine := r.asked
+	select {
+	case r.kick <- struct{}{}:
+	default: // a sync is asked already; it serves this one too, or asks again
+	}
+	for r.served < mine && !r.closed {
+		r.synced.Wait()
+	}
+}
+
+// resolve forgets the publishes of ss registered for their returns.
+func resolve(ss ...sent) {
+	for _, s := range ss {
+		if s.rt != nil {
+			s.rt.resolve(s.key)
+		}
+	}
+}
+
+// checkReturns resolves the publishes of ss, whose confirms' outcomes are errs: one
+// acked and returned gets an error wrapping [ErrUnroutable], and its queue is forgotten.
+func (t *Transport) checkReturns(ss []sent, errs []error) {
+	var last *returnTracker
+	for i, s := range ss {
+		if s.rt == nil {
+			continue
+		}
+		if errs[i] == nil && s.rt != last {
+			s.rt.sync() // one sync serves every publish acked before it
+			last = s.rt
+		}
+		if returned, code, text := s.rt.resolve(s.key); errs[i] == nil && returned {
+			t.forget(s.key.key)
+			errs[i] = fmt.Errorf("amqp: write to %q returned by the broker (%d %s): %w", s.key.key, code, text, ErrUnroutable)
+		}
+	}
 }
