@@ -408,55 +408,46 @@ func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
 	return r
 }
 
+// run records the returns as they come. Woken by one or by a waiter's kick, it records
+// every return buffered, which serves every sync asked before (the asks and the drain
+// are made under r.mu).
 func (r *returnTracker) run() {
 	for closed := false; !closed; {
-		var ret amqp091.Return
-		ok, kicked := true, false
-		select {
-		case ret, ok = <-r.ch:
-		case <-r.kick:
-			kicked = true
-		}
-		r.mu.Lock()
 		var lost []amqp091.Return
-		switch {
-		case kicked: // record every return buffered now
-			for drained := false; !drained && !r.closed; {
-				select {
-				case ret, ok := <-r.ch:
-					if !ok {
-						r.closed = true
-						break
-					}
-					lost = r.note(ret, lost)
-				default:
-					drained = true
-				}
+		select {
+		case ret, ok := <-r.ch:
+			r.mu.Lock()
+			lost = r.note(ret, ok, lost)
+		case <-r.kick:
+			r.mu.Lock()
+		}
+		for drained := false; !drained && !r.closed; {
+			select {
+			case ret, ok := <-r.ch:
+				lost = r.note(ret, ok, lost)
+			default:
+				drained = true
 			}
-		case ok:
-			lost = r.note(ret, lost)
-		default:
-			r.closed = true
 		}
-		if kicked || r.closed {
-			r.served = r.asked
-			r.synced.Broadcast()
-		}
-		closed = r.closed
+		r.served, closed = r.asked, r.closed
+		r.synced.Broadcast()
 		r.mu.Unlock()
 		r.report(lost)
 	}
 }
 
-// note records one return (r.mu held). A return no publish in flight is registered for
-// (a publish not waiting for its confirm, or one that failed already) goes to lost.
-func (r *returnTracker) note(ret amqp091.Return, lost []amqp091.Return) []amqp091.Return {
+// note records one return, or with !ok that the channel closed (r.mu held). A return
+// no publish in flight is registered for (one not waiting for its confirm, or one that
+// failed already) goes to lost.
+func (r *returnTracker) note(ret amqp091.Return, ok bool, lost []amqp091.Return) []amqp091.Return {
 	k := retKey{ret.RoutingKey, ret.MessageId}
-	st, ok := r.pending[k]
-	if !ok {
-		return append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
-	}
-	if !st.returned {
+	st, waited := r.pending[k]
+	switch {
+	case !ok:
+		r.closed = true
+	case !waited:
+		lost = append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
+	case !st.returned:
 		st.returned, st.code, st.text = true, ret.ReplyCode, ret.ReplyText
 		r.pending[k] = st
 	}
