@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -36,48 +40,52 @@ const MaxDelay = time.Duration(1<<32-1) * time.Millisecond
 // before it is sent. Set the broker's own value with [WithMaxMessageSize].
 const DefaultMaxMessageSize = 128 << 20
 
-// DefaultConfirmTimeout bounds the wait for a publisher confirm when no other timeout
-// is set.
-const DefaultConfirmTimeout = 30 * time.Second
+// Defaults of the options of the same names.
+const (
+	DefaultConfirmTimeout = 30 * time.Second // WithConfirmTimeout
+	DefaultHeartbeat      = 5 * time.Second  // WithHeartbeat: a dead connection is found within 7.5 s
+	DefaultPublishWait    = 30 * time.Second // WithPublishWait
+)
 
 // ErrDeliveryLost matches a Settle of a delivery whose channel or connection died
 // before it was settled. The broker redelivers such a delivery; nothing was written
 // for it. The error also matches [transport.ErrAlreadySettled].
 var ErrDeliveryLost = errors.New("amqp: delivery's channel was lost; the broker redelivers it")
 
-// errConnectionLost is returned when a connection built by the user died and no
-// redial function was given.
-var errConnectionLost = errors.New("amqp: connection lost and no redial function (use WithRedial)")
+var (
+	errConnectionLost = errors.New("amqp: connection lost and no redial function (use WithRedial)")
+	errNoConnection   = errors.New("amqp: no connection")
+)
 
 // Option configures a [Transport].
 type Option func(*settings)
 
 type settings struct {
-	logger         *slog.Logger
-	confirmTimeout time.Duration
-	noUserConfirm  bool
-	noDeclare      bool
-	connName       string
-	heartbeat      time.Duration
-	connTimeout    time.Duration
-	tlsConfig      *tls.Config
-	dialer         func(ctx context.Context, network, addr string) (net.Conn, error)
-	redial         func(ctx context.Context) (*amqp091.Connection, error)
-	maxIdleChans   int
-	maxSize        int
-	pipeline       bool // pipelined settle writes (WithPipelinedSettles)
-	bad            driverkit.Options
+	logger                                              *slog.Logger
+	confirmTimeout, publishWait, heartbeat, connTimeout time.Duration
+	noUserConfirm, noDeclare, pipeline                  bool
+	connName                                            string
+	maxSize                                             int
+	tlsConfig                                           *tls.Config
+	dialer                                              func(ctx context.Context, network, addr string) (net.Conn, error)
+	redial                                              func(ctx context.Context) (*amqp091.Connection, error)
+	bad                                                 driverkit.Options
 }
 
 func defaultSettings() settings {
-	return settings{
-		confirmTimeout: DefaultConfirmTimeout,
-		connName:       "babelqueue-go",
-		connTimeout:    30 * time.Second,
-		maxIdleChans:   16,
-		maxSize:        DefaultMaxMessageSize,
-		pipeline:       true,
-		bad:            driverkit.Options{Broker: "amqp"},
+	return settings{confirmTimeout: DefaultConfirmTimeout, publishWait: DefaultPublishWait, heartbeat: DefaultHeartbeat,
+		connTimeout: 30 * time.Second, pipeline: true, connName: "babelqueue-go", maxSize: DefaultMaxMessageSize,
+		bad: driverkit.Options{Broker: "amqp"}}
+}
+
+// duration is an option setting a duration above zero (or zero too, with zeroOK).
+func duration(option string, d time.Duration, zeroOK bool, field func(*settings) *time.Duration) Option {
+	return func(s *settings) {
+		if d < 0 || d == 0 && !zeroOK {
+			s.bad.Invalid(option, "want a duration %s, got %s", map[bool]string{true: "of zero or more", false: "above zero"}[zeroOK], d)
+			return
+		}
+		*field(s) = d
 	}
 }
 
@@ -88,13 +96,16 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 // the user's Publish (default [DefaultConfirmTimeout]). A context deadline that comes
 // sooner wins. A d of zero or less is an error matching babelqueue.ErrInvalidOption.
 func WithConfirmTimeout(d time.Duration) Option {
-	return func(s *settings) {
-		if d <= 0 {
-			s.bad.Invalid("WithConfirmTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		s.confirmTimeout = d
-	}
+	return duration("WithConfirmTimeout", d, false, func(s *settings) *time.Duration { return &s.confirmTimeout })
+}
+
+// WithPublishWait bounds how long Publish and PublishConfirmed wait for a lost
+// connection to come back before they fail (default [DefaultPublishWait]; publish_wait
+// in the URL); a context deadline that comes sooner wins. Zero makes them fail at once
+// while the connection is lost. A negative d is an error matching
+// babelqueue.ErrInvalidOption.
+func WithPublishWait(d time.Duration) Option {
+	return duration("WithPublishWait", d, true, func(s *settings) *time.Duration { return &s.publishWait })
 }
 
 // WithoutPublishConfirms makes the user's Publish return as soon as the message is
@@ -104,17 +115,13 @@ func WithoutPublishConfirms() Option { return func(s *settings) { s.noUserConfir
 
 // WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
 // letter) are pipelined (default true; pipeline_settles in the URL). Pipelined, Settle
-// publishes the writes in confirm mode and returns without waiting for their confirms;
-// the delivery is acknowledged only once every write is confirmed, and a write that is
-// nacked, lost with its channel or not confirmed within the confirm timeout makes the
-// transport rewind the delivery itself (a nack with requeue, logged with its cause), so
-// it is delivered again: nothing is lost, and a worker never waits for its own write. A
-// delivery waiting for its writes still counts against the channel's prefetch
-// (basic.qos), so the workers go on meanwhile only as far as the prefetch is above the
-// deliveries they hold: give the runtime a prefetch above its concurrency. Not
-// pipelined, Settle waits for the confirms and returns a failed write as a
-// [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
-// worker a publisher confirm (a journal flush on the broker) per settlement with writes.
+// returns once the writes are published; the delivery is acknowledged once every write
+// is confirmed, and a write nacked, returned, lost with its channel or not confirmed
+// within the confirm timeout makes the transport rewind the delivery itself (logged),
+// so it is delivered again. Such a delivery still counts against the channel's
+// prefetch: give the runtime a prefetch above its concurrency. Not pipelined, Settle
+// waits for the confirms (a broker journal flush per settlement with writes) and
+// returns a failed write as a [transport.SettleWriteError].
 func WithPipelinedSettles(on bool) Option { return func(s *settings) { s.pipeline = on } }
 
 // WithoutDeclare stops the transport from declaring work and dead-letter queues, for a
@@ -127,16 +134,15 @@ func WithoutDeclare() Option { return func(s *settings) { s.noDeclare = true } }
 // rabbitmqctl list_connections (default "babelqueue-go").
 func WithConnectionName(name string) Option { return func(s *settings) { s.connName = name } }
 
-// WithHeartbeat sets the heartbeat interval (default: the server's proposal; zero
-// turns heartbeats off). A negative d is an error matching babelqueue.ErrInvalidOption.
+// WithHeartbeat sets the heartbeat interval a dialled connection asks for, in whole
+// seconds (rounded up; default [DefaultHeartbeat]; heartbeat in the URL); the broker
+// may lower it. A connection that brings no frame from the broker for 1.5 heartbeats
+// is declared dead, closed, logged and replaced. Zero takes the broker's proposal
+// (RabbitMQ's heartbeat setting, 60 s by default; heartbeats are off only when the
+// broker proposes zero too). A negative d is an error matching
+// babelqueue.ErrInvalidOption.
 func WithHeartbeat(d time.Duration) Option {
-	return func(s *settings) {
-		if d < 0 {
-			s.bad.Invalid("WithHeartbeat", "want a duration of zero or more, got %s", d)
-			return
-		}
-		s.heartbeat = d
-	}
+	return duration("WithHeartbeat", d, true, func(s *settings) *time.Duration { return &s.heartbeat })
 }
 
 // WithMaxMessageSize sets the longest body a publish or settle write may carry: the
@@ -172,24 +178,19 @@ func WithRedial(redial func(ctx context.Context) (*amqp091.Connection, error)) O
 // that redials it whenever the connection is lost.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		reason := "cannot parse URL"
-		if errors.As(err, &ue) {
-			reason += ": " + ue.Err.Error()
-		}
-		return nil, fmt.Errorf("%w: %s", transport.ErrBadURL, reason)
+	if err != nil { // a *url.Error, whose URL (and password) is left out
+		return nil, fmt.Errorf("%w: cannot parse URL: %w", transport.ErrBadURL, errors.Unwrap(err))
 	}
 	return dialURL(ctx, u, opts...)
 }
 
-// ownParams are the query parameters this package reads itself; they are not passed
-// on to amqp091.
-var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles"}
-
-// clientParams are the RabbitMQ URI query parameters amqp091 reads.
-var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism",
-	"certfile", "keyfile", "cacertfile", "server_name_indication"}
+// ownParams are read here and not passed on; clientParams are RabbitMQ's URI
+// parameters, read by amqp091, of which amqps:// alone takes tlsParams.
+var (
+	ownParams    = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
+	tlsParams    = []string{"certfile", "keyfile", "cacertfile", "server_name_indication"}
+	clientParams = append([]string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}, tlsParams...)
+)
 
 // parseURL checks u and returns the URL handed to amqp091 (without this package's own
 // parameters) and the settings the URL sets.
@@ -204,15 +205,12 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	pq, err := driverkit.ParseQuery("amqp", u, append(append([]string(nil), clientParams...), ownParams...)...)
+	pq, err := driverkit.ParseQuery("amqp", u, append(slices.Clone(clientParams), ownParams...)...)
 	if err != nil {
 		return "", err
 	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 65535 {
-			return "", bad("port", "not a port number (1-65535)")
-		}
+	if n, err := strconv.Atoi(u.Port()); u.Port() != "" && (err != nil || n < 1 || n > 65535) {
+		return "", bad("port", "not a port number (1-65535)")
 	}
 	if strings.Contains(u.Host, " ") {
 		return "", bad("host", "contains a space")
@@ -224,65 +222,31 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if q.Has("certfile") != q.Has("keyfile") {
 		return "", pq.Bad("certfile", "certfile and keyfile go together")
 	}
-	if scheme == "amqp" {
-		for _, p := range []string{"certfile", "keyfile", "cacertfile", "server_name_indication"} {
-			if q.Has(p) {
-				return "", pq.Bad(p, "only meaningful with amqps://")
-			}
+	for _, p := range tlsParams {
+		if scheme == "amqp" && q.Has(p) {
+			return "", pq.Bad(p, "only meaningful with amqps://")
 		}
 	}
-	if q.Has("heartbeat") {
-		n, err := strconv.ParseUint(q.Get("heartbeat"), 10, 16)
-		if err != nil {
-			return "", pq.Bad("heartbeat", "want whole seconds (0-65535)")
-		}
-		s.heartbeat = time.Duration(n) * time.Second
+	if m, ok := pq.String("auth_mechanism"); ok && !slices.Contains([]string{"plain", "amqplain", "external"}, strings.ToLower(m)) {
+		return "", pq.Bad("auth_mechanism", "want plain, amqplain or external")
 	}
-	if q.Has("connection_timeout") {
-		n, err := strconv.ParseUint(q.Get("connection_timeout"), 10, 31)
-		if err != nil || n == 0 {
-			return "", pq.Bad("connection_timeout", "want a positive whole number of milliseconds")
-		}
-		s.connTimeout = time.Duration(n) * time.Millisecond
-	}
-	if q.Has("channel_max") {
-		if _, err := strconv.ParseUint(q.Get("channel_max"), 10, 16); err != nil {
-			return "", pq.Bad("channel_max", "want a whole number (0-65535)")
-		}
-	}
-	for _, m := range q["auth_mechanism"] {
-		switch strings.ToLower(m) {
-		case "plain", "amqplain", "external":
-		default:
-			return "", pq.Bad("auth_mechanism", "want plain, amqplain or external")
-		}
-	}
-	if b, ok, err := pq.Bool("publish_confirms"); err != nil {
+	if err := errors.Join(
+		setInt(pq, "channel_max", 0, 65535, 0, nil), // checked here, read by amqp091
+		setInt(pq, "heartbeat", 0, 65535, time.Second, &s.heartbeat),
+		setInt(pq, "connection_timeout", 1, 1<<31-1, time.Millisecond, &s.connTimeout),
+		setBool(pq, "publish_confirms", &s.noUserConfirm, true),
+		setBool(pq, "declare", &s.noDeclare, true),
+		setBool(pq, "pipeline_settles", &s.pipeline, false),
+		setDuration(pq, "confirm_timeout", time.Millisecond, &s.confirmTimeout),
+		setDuration(pq, "publish_wait", 0, &s.publishWait),
+	); err != nil {
 		return "", err
-	} else if ok {
-		s.noUserConfirm = !b
 	}
-	if b, ok, err := pq.Bool("declare"); err != nil {
-		return "", err
-	} else if ok {
-		s.noDeclare = !b
-	}
-	if b, ok, err := pq.Bool("pipeline_settles"); err != nil {
-		return "", err
-	} else if ok {
-		s.pipeline = b
-	}
-	if d, ok, err := pq.Duration("confirm_timeout", time.Second, time.Millisecond, 0); err != nil {
-		return "", err
-	} else if ok {
-		s.confirmTimeout = d
-	}
-	if q.Has("connection_name") {
-		s.connName = q.Get("connection_name")
+	if name, ok := pq.String("connection_name"); ok {
+		s.connName = name
 	}
 	c := *u
-	c.Scheme = scheme
-	c.Fragment, c.RawFragment = "", ""
+	c.Scheme, c.Fragment, c.RawFragment = scheme, "", ""
 	for _, p := range ownParams {
 		q.Del(p)
 	}
@@ -294,90 +258,143 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	return c.String(), nil
 }
 
+// setInt, setBool and setDuration store a query parameter, when given, in field and
+// return the error of a bad value.
+func setInt(q driverkit.Query, name string, lo, hi int, unit time.Duration, field *time.Duration) error {
+	n, ok, err := q.Int(name, lo, hi)
+	if ok && err == nil && field != nil {
+		*field = time.Duration(n) * unit
+	}
+	return err
+}
+
+func setBool(q driverkit.Query, name string, field *bool, negated bool) error {
+	b, ok, err := q.Bool(name)
+	if ok && err == nil {
+		*field = b != negated
+	}
+	return err
+}
+
+func setDuration(q driverkit.Query, name string, least time.Duration, field *time.Duration) error {
+	d, ok, err := q.Duration(name, time.Second, least, 0)
+	if ok && err == nil {
+		*field = d
+	}
+	return err
+}
+
 func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	s := defaultSettings()
 	raw, err := parseURL(u, &s)
 	if err != nil {
 		return nil, err
 	}
-	// Options given in code win over the URL.
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.bad.Err(); err != nil {
-		return nil, err
-	}
-	redacted := transport.RedactURL(u)
-	t := newTransport(s)
-	t.dial = func(ctx context.Context) (*amqp091.Connection, error) {
-		cfg := amqp091.Config{
-			Heartbeat:       s.heartbeat,
-			TLSClientConfig: s.tlsConfig,
-			Properties:      amqp091.NewConnectionProperties(),
-		}
+	return open(s, opts, func(t *Transport) (*amqp091.Connection, error) {
+		t.dial = t.dialer(raw, u)
+		return t.dial(ctx)
+	})
+}
+
+// dialer returns the function that opens a connection to raw with the transport's
+// settings; u, redacted, names the broker in its errors. amqp091 takes the URL's
+// heartbeat over its Config's (and a zero there as the broker's): raw gets the setting.
+func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp091.Connection, error) {
+	s := &t.s
+	c, _ := url.Parse(raw)
+	q := c.Query()
+	q.Set("heartbeat", strconv.FormatInt(int64((s.heartbeat+time.Second-1)/time.Second), 10))
+	c.RawQuery = q.Encode()
+	raw, redacted := c.String(), transport.RedactURL(u)
+	return func(ctx context.Context) (*amqp091.Connection, error) {
+		cfg := amqp091.Config{Properties: amqp091.NewConnectionProperties()}
 		if s.tlsConfig != nil {
 			cfg.TLSClientConfig = s.tlsConfig.Clone()
 		}
 		cfg.Properties.SetClientConnectionName(s.connName)
+		var live *liveConn
 		cfg.Dial = func(network, addr string) (net.Conn, error) {
-			dctx, cancel := context.WithTimeout(ctx, s.connTimeout)
+			ctx, cancel := context.WithTimeout(ctx, s.connTimeout)
 			defer cancel()
-			var conn net.Conn
-			var err error
-			if s.dialer != nil {
-				conn, err = s.dialer(dctx, network, addr)
-			} else {
-				var d net.Dialer
-				conn, err = d.DialContext(dctx, network, addr)
+			dial := s.dialer
+			if dial == nil {
+				dial = (&net.Dialer{}).DialContext
 			}
+			conn, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			// A deadline for the TLS and AMQP handshakes; amqp091 clears it once open.
-			deadline := time.Now().Add(s.connTimeout)
-			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-				deadline = dl
-			}
+			deadline, _ := ctx.Deadline() // for the TLS and AMQP handshakes; amqp091 clears it once open
 			if err := conn.SetDeadline(deadline); err != nil {
 				_ = conn.Close()
 				return nil, err
 			}
-			return conn, nil
+			live = &liveConn{Conn: conn}
+			return live, nil
 		}
 		conn, err := amqp091.DialConfig(raw, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("amqp: connect to %s: %w", redacted, scrub(err, u))
 		}
+		live.opened(conn.Config.Heartbeat)
 		return conn, nil
 	}
-	if _, _, err := t.connection(ctx); err != nil {
-		return nil, err
-	}
-	return t, nil
 }
 
 // scrub makes sure an error from the client never carries the URL's password.
 func scrub(err error, u *url.URL) error {
-	if u.User == nil {
-		return err
+	if pw, ok := u.User.Password(); ok && pw != "" && strings.Contains(err.Error(), pw) {
+		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
+	return err
+}
+
+// liveConn is the socket under a dialled connection. amqp091 sets a read deadline of 1.5
+// heartbeats after every frame it reads; when one passes, liveConn closes the socket (so
+// that a write blocked on a dead network fails too: amqp091's shutdown waits for it)
+// and names the cause, which the transport logs.
+type liveConn struct {
+	net.Conn
+	bound atomic.Int64 // 1.5 heartbeats once the connection is open; 0 before, or without heartbeats
+}
+
+// opened arms c for a connection open with heartbeat. It sets a first read deadline too:
+// amqp091 may clear the handshake's deadline after its heartbeater set the first one.
+func (c *liveConn) opened(heartbeat time.Duration) {
+	if bound := 3 * heartbeat / 2; bound > 0 {
+		c.bound.Store(int64(bound))
+		_ = c.Conn.SetReadDeadline(time.Now().Add(bound))
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}
+
+func (c *liveConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if bound := time.Duration(c.bound.Load()); bound > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = c.Conn.Close()
+		err = fmt.Errorf("amqp: no frame from the broker for %s (1.5 heartbeats): the connection is dead", bound)
+	}
+	return n, err
 }
 
 // New builds a transport around a connection the caller opened (custom TLS, auth,
 // tuning). The transport does not close conn on Close: it is the caller's. When conn is
 // lost the transport uses the function given with [WithRedial], if any, to open a new
 // one. Do not enable amqp091's experimental automatic recovery on conn: the transport
-// tracks channels itself.
+// tracks channels itself. How soon a dead conn is found is up to conn's heartbeat
+// (amqp091 declares a connection dead after 1.5 heartbeats without a frame).
 func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
 	if conn == nil {
 		return nil, errors.New("amqp: New: nil connection")
 	}
-	s := defaultSettings()
+	return open(defaultSettings(), opts, func(t *Transport) (*amqp091.Connection, error) {
+		t.userConn, t.dial = conn, t.s.redial
+		return conn, nil
+	})
+}
+
+// open builds the transport of s and opts (which win over the URL) around the
+// connection first returns.
+func open(s settings, opts []Option, first func(*Transport) (*amqp091.Connection, error)) (*Transport, error) {
 	for _, o := range opts {
 		o(&s)
 	}
@@ -385,12 +402,13 @@ func New(conn *amqp091.Connection, opts ...Option) (*Transport, error) {
 		return nil, err
 	}
 	t := newTransport(s)
-	t.conn = conn
-	t.gen = 1
-	t.userConn = conn
-	if s.redial != nil {
-		t.dial = s.redial
+	conn, err := first(t)
+	if err != nil {
+		return nil, err
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.install(conn)
 	return t, nil
 }
 
@@ -398,11 +416,7 @@ func newTransport(s settings) *Transport {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	return &Transport{
-		s:        s,
-		log:      s.logger.With("transport", "amqp"),
-		declared: map[string]bool{},
-	}
+	return &Transport{s: s, log: s.logger.With("transport", "amqp"), declared: map[string]bool{}}
 }
 
 // Transport is a RabbitMQ connection. It is safe for concurrent use.
@@ -411,71 +425,184 @@ type Transport struct {
 	log  *slog.Logger
 	dial func(ctx context.Context) (*amqp091.Connection, error)
 
-	mu        sync.Mutex // guards the fields below; held while dialling
+	mu        sync.Mutex // guards the fields below
 	conn      *amqp091.Connection
 	userConn  *amqp091.Connection // the caller's connection, never closed by us
 	gen       uint64              // bumped for every new connection
-	lostGen   uint64              // the generation whose loss was logged
+	dialing   chan struct{}       // closed when the dial under way ends; nil when none is
+	lastErr   error               // why the last connection was lost, or the last dial failed
 	declared  map[string]bool     // queues declared on the current connection
 	idle      []*pubChan          // idle confirm channels of the current connection
 	closed    bool
 	consumers driverkit.Group // the consumers opened, closed with the transport
-
-	declMu sync.Mutex // serialises declares on the admin channel
-	admin  *amqp091.Channel
-	adminG uint64
 }
 
-// Capabilities reports what the RabbitMQ binding does: attempts from the body, delays
-// through per-delay queues, no native delivery count.
+// Capabilities reports the RabbitMQ binding: attempts from the body, delays through
+// per-delay queues, no native delivery count.
 func (t *Transport) Capabilities() transport.Capabilities {
-	return transport.Capabilities{
-		Attempts:         transport.AttemptsFromBody,
-		Delay:            true,
-		MaxDelay:         MaxDelay,
-		PublishConfirmed: !t.s.noUserConfirm,
-	}
+	return transport.Capabilities{Attempts: transport.AttemptsFromBody, Delay: true, MaxDelay: MaxDelay,
+		PublishConfirmed: !t.s.noUserConfirm}
 }
 
-// connection returns a live connection and its generation, dialling a new one when the
-// current one is gone.
-func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, 0, transport.ErrClosed
-	}
-	if t.conn != nil && !t.conn.IsClosed() {
-		return t.conn, t.gen, nil
-	}
-	if t.dial == nil {
-		return nil, 0, errConnectionLost
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, 0, err
-	}
-	if t.conn != nil && t.lostGen != t.gen {
-		t.lostGen = t.gen // log each lost connection once, not every redial attempt
-		t.log.Warn("amqp: connection lost, reconnecting")
-	}
-	conn, err := t.dial(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
+// install makes conn the current connection (t.mu held) and logs its loss, with the
+// cause, when it happens; Publish reports the cause when it gives up waiting.
+func (t *Transport) install(conn *amqp091.Connection) {
+	t.dropIdle()
 	if t.conn != nil && t.conn != t.userConn {
 		_ = t.conn.Close()
 	}
-	t.conn = conn
+	t.conn, t.lastErr = conn, nil
 	t.gen++
 	clear(t.declared)
+	lost := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	go func() {
+		if err, ok := <-lost; ok && err != nil {
+			t.log.Warn("amqp: connection lost", "cause", err)
+			t.mu.Lock()
+			t.lastErr = err
+			t.mu.Unlock()
+		}
+	}()
+}
+
+// dropIdle closes the idle confirm channels (t.mu held).
+func (t *Transport) dropIdle() {
 	for _, pc := range t.idle {
 		_ = pc.ch.Close()
 	}
 	t.idle = nil
-	return conn, t.gen, nil
 }
 
-// declare declares queue (durable, classic) with args on conn, once per connection.
+// connection returns a live connection and its generation, or waits until ctx ends for
+// the dial under way (or one it starts) and returns its error when it fails. A dial is
+// bounded by connection_timeout, not by a caller: one giving up leaves it to the next.
+func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
+	for waited := false; ; waited = true {
+		t.mu.Lock()
+		conn, gen, closed, done, last := t.conn, t.gen, t.closed, t.dialing, t.lastErr
+		live := conn != nil && !conn.IsClosed()
+		if !closed && !live && !waited && done == nil && t.dial != nil {
+			done = make(chan struct{})
+			t.dialing = done
+			go t.redial(done)
+		}
+		t.mu.Unlock()
+		switch {
+		case closed:
+			return nil, 0, transport.ErrClosed
+		case live:
+			return conn, gen, nil
+		case t.dial == nil:
+			return nil, 0, errConnectionLost
+		case waited:
+			return nil, 0, unsentUnlessFinal(last)
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, 0, unsent{ctx.Err()}
+		}
+	}
+}
+
+// redial opens a new connection and installs it, or records why it could not.
+func (t *Transport) redial(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.s.connTimeout)
+	conn, err := t.dial(ctx)
+	cancel()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dialing = nil
+	close(done)
+	switch {
+	case err != nil:
+		t.lastErr = err
+	case t.closed:
+		_ = conn.Close()
+	default:
+		t.install(conn)
+		t.log.Info("amqp: reconnected")
+	}
+}
+
+// unsent wraps the error of a write that cannot have reached the broker (the connection
+// was lost, or could not be made, before it was written): Publish makes it again.
+type unsent struct{ err error }
+
+func (e unsent) Error() string { return e.err.Error() }
+func (e unsent) Unwrap() error { return e.err }
+
+func isUnsent(err error) bool { return err != nil && errors.As(err, new(unsent)) }
+
+// lostWith marks err, a step before a publish was written, unsent when conn or the
+// channel was lost; a refusal by a live broker stays final.
+func lostWith(conn *amqp091.Connection, err error) error {
+	if errors.Is(err, amqp091.ErrClosed) || conn.IsClosed() {
+		return unsent{err}
+	}
+	return err
+}
+
+// unsentUnlessFinal marks a failed dial's error unsent, unless dialling again cannot
+// help: the broker refused the login, vhost or connection, or its certificate failed.
+func unsentUnlessFinal(err error) error {
+	var ae *amqp091.Error
+	var cve *tls.CertificateVerificationError
+	switch {
+	case err == nil:
+		return unsent{errNoConnection}
+	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve):
+		return err
+	}
+	return unsent{err}
+}
+
+// rideOut runs write until it succeeds or fails otherwise than unsent. Meanwhile it
+// tries again after a backoff (50 ms doubling to 1 s) for up to the publish wait and
+// until ctx ends, then fails with context.DeadlineExceeded (or ctx's error) wrapped with
+// the broker's last error. write's argument bounds its wait for a connection. queue
+// names the publish in errors ("" for a batch).
+func (t *Transport) rideOut(ctx context.Context, queue string, write func(wait context.Context) error) error {
+	t.mu.Lock()
+	live, last := t.conn != nil && !t.conn.IsClosed(), error(nil)
+	t.mu.Unlock()
+	if live { // no connection to wait for: no wait to bound
+		if last = write(ctx); !isUnsent(last) {
+			return last
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, t.s.publishWait)
+	defer cancel()
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		err := write(wait)
+		if !isUnsent(err) {
+			return err
+		}
+		if wait.Err() == nil {
+			last = err
+			select {
+			case <-wait.Done():
+			case <-time.After(backoff):
+				continue
+			}
+		}
+		t.mu.Lock()
+		last = cmp.Or(last, t.lastErr, error(errNoConnection))
+		t.mu.Unlock()
+		what := "a batch"
+		if queue != "" {
+			what = fmt.Sprintf("to %q", queue)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("amqp: publish %s: %w while waiting for the connection; the broker's last error: %w", what, err, last)
+		}
+		return fmt.Errorf("amqp: publish %s: no connection within %s (publish_wait): %w; the broker's last error: %w",
+			what, t.s.publishWait, context.DeadlineExceeded, last)
+	}
+}
+
+// declare declares queue (durable, classic) with args on conn, once per connection,
+// on a channel of its own: a declare the broker refuses closes the channel.
 func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, args amqp091.Table) error {
 	t.mu.Lock()
 	done := t.gen == gen && t.declared[queue]
@@ -483,21 +610,13 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 	if done {
 		return nil
 	}
-	t.declMu.Lock()
-	defer t.declMu.Unlock()
-	if t.admin == nil || t.adminG != gen || t.admin.IsClosed() {
-		if t.admin != nil {
-			_ = t.admin.Close()
-		}
-		ch, err := conn.Channel()
-		if err != nil {
-			t.admin = nil
-			return fmt.Errorf("amqp: open channel: %w", err)
-		}
-		t.admin, t.adminG = ch, gen
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(queue, true, false, false, false, args)
+		_ = ch.Close()
 	}
-	if _, err := t.admin.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("amqp: declare queue %q: %w", queue, err)
+	if err != nil {
+		return lostWith(conn, fmt.Errorf("amqp: declare queue %q: %w", queue, err))
 	}
 	t.mu.Lock()
 	if t.gen == gen {
@@ -507,8 +626,7 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 	return nil
 }
 
-// forget drops queue from the declare cache, so the next write to it declares it again
-// (after the broker returned a write to it: the queue was deleted).
+// forget drops queue from the declare cache (the broker returned a write to it).
 func (t *Transport) forget(queue string) {
 	t.mu.Lock()
 	delete(t.declared, queue)
@@ -526,18 +644,9 @@ func (t *Transport) Close(ctx context.Context) error {
 	t.closed = true
 	t.mu.Unlock()
 	err := t.consumers.Close(ctx)
-	t.declMu.Lock()
-	if t.admin != nil {
-		_ = t.admin.Close()
-		t.admin = nil
-	}
-	t.declMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, pc := range t.idle {
-		_ = pc.ch.Close()
-	}
-	t.idle = nil
+	t.dropIdle()
 	if t.conn != nil && t.conn != t.userConn && !t.conn.IsClosed() {
 		err = errors.Join(err, t.conn.Close())
 	}

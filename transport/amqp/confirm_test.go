@@ -20,9 +20,14 @@ func TestWaitConfirmTimeoutAndReuse(t *testing.T) {
 	timer.Stop()
 	pc := &pubChan{timer: timer}
 	never := &amqp091.DeferredConfirmation{}
+	waitConfirm := func(ctx context.Context, dc *amqp091.DeferredConfirmation) error {
+		errs := [1]error{}
+		tr.awaitConfirms(ctx, pc.timer, []sent{{dc: dc, key: retKey{key: "q"}}}, errs[:])
+		return errs[0]
+	}
 
 	for range 2 {
-		err := tr.waitConfirm(context.Background(), pc, "q", never)
+		err := waitConfirm(context.Background(), never)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("no confirm: got %v, want context.DeadlineExceeded", err)
 		}
@@ -33,16 +38,16 @@ func TestWaitConfirmTimeoutAndReuse(t *testing.T) {
 	tr.s.confirmTimeout = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := tr.waitConfirm(ctx, pc, "q", never); !errors.Is(err, context.Canceled) {
+	if err := waitConfirm(ctx, never); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: got %v, want context.Canceled", err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := tr.waitConfirm(ctx, pc, "q", never); !errors.Is(err, context.DeadlineExceeded) {
+	if err := waitConfirm(ctx, never); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("context deadline: got %v, want context.DeadlineExceeded", err)
 	}
 
-	if err := tr.waitConfirm(context.Background(), pc, "q", nil); err == nil {
+	if err := waitConfirm(context.Background(), nil); err == nil {
 		t.Fatal("nil confirmation: want an error")
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // The names of the projected headers (manifest block "rabbitmq").
@@ -26,18 +28,32 @@ const AppID = "babelqueue"
 // ContentType is the content_type property of every message the transport writes.
 const ContentType = "application/json"
 
-// pubChan is a channel in confirm mode, used by one write at a time.
+var _ transport.ConfirmedPublisher = (*Transport)(nil)
+
+const maxIdleChans = 16 // idle confirm channels kept
+
+var (
+	errNacked         = fmt.Errorf("amqp: the broker nacked the write: %w", transport.ErrNotConfirmed)
+	errNotConfirmMode = errors.New("amqp: channel is not in confirm mode")
+)
+
+// pubChan is a channel in confirm mode, used by one write at a time. Its timer bounds
+// the confirm waits of its writes, stopped between waits and reused: a confirmed write
+// allocates no timer of its own (since Go 1.23 Reset and Stop leave no stale tick).
 type pubChan struct {
-	ch   *amqp091.Channel
-	conn *amqp091.Connection
-	gen  uint64
-	// timer bounds each confirm wait on this channel. It is stopped between waits and
-	// reused, so a confirmed write allocates no timer or context of its own (since Go
-	// 1.23, Reset and Stop leave no stale tick in timer.C).
+	ch    *amqp091.Channel
+	conn  *amqp091.Connection
+	gen   uint64
 	timer *time.Timer
-	// rt records the publishes the broker returned (returns.go); nil on a channel whose
-	// returns nobody checks (a transactional consumer's).
-	rt *returnTracker
+	rt    *returnTracker // the publishes the broker returned; nil when nobody checks
+}
+
+// sent is one publish: its confirm, its channel, and the tracker of its return.
+type sent struct {
+	dc  *amqp091.DeferredConfirmation
+	ch  *amqp091.Channel
+	rt  *returnTracker
+	key retKey
 }
 
 // getPub returns an idle confirm channel of the current connection, or opens one.
@@ -47,10 +63,9 @@ func (t *Transport) getPub(ctx context.Context) (*pubChan, error) {
 		return nil, err
 	}
 	t.mu.Lock()
-	for len(t.idle) > 0 {
-		pc := t.idle[len(t.idle)-1]
-		t.idle[len(t.idle)-1] = nil
-		t.idle = t.idle[:len(t.idle)-1]
+	for n := len(t.idle) - 1; n >= 0; n-- {
+		pc := t.idle[n]
+		t.idle[n], t.idle = nil, t.idle[:n]
 		if pc.gen == gen && !pc.ch.IsClosed() {
 			t.mu.Unlock()
 			return pc, nil
@@ -59,17 +74,17 @@ func (t *Transport) getPub(ctx context.Context) (*pubChan, error) {
 	}
 	t.mu.Unlock()
 	ch, err := conn.Channel()
+	if err == nil {
+		if err = ch.Confirm(false); err != nil {
+			_ = ch.Close()
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("amqp: open channel: %w", err)
+		return nil, lostWith(conn, fmt.Errorf("amqp: open a confirm channel: %w", err))
 	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, fmt.Errorf("amqp: confirm mode: %w", err)
-	}
-	rt := t.trackReturns(ch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	return &pubChan{ch: ch, conn: conn, gen: gen, timer: timer, rt: rt}, nil
+	return &pubChan{ch: ch, conn: conn, gen: gen, timer: timer, rt: t.trackReturns(ch)}, nil
 }
 
 // putPub returns a channel to the idle list, or closes it.
@@ -78,111 +93,217 @@ func (t *Transport) putPub(pc *pubChan) {
 		return
 	}
 	t.mu.Lock()
-	if !t.closed && pc.gen == t.gen && len(t.idle) < t.s.maxIdleChans {
+	defer t.mu.Unlock()
+	if !t.closed && pc.gen == t.gen && len(t.idle) < maxIdleChans {
 		t.idle = append(t.idle, pc)
-		t.mu.Unlock()
-		return
+	} else {
+		_ = pc.ch.Close()
 	}
-	t.mu.Unlock()
-	_ = pc.ch.Close()
+}
+
+// check refuses a message without a queue, or with a body above the broker's limit.
+func (t *Transport) check(m *transport.Message) error {
+	if m == nil || m.Queue == "" {
+		return errors.New("amqp: message has no queue")
+	}
+	return transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize)
 }
 
 // Publish writes m to its queue (declared on first use) and, unless
 // [WithoutPublishConfirms] was given, waits for the broker's confirm.
+//
+// While the connection is lost Publish waits for it to come back, up to the publish
+// wait ([WithPublishWait]) and until ctx ends, and then fails with
+// context.DeadlineExceeded (or ctx's error) wrapped with the broker's last error. It
+// makes a write again only when the broker cannot have received it (no connection, no
+// channel): a write whose confirm was lost with its connection fails with an error
+// matching [transport.ErrNotConfirmed], as the broker may hold it.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
-	if m == nil || m.Queue == "" {
-		return errors.New("amqp: message has no queue")
-	}
-	if err := transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize); err != nil {
+	if err := t.check(m); err != nil {
 		return err
 	}
-	pc, err := t.getPub(ctx)
-	if err != nil {
-		return err
-	}
-	s, err := t.send(ctx, pc, m, !t.s.noUserConfirm)
-	if err != nil {
-		t.putPub(pc)
-		return err
-	}
-	if t.s.noUserConfirm {
-		t.putPub(pc)
+	return t.rideOut(ctx, m.Queue, func(wait context.Context) error {
+		pc, err := t.getPub(wait)
+		if err != nil {
+			return err
+		}
+		defer t.putPub(pc)
+		s, err := t.send(ctx, pc, m, !t.s.noUserConfirm)
+		if err != nil || t.s.noUserConfirm {
+			return err
+		}
+		errs := [1]error{}
+		t.awaitConfirms(ctx, pc.timer, []sent{s}, errs[:])
+		return errs[0]
+	})
+}
+
+// PublishConfirmed publishes msgs in order on one confirm channel, every publish in
+// flight at once, then waits for all their confirms together, up to the confirm timeout
+// counted once the publishes are made. It confirms even with [WithoutPublishConfirms]
+// (which only concerns [Transport.Publish]), and waits for a lost connection as Publish
+// does. When some messages were not confirmed (nacked, timed out, or not sent because
+// the channel failed; those after a failed send are reported with
+// [transport.ErrNotAttempted]) the error is a *[transport.BatchError].
+func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
+	if len(msgs) == 0 {
 		return nil
 	}
-	err = t.checkReturn(s, t.waitConfirm(ctx, pc, m.Queue, s.dc))
-	t.putPub(pc)
-	return err
-}
-
-var errNacked = errors.New("amqp: broker nacked the write (or its channel closed before the confirm)")
-
-// waitConfirm waits for the confirm of dc, published on pc, until ctx ends or the
-// confirm timeout passes (reported as context.DeadlineExceeded).
-func (t *Transport) waitConfirm(ctx context.Context, pc *pubChan, queue string, dc *amqp091.DeferredConfirmation) error {
-	if dc == nil {
-		return errors.New("amqp: channel is not in confirm mode")
+	var pc *pubChan
+	if err := t.rideOut(ctx, "", func(wait context.Context) (err error) { pc, err = t.getPub(wait); return err }); err != nil {
+		return err
 	}
-	select {
-	case <-dc.Done():
-	default:
-		pc.timer.Reset(t.s.confirmTimeout)
-		var err error
-		select {
-		case <-dc.Done():
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-pc.timer.C:
-			err = context.DeadlineExceeded
+	defer t.putPub(pc)
+	errs, ss := make([]error, len(msgs)), make([]sent, len(msgs))
+	for i, m := range msgs {
+		if errs[i] = t.check(m); errs[i] != nil {
+			continue
 		}
-		pc.timer.Stop()
-		if err != nil {
-			return fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", queue, err)
+		if ss[i], errs[i] = t.send(ctx, pc, m, true); errs[i] != nil {
+			for j := i + 1; j < len(msgs); j++ {
+				errs[j] = transport.ErrNotAttempted
+			}
+			break
 		}
 	}
-	if !dc.Acked() {
-		return errNacked
-	}
-	return nil
+	t.awaitConfirms(ctx, pc.timer, ss, errs)
+	return transport.NewBatchError(errs)
 }
 
-// send declares what m needs and publishes it on pc, mandatory. When track is set and
-// pc records returns, the publish is registered there: the caller must pass the result
-// to checkReturn or checkReturns once its confirm was awaited (or failed).
+// send declares what m needs and publishes it on pc, mandatory; with track it is
+// registered for its return, which awaitConfirms checks (or resolve forgets). A publish
+// refused because the channel is closed was not written: its error is unsent.
 func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message, track bool) (sent, error) {
+	key := m.Queue
 	if !t.s.noDeclare {
 		if err := t.declare(pc.conn, pc.gen, m.Queue, nil); err != nil {
 			return sent{}, err
 		}
 	}
-	key := m.Queue
 	if m.Delay > 0 {
-		ms := delayMillis(m.Delay)
 		key = DelayQueue(m.Queue, m.Delay)
-		args := amqp091.Table{
-			"x-message-ttl":             ms,
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": m.Queue,
-		}
+		args := amqp091.Table{"x-message-ttl": delayMillis(m.Delay), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": m.Queue}
 		if err := t.declare(pc.conn, pc.gen, key, args); err != nil {
 			return sent{}, err
 		}
 	}
 	p := project(m)
-	var s sent
+	s := sent{ch: pc.ch, key: retKey{key, p.MessageId}}
 	if track && pc.rt != nil {
-		// Registered before the publish: its return may come before this call returns.
-		s.rt, s.key = pc.rt, retKey{key, p.MessageId}
-		s.rt.register(s.key)
+		s.rt = pc.rt
+		s.rt.register(s.key) // before the publish: its return may come before this call returns
 	}
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, p)
 	if err != nil {
-		if s.rt != nil {
-			s.rt.resolve(s.key)
+		resolve(s)
+		if err = fmt.Errorf("amqp: publish to %q: %w", key, err); errors.Is(err, amqp091.ErrClosed) {
+			err = unsent{err}
 		}
-		return sent{}, fmt.Errorf("amqp: publish to %q: %w", key, err)
+		return sent{}, err
 	}
 	s.dc = dc
 	return s, nil
+}
+
+// awaitConfirms waits for every confirm of ss under one deadline (the confirm timeout,
+// from the first confirm not in yet, on timer or, when nil, a timer of its own), then
+// checks their returns: errs[i] is ss[i]'s outcome. A write not sent (errs holds its
+// error) has no confirm to wait for.
+func (t *Transport) awaitConfirms(ctx context.Context, timer *time.Timer, ss []sent, errs []error) {
+	var ended error // set once the deadline or ctx ended the wait
+	armed := false
+	for i, s := range ss {
+		if s.dc == nil {
+			if errs[i] == nil {
+				errs[i] = errNotConfirmMode
+			}
+			continue
+		}
+		if ended == nil {
+			select {
+			case <-s.dc.Done():
+			default:
+				if !armed {
+					armed = true
+					if timer == nil {
+						timer = time.NewTimer(t.s.confirmTimeout)
+					} else {
+						timer.Reset(t.s.confirmTimeout)
+					}
+				}
+				select {
+				case <-s.dc.Done():
+				case <-ctx.Done():
+					ended = ctx.Err()
+				case <-timer.C:
+					ended = context.DeadlineExceeded
+				}
+			}
+		}
+		select {
+		case <-s.dc.Done():
+			switch {
+			case s.dc.Acked():
+			case s.ch.IsClosed():
+				errs[i] = fmt.Errorf("amqp: the channel of a write to %q closed before the broker confirmed it; "+
+					"the broker may hold it, so it is not sent again: %w", s.key.key, transport.ErrNotConfirmed)
+			default:
+				errs[i] = errNacked
+			}
+		default:
+			errs[i] = fmt.Errorf("amqp: waiting for the confirm of a write to %q: %w", s.key.key, ended)
+		}
+	}
+	if armed {
+		timer.Stop()
+	}
+	t.checkReturns(ss, errs)
+}
+
+// publishWrites publishes the settle writes ws on one confirm channel (back to the
+// idle list at once). A failure is a *transport.SettleWriteError; earlier writes stay.
+func (t *Transport) publishWrites(ctx context.Context, ws []*transport.Message) ([]sent, error) {
+	for _, m := range ws {
+		if err := t.check(m); err != nil {
+			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
+		}
+	}
+	pc, err := t.getPub(ctx)
+	if err != nil {
+		return nil, &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
+	}
+	defer t.putPub(pc)
+	ss := make([]sent, 0, len(ws))
+	err = driverkit.SendAll(ctx, ws, func(ctx context.Context, m *transport.Message) error {
+		s, err := t.send(ctx, pc, m, true)
+		if err == nil {
+			ss = append(ss, s)
+		}
+		return err
+	})
+	if err != nil {
+		resolve(ss...)
+		return nil, err
+	}
+	return ss, nil
+}
+
+// confirmed awaits the confirms of ss and returns the first failure as a
+// *transport.SettleWriteError.
+func (t *Transport) confirmed(ctx context.Context, ws []*transport.Message, ss []sent) error {
+	var buf [4]error // the usual settlement has one write: no allocation
+	errs := buf[:0]
+	if len(ss) > len(buf) {
+		errs = make([]error, 0, len(ss))
+	}
+	errs = errs[:len(ss)]
+	t.awaitConfirms(ctx, nil, ss, errs)
+	for i, err := range errs {
+		if err != nil {
+			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: err}
+		}
+	}
+	return nil
 }
 
 func delayMillis(d time.Duration) int64 {
@@ -194,7 +315,10 @@ func delayMillis(d time.Duration) int64 {
 }
 
 // DelayQueue names the queue that holds messages for queue delayed by d:
-// "<queue>.delay.<milliseconds>".
+// "<queue>.delay.<milliseconds>", d rounded up to a whole millisecond. It is declared
+// on demand with x-message-ttl = the milliseconds and dead-lettering to queue through
+// the default exchange, so RabbitMQ moves a message to queue when its TTL expires;
+// one TTL per queue means a long delay never holds up a short one.
 func DelayQueue(queue string, d time.Duration) string {
 	return queue + ".delay." + strconv.FormatInt(delayMillis(d), 10)
 }
@@ -214,16 +338,8 @@ func project(m *transport.Message) amqp091.Publishing {
 		h[HeaderSourceLang] = p.Lang
 	}
 	h[HeaderAttempts] = nativeInt(int64(m.Attempts))
-	return amqp091.Publishing{
-		Headers:       h,
-		ContentType:   ContentType,
-		DeliveryMode:  amqp091.Persistent,
-		CorrelationId: p.TraceID,
-		MessageId:     p.MessageID,
-		Type:          p.URN,
-		AppId:         AppID,
-		Body:          m.Body,
-	}
+	return amqp091.Publishing{Headers: h, ContentType: ContentType, DeliveryMode: amqp091.Persistent,
+		CorrelationId: p.TraceID, MessageId: p.MessageID, Type: p.URN, AppId: AppID, Body: m.Body}
 }
 
 // nativeInt keeps small numbers a 32-bit field-table integer, as the other SDKs write
@@ -233,4 +349,184 @@ func nativeInt(n int64) any {
 		return int32(n)
 	}
 	return n
+}
+
+// Unroutable writes. Every publish is mandatory, so RabbitMQ answers a message no queue
+// takes with a basic.return before the basic.ack it still sends; without the flag such
+// a message would be confirmed and dropped.
+//
+// Each confirm channel's NotifyReturn channel is drained into a record by a goroutine
+// of its own, so a return never holds up amqp091-go's reader (which drops a return a
+// listener does not take within 5 s). amqp091-go hands a return over before it
+// processes the ack of the same publish, so once a confirm is acked its return, if any,
+// is recorded or still buffered: the waiter asks the goroutine to record what is
+// buffered (sync), then looks for its own publish (resolve). A publish is told apart by
+// its routing key and message id; a return for a key fails every publish in flight
+// under it (a duplicate at worst, never a loss).
+
+// ErrUnroutable matches the error of a write RabbitMQ returned because no queue took it:
+// the queue does not exist (deleted while the application runs, or never declared with
+// declare=false). The message was not enqueued. The transport forgets that it declared
+// the queue, so its next write to it declares it again (unless [WithoutDeclare]).
+var ErrUnroutable = errors.New("amqp: message unroutable: no queue took it (the queue does not exist)")
+
+// returnBuffer is the capacity of a NotifyReturn channel: it only absorbs bursts.
+const returnBuffer = 16
+
+// retKey identifies a publish for the returns: its routing key and message id.
+type retKey struct{ key, id string }
+
+// retState is what is known of the publishes in flight under one retKey.
+type retState struct {
+	n        int    // publishes registered and not resolved
+	returned bool   // a return came for the key while they were in flight
+	code     uint16 // the first return's reply code and text
+	text     string
+}
+
+// returnTracker records the returns of one confirm channel.
+type returnTracker struct {
+	t    *Transport
+	ch   chan amqp091.Return
+	kick chan struct{} // a waiter asks for a sync
+
+	mu      sync.Mutex
+	synced  sync.Cond // broadcast when served moves or closed is set
+	asked   uint64    // syncs asked for
+	served  uint64    // syncs served: every return buffered when they were asked is recorded
+	closed  bool      // the channel closed: every return it carried is recorded
+	pending map[retKey]retState
+}
+
+// trackReturns drains ch's returns into a new tracker until ch closes.
+func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
+	r := &returnTracker{t: t, ch: make(chan amqp091.Return, returnBuffer), kick: make(chan struct{}, 1),
+		pending: make(map[retKey]retState)}
+	r.synced.L = &r.mu
+	ch.NotifyReturn(r.ch)
+	go r.run()
+	return r
+}
+
+// run records the returns as they come. Woken by one or by a waiter's kick, it records
+// every return buffered, which serves every sync asked before (the asks and the drain
+// are made under r.mu).
+func (r *returnTracker) run() {
+	for closed := false; !closed; {
+		var lost []amqp091.Return
+		select {
+		case ret, ok := <-r.ch:
+			r.mu.Lock()
+			lost = r.note(ret, ok, lost)
+		case <-r.kick:
+			r.mu.Lock()
+		}
+		for drained := false; !drained && !r.closed; {
+			select {
+			case ret, ok := <-r.ch:
+				lost = r.note(ret, ok, lost)
+			default:
+				drained = true
+			}
+		}
+		r.served, closed = r.asked, r.closed
+		r.synced.Broadcast()
+		r.mu.Unlock()
+		r.report(lost)
+	}
+}
+
+// note records one return, or with !ok that the channel closed (r.mu held). A return
+// no publish in flight is registered for (one not waiting for its confirm, or one that
+// failed already) goes to lost.
+func (r *returnTracker) note(ret amqp091.Return, ok bool, lost []amqp091.Return) []amqp091.Return {
+	k := retKey{ret.RoutingKey, ret.MessageId}
+	st, waited := r.pending[k]
+	switch {
+	case !ok:
+		r.closed = true
+	case !waited:
+		lost = append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
+	case !st.returned:
+		st.returned, st.code, st.text = true, ret.ReplyCode, ret.ReplyText
+		r.pending[k] = st
+	}
+	return lost
+}
+
+// report logs returns nobody waits for and makes the transport declare their queues
+// again. It runs without r.mu, and never waits for the transport's lock.
+func (r *returnTracker) report(lost []amqp091.Return) {
+	for _, ret := range lost {
+		r.t.log.Warn("amqp: the broker returned a message it could not route: its queue does not exist, and the message was not enqueued",
+			"queue", ret.RoutingKey, "message_id", ret.MessageId, "reply_code", ret.ReplyCode, "reply_text", ret.ReplyText)
+		go r.t.forget(ret.RoutingKey)
+	}
+}
+
+// register records a publish about to be sent under k.
+func (r *returnTracker) register(k retKey) {
+	r.mu.Lock()
+	st := r.pending[k]
+	st.n++
+	r.pending[k] = st
+	r.mu.Unlock()
+}
+
+// resolve forgets one publish registered under k and reports whether a return came for
+// k while it was in flight (with the reply code and text). Call sync first when the
+// publish was acked, so that its return, if any, is recorded.
+func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.pending[k]
+	if st.n--; st.n <= 0 {
+		delete(r.pending, k)
+	} else {
+		r.pending[k] = st
+	}
+	return st.returned, st.code, st.text
+}
+
+// sync returns once every return handed to the listener before the call is recorded.
+func (r *returnTracker) sync() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked++
+	mine := r.asked
+	select {
+	case r.kick <- struct{}{}:
+	default: // a sync is asked already; it serves this one too, or asks again
+	}
+	for r.served < mine && !r.closed {
+		r.synced.Wait()
+	}
+}
+
+// resolve forgets the publishes of ss registered for their returns.
+func resolve(ss ...sent) {
+	for _, s := range ss {
+		if s.rt != nil {
+			s.rt.resolve(s.key)
+		}
+	}
+}
+
+// checkReturns resolves the publishes of ss, whose confirms' outcomes are errs: one
+// acked and returned gets an error wrapping [ErrUnroutable], and its queue is forgotten.
+func (t *Transport) checkReturns(ss []sent, errs []error) {
+	var last *returnTracker
+	for i, s := range ss {
+		if s.rt == nil {
+			continue
+		}
+		if errs[i] == nil && s.rt != last {
+			s.rt.sync() // one sync serves every publish acked before it
+			last = s.rt
+		}
+		if returned, code, text := s.rt.resolve(s.key); errs[i] == nil && returned {
+			t.forget(s.key.key)
+			errs[i] = fmt.Errorf("amqp: write to %q returned by the broker (%d %s): %w", s.key.key, code, text, ErrUnroutable)
+		}
+	}
 }
