@@ -34,7 +34,7 @@ func TestManyWorkersEachMessageOnce(t *testing.T) {
 			admin := client(t)
 			q := transporttest.UniqueName("bqtest")
 			cleanKeys(t, admin, "*"+q+"*")
-			tr := bqredis.New(client(t), layout.opts...)
+			tr := newTransport(t, client(t), layout.opts...)
 			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: workers})
 			if err != nil {
 				t.Fatal(err)

@@ -106,7 +106,7 @@ func BenchmarkTransport(b *testing.B) {
 			ctx := context.Background()
 			q := transporttest.UniqueName("bqbench")
 			cleanKeys(b, c, q+"*")
-			tr := bqredis.New(c)
+			tr := newTransport(b, c)
 			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: w.n})
 			if err != nil {
 				b.Fatal(err)
@@ -155,13 +155,13 @@ func paired(b *testing.B, n int, body []byte) {
 	for _, q := range []string{rq, tq, dq, lq} {
 		cleanKeys(b, c, q+"*")
 	}
-	tr := bqredis.New(c)
+	tr := newTransport(b, c)
 	cons, err := tr.Consume(ctx, tq, transport.ConsumeOptions{Prefetch: n})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cons.Close(ctx)
-	dtr := bqredis.New(c, bqredis.WithDeferredAcks(2*time.Millisecond))
+	dtr := newTransport(b, c, bqredis.WithDeferredAcks(2*time.Millisecond))
 	dcons, err := dtr.Consume(ctx, dq, transport.ConsumeOptions{Prefetch: n})
 	if err != nil {
 		b.Fatal(err)

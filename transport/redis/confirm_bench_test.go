@@ -6,7 +6,6 @@ import (
 
 	"github.com/babelqueue-go/babelqueue/internal/benchpair"
 	"github.com/babelqueue-go/babelqueue/transport"
-	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -22,7 +21,7 @@ func BenchmarkPublishConfirmedBatch(b *testing.B) {
 	for _, q := range []string{rq, tq} {
 		cleanKeys(b, c, q+"*")
 	}
-	tr := bqredis.New(c)
+	tr := newTransport(b, c)
 	body := envelope("bench")
 	msgs := make([]*transport.Message, batch)
 	for i := range msgs {

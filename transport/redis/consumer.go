@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,294 +13,178 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // sweepLimit bounds how many lapsed reservations one reserve call returns to the queue.
 const sweepLimit = 100
 
-// maxFetchers is how many reserve calls of one consumer may be in flight at once: the
-// workers of a consumer reserve side by side, as many go-redis workers would, and the
-// ones that come while maxFetchers calls are out wait and are served by the next call
-// that returns (one call reserves for every worker waiting, up to the batch size).
-const maxFetchers = 4
-
 // sweepEvery is how often, at most, a consumer's reserve call also migrates due delayed
 // messages and returns lapsed reservations (or the poll interval, if shorter). A
 // consumer waiting on an empty list sweeps when its wait ends, at most a poll interval
-// later, as before; a busy one saves two sorted-set reads on almost every reservation.
+// later; a busy one saves two sorted-set reads on almost every reservation.
 const sweepEvery = 100 * time.Millisecond
 
-// consumer receives from one queue. Workers calling Receive at the same time share one
-// reserve script call: the first reserves for itself and every worker queued behind it
-// (up to the prefetch and the batch size) and hands each its message directly; a worker
-// that arrives while that call is in flight queues up for the next one, which the first
-// worker left waiting makes as soon as the call returns.
-type consumer struct {
-	t        *Transport
-	queue    string
-	readyKey string
-	prefetch int
-	// The keys of the default layout: reserve script keys, then settle script keys.
-	reserveKeys, settleKeys []string
+// ackFlushTimeout bounds one attempt to send deferred acks from the flush timer.
+const ackFlushTimeout = 10 * time.Second
 
-	// book holds the reservations handed out and not finished: their prefetch slots
-	// and settle state. It is closed with mu held, so under mu !closed means open.
-	book *ledger.Ledger[*handle]
-
-	mu        sync.Mutex
-	closed    bool
-	fetchers  int       // Receive calls in a reserve call now
-	reserving int       // messages those reserve calls may bring
-	buf       []*handle // reserved, not yet handed out
-	waiting   []*waiter // Receive calls waiting, first come first served
-
-	swept   time.Time // when a reserve call last swept
-	settles committer[settleItem]
-
-	// Deferred acks (Transport.ackLinger > 0): acknowledged reservations whose removal
-	// has not been sent yet. The next reserve call carries them, or the flush timer
-	// sends them after the linger.
-	acks     []*handle
-	ackTimer *time.Timer
-	flushes  sync.WaitGroup // flush timer calls sending acks
-}
-
-// waiter is a Receive call waiting for a message or for its turn to reserve.
-type waiter struct {
-	ch chan *ledger.Entry[*handle] // one send: a reservation handed out to it, or nil to look again
-}
-
-// settleItem is one reservation to settle and how.
-type settleItem struct {
-	h      *handle
-	rewind bool
-	writes []*transport.Message
-}
-
-// handle is the transport's bookkeeping for one reservation.
-type handle struct {
-	c *consumer
-	// member is the token of the deadline member (default layout: the member itself is
-	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
-	// or the reserved member (laravel).
-	member string
-	raw    string // the element as stored in the list
-	hdr    string // laravel: the headers JSON from the header hash, or ""
-}
-
-func newConsumer(t *Transport, queue string, prefetch int) *consumer {
-	c := &consumer{
-		t:        t,
-		queue:    queue,
-		readyKey: t.ready(queue),
-		prefetch: prefetch,
-		book:     ledger.New[*handle](ledger.Config{Broker: "redis", Queue: queue, Prefetch: prefetch, Logger: t.log}),
+// Consume opens a consumer on queue. The receive loop, the prefetch, settle-once, the
+// backoff of failed receives and settlements, and Close are the kit's
+// ([driverkit.Consumer]); this file is Redis's side of them: the reserve and settle
+// scripts, the blocking wait and deferred acks.
+func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	if queue == "" {
+		return nil, errors.New("redis: consume needs a queue name")
 	}
+	if t.isClosed() {
+		return nil, transport.ErrClosed
+	}
+	c := &consumer{t: t, queue: queue, readyKey: t.ready(queue)}
 	c.reserveKeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
 	c.settleKeys = []string{processingKey(queue), deadlinesKey(queue), c.readyKey, c.readyKey}
 	c.settles.run = c.settleGroup
 	c.settles.lanes = groupLanes
-	return c
-}
-
-// handOutLocked gives h to the first waiting Receive call, or keeps it in buf for the
-// next one when nobody waits.
-func (c *consumer) handOutLocked(h *handle) {
-	if len(c.waiting) == 0 {
-		c.buf = append(c.buf, h)
-		return
-	}
-	w := c.waiting[0]
-	c.waiting = slices.Delete(c.waiting, 0, 1)
-	e, _ := c.book.Add(h) // the book is open while c.closed is false
-	w.ch <- e
-}
-
-// nudgeLocked wakes the first waiting Receive call to reserve when nobody is reserving
-// and the prefetch allows another message.
-func (c *consumer) nudgeLocked() {
-	if c.fetchers >= maxFetchers || len(c.waiting) == 0 || c.book.Held()+len(c.buf)+c.reserving >= c.prefetch {
-		return
-	}
-	w := c.waiting[0]
-	c.waiting = slices.Delete(c.waiting, 0, 1)
-	w.ch <- nil
-}
-
-// Receive blocks until a message is reserved for the caller, ctx ends or the consumer
-// is closed. While settlements fail it first waits out their backoff.
-func (c *consumer) Receive(ctx context.Context) (*transport.Delivery, error) {
-	if err := c.book.Pause(ctx); err != nil {
+	k, err := driverkit.New[res](c, driverkit.Config{
+		Broker:     "redis",
+		Queue:      queue,
+		Logger:     t.log,
+		Group:      &t.consumers,
+		AtomicAcks: true, // the settle script makes the writes and removes the reservation
+		MaxBatch:   t.batch,
+	}, opts)
+	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	backoff := 50 * time.Millisecond
-	for {
-		if c.closed {
-			c.mu.Unlock()
-			return nil, transport.ErrClosed
-		}
-		if len(c.buf) > 0 {
-			h := c.buf[0]
-			c.buf[0] = nil
-			c.buf = c.buf[1:]
-			e, _ := c.book.Add(h)
-			c.mu.Unlock()
-			return c.delivery(e), nil
-		}
-		if room := c.prefetch - c.book.Held() - len(c.buf) - c.reserving; room > 0 && c.fetchers < maxFetchers {
-			// Up to the prefetch: what the waiting workers need now, and what a prefetch
-			// larger than the concurrency asks to hold ahead (one round trip for several).
-			n := min(room, c.t.batch)
-			c.fetchers++
-			c.reserving += n
-			acks := c.takeAcksLocked()
-			now := time.Now()
-			sweep := now.Sub(c.swept) >= min(sweepEvery, c.t.poll)
-			if sweep {
-				c.swept = now
-			}
-			c.mu.Unlock()
-			hs, err := c.reserve(ctx, n, sweep, acks)
-			if err == nil && len(hs) == 0 {
-				err = c.wait(ctx)
-			}
-			c.mu.Lock()
-			c.fetchers--
-			c.reserving -= n
-			if c.closed {
-				c.mu.Unlock()
-				if len(hs) > 0 {
-					_ = c.rewindAll(context.WithoutCancel(ctx), hs)
-				}
-				return nil, transport.ErrClosed
-			}
-			if len(hs) > 0 {
-				mine, _ := c.book.Add(hs[0])
-				for _, h := range hs[1:] {
-					c.handOutLocked(h)
-				}
-				c.nudgeLocked() // workers still waiting: the first reserves for them now
-				c.mu.Unlock()
-				return c.delivery(mine), nil
-			}
-			if err != nil {
-				if ctxErr := ctx.Err(); ctxErr != nil {
-					c.nudgeLocked()
-					c.mu.Unlock()
-					return nil, ctxErr
-				}
-				c.t.log.Warn("redis: reserve failed; retrying", "queue", c.queue, "error", err, "backoff", backoff)
-				c.mu.Unlock()
-				serr := sleep(ctx, c.book.Done(), backoff)
-				c.mu.Lock()
-				if serr != nil {
-					c.nudgeLocked()
-					c.mu.Unlock()
-					return nil, serr
-				}
-				backoff = min(2*backoff, 2*time.Second)
-				continue
-			}
-			backoff = 50 * time.Millisecond
-			continue
-		}
-		w := &waiter{ch: make(chan *ledger.Entry[*handle], 1)}
-		c.waiting = append(c.waiting, w)
-		c.mu.Unlock()
-		select {
-		case e := <-w.ch:
-			c.mu.Lock()
-			if e != nil {
-				closed := c.closed
-				c.mu.Unlock()
-				if closed { // Close took it back between the hand-out and now
-					return nil, transport.ErrClosed
-				}
-				return c.delivery(e), nil
-			}
-			// nudged: look again
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.leaveLocked(w)
-			c.mu.Unlock()
-			return nil, ctx.Err()
-		case <-c.book.Done():
-			c.mu.Lock()
-			c.leaveLocked(w)
-		}
-	}
+	c.kit = k
+	return &kitConsumer{Consumer: k, d: c}, nil
 }
 
-// leaveLocked takes w out of the queue of waiting Receive calls. What was already sent
-// to it goes on: a handle to the next waiting call (or buf), a nudge to the next call.
-func (c *consumer) leaveLocked(w *waiter) {
-	if i := slices.Index(c.waiting, w); i >= 0 {
-		c.waiting = slices.Delete(c.waiting, i, i+1)
-		return
-	}
-	// Not queued any more, so something was sent to it (under c.mu, before we got it).
-	e := <-w.ch
-	if e == nil {
-		c.nudgeLocked()
-		return
-	}
-	if c.closed || !c.book.Withdraw(e) {
-		return // Close took it back already
-	}
-	h := e.Value
-	if len(c.waiting) > 0 {
-		c.handOutLocked(h)
-		return
-	}
-	c.buf = slices.Insert(c.buf, 0, h) // it was reserved first, so it goes first
+// kitConsumer is the consumer Consume returns: the kit's, plus SyncAcks.
+type kitConsumer struct {
+	*driverkit.Consumer[res]
+	d *consumer
 }
 
-func sleep(ctx context.Context, done <-chan struct{}, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
+var _ transport.AckSyncer = (*kitConsumer)(nil)
+
+// SyncAcks sends the deferred acks made before the call ([WithDeferredAcks]) and
+// returns once Redis has them: a tool that moves messages between queues calls it after
+// each move ([transport.SyncAcks]). Without deferred acks every Ack is in Redis when
+// Settle returns, and SyncAcks does nothing.
+func (c *kitConsumer) SyncAcks(ctx context.Context) error {
+	d := c.d
+	d.mu.Lock()
+	acks := d.takeAcksLocked()
+	d.mu.Unlock()
+	if len(acks) == 0 {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-done:
-		return transport.ErrClosed
 	}
+	ok, err := d.runSettle(ctx, ackItems(acks))
+	d.acksSent(acks, ok, err)
+	if err != nil {
+		return fmt.Errorf("redis: sending %d deferred ack(s): %w", len(acks), err)
+	}
+	return nil
 }
 
-// delivery builds what the runtime sees of the reservation e holds.
-func (c *consumer) delivery(e *ledger.Entry[*handle]) *transport.Delivery {
-	h := e.Value
-	d := &transport.Delivery{Queue: c.queue, Handle: e}
-	raw := []byte(h.raw) // the one copy: h.raw is what the settle names, never changed
-	if !c.t.laravel {
-		if body, headers, ok := unframe(raw); ok {
-			d.Body, d.Headers = body, headers
-			return d
-		}
-	}
-	d.Body = raw
-	if h.hdr != "" {
-		var hs map[string]string
-		if json.Unmarshal([]byte(h.hdr), &hs) == nil && len(hs) > 0 {
-			d.Headers = hs
-		}
-	}
-	return d
+// consumer is Redis's side of one consumer: the primitives the kit drives.
+type consumer struct {
+	t        *Transport
+	queue    string
+	readyKey string
+	// The keys of the default layout: reserve script keys, then settle script keys.
+	reserveKeys, settleKeys []string
+	kit                     *driverkit.Consumer[res]
+	settles                 committer[settleItem] // acks and rewinds of several workers in one call
+
+	mu     sync.Mutex
+	swept  time.Time // when a reserve call last swept
+	closed bool      // Close ran: acks are no longer deferred
+
+	// Deferred acks (Transport.ackLinger > 0): acknowledged reservations whose removal
+	// has not been sent yet. The next reserve call carries them, or the flush timer
+	// sends them after the linger, or Close.
+	acks     []res
+	ackTimer *time.Timer
+	flushes  sync.WaitGroup // flush timer calls sending acks
 }
 
-// reserve runs the reserve script for up to n messages, sweeping first when sweep is
-// set (the Laravel layout always migrates, as Laravel does). Deferred acks ride in the
-// same round trip, ahead of the reservation: in the reserve script itself (default
-// layout) or in a settle script pipelined before it (Laravel's reserve script stays as
-// Laravel has it). Only a fetching worker calls it.
-func (c *consumer) reserve(ctx context.Context, n int, sweep bool, acks []*handle) ([]*handle, error) {
+// res is one reservation, as the kit holds it.
+type res struct {
+	// token is the token of the deadline member (default layout: the member itself is
+	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
+	// or the reserved member (laravel).
+	token string
+	raw   string // the element as stored in the list
+	hdr   string // laravel: the headers JSON from the header hash, or ""
+}
+
+// settleItem is one reservation to settle and how.
+type settleItem struct {
+	r      res
+	rewind bool
+	writes []*transport.Message
+}
+
+// Receive reserves up to len(into) messages. On an empty list it waits for one with a
+// blocking look (BLMOVE from the list to its own head, which moves nothing) sent in the
+// same round trip as the reserve script that follows it: a message pushed to an idle
+// queue reaches the worker in one round trip, and no message is ever held outside a
+// reservation the sweep can see.
+func (c *consumer) Receive(ctx context.Context, into []res) (int, error) {
+	n, err := c.reserve(ctx, into, 0)
+	for n == 0 && err == nil {
+		var wait time.Duration
+		if wait, err = c.waitFor(ctx); err == nil {
+			n, err = c.reserve(ctx, into, wait)
+		}
+	}
+	return n, err
+}
+
+// waitFor is how long the next blocking look waits: the poll interval, less when ctx
+// ends sooner, and well inside the client's read timeout (a pipeline is read under it).
+func (c *consumer) waitFor(ctx context.Context) (time.Duration, error) {
+	select {
+	case <-c.kit.Done():
+		return 0, transport.ErrClosed
+	default:
+	}
+	d := c.t.poll
+	if dl, ok := ctx.Deadline(); ok {
+		if d = min(d, time.Until(dl)); d <= 0 {
+			return 0, context.DeadlineExceeded
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.t.waitCap > 0 {
+		d = min(d, c.t.waitCap)
+	}
+	return max(d, 10*time.Millisecond), nil
+}
+
+// reserve runs the reserve script for up to len(into) messages. With wait > 0 a blocking
+// look of up to wait goes first, in the same pipeline, and the script sweeps; else the
+// script sweeps at most every [sweepEvery] and carries the deferred acks (in the script
+// itself in the default layout, in a settle script pipelined before Laravel's, which
+// stays as Laravel has it).
+func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) (int, error) {
 	now := time.Now()
+	var acks []res
+	c.mu.Lock()
+	sweep := wait > 0 || now.Sub(c.swept) >= min(sweepEvery, c.t.poll)
+	if sweep {
+		c.swept = now
+	}
+	if wait == 0 {
+		acks = c.takeAcksLocked()
+	}
+	c.mu.Unlock()
 	if c.t.laravel {
-		return c.reserveLaravel(ctx, now, n, acks)
+		return c.reserveLaravel(ctx, into, now, acks, wait)
 	}
 	deadline := math.Inf(1)
 	if c.t.retryAfter > 0 {
@@ -311,44 +194,69 @@ func (c *consumer) reserve(ctx context.Context, n int, sweep bool, acks []*handl
 	if sweep {
 		sweepArg = "1"
 	}
-	args := make([]any, 0, 5+2*len(acks)+n)
+	args := make([]any, 0, 5+2*len(acks)+len(into))
 	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg, len(acks))
-	for _, h := range acks {
-		args = append(args, h.member, h.raw)
+	for _, a := range acks {
+		args = append(args, a.token, a.raw)
 	}
-	tokens := make([]string, n)
-	for i := range tokens {
-		tokens[i] = c.t.token()
-		args = append(args, tokens[i])
+	first := len(args)
+	for range into {
+		args = append(args, c.t.token())
 	}
-	res, err := reserveDefault.Run(ctx, c.t.client, c.reserveKeys, args...).StringSlice()
-	if err == nil && (len(res) == 0 || len(res[0]) != len(acks)) {
-		err = fmt.Errorf("reserve script answered %q for %d acks", res, len(acks))
+	var cmd *goredis.Cmd
+	if wait > 0 {
+		var err error
+		if cmd, err = c.afterLook(ctx, wait, func(p goredis.Pipeliner) *goredis.Cmd {
+			return p.EvalSha(ctx, reserveDefault.Hash(), c.reserveKeys, args...)
+		}); err != nil {
+			return 0, err
+		}
+		if isNoScript(cmd.Err()) { // Redis restarted or its script cache was flushed
+			cmd = reserveDefault.Eval(ctx, c.t.client, c.reserveKeys, args...)
+		}
+	} else {
+		cmd = reserveDefault.Run(ctx, c.t.client, c.reserveKeys, args...)
+	}
+	out, err := cmd.StringSlice()
+	if err == nil && (len(out) == 0 || len(out[0]) != len(acks) || len(out)-1 > len(into)) {
+		err = fmt.Errorf("reserve script answered %d values for %d acks and %d reservations", len(out), len(acks), len(into))
 	}
 	if err != nil {
 		if len(acks) > 0 {
 			c.acksSent(acks, nil, err)
 		}
-		return nil, err
+		return 0, err
 	}
 	if len(acks) > 0 {
 		ok := make([]bool, len(acks))
 		for i := range ok {
-			ok[i] = res[0][i] == '1'
+			ok[i] = out[0][i] == '1'
 		}
 		c.acksSent(acks, ok, nil)
 	}
-	hs := make([]*handle, len(res)-1)
-	for i, raw := range res[1:] {
-		hs[i] = &handle{c: c, raw: raw, member: tokens[i]}
+	for i, raw := range out[1:] {
+		into[i] = res{token: args[first+i].(string), raw: raw}
 	}
-	return hs, nil
+	return len(out) - 1, nil
 }
 
-// reserveLaravel runs Laravel's reserve script for up to n jobs, after a settle script
-// for the deferred acks in the same round trip (a pipeline, so a failed settle does not
-// stop the reservation).
-func (c *consumer) reserveLaravel(ctx context.Context, now time.Time, n int, acks []*handle) ([]*handle, error) {
+// afterLook sends, in one pipeline, a blocking look at the ready list of up to wait and
+// the command script adds, and returns that command once both answered.
+func (c *consumer) afterLook(ctx context.Context, wait time.Duration, script func(goredis.Pipeliner) *goredis.Cmd) (*goredis.Cmd, error) {
+	pipe := c.t.client.Pipeline()
+	look := pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+	cmd := script(pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := look.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// reserveLaravel runs Laravel's reserve script for up to len(into) jobs, after a settle
+// script for the deferred acks in the same round trip (a pipeline, so a failed settle
+// does not stop the reservation), or after a blocking look of up to wait.
+func (c *consumer) reserveLaravel(ctx context.Context, into []res, now time.Time, acks []res, wait time.Duration) (int, error) {
 	t := c.t
 	score := "+inf"
 	migrateReserved := "0"
@@ -358,55 +266,179 @@ func (c *consumer) reserveLaravel(ctx context.Context, now time.Time, n int, ack
 	}
 	ready := c.readyKey
 	keys := []string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)}
-	args := []any{strconv.FormatInt(now.Unix(), 10), score, n, migrateReserved}
+	args := []any{strconv.FormatInt(now.Unix(), 10), score, len(into), migrateReserved}
 	var rc *goredis.Cmd
-	if len(acks) == 0 {
+	switch {
+	case wait > 0:
+		var err error
+		if rc, err = c.afterLook(ctx, wait, func(p goredis.Pipeliner) *goredis.Cmd {
+			return p.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
+		}); err != nil {
+			return 0, err
+		}
+	case len(acks) == 0:
 		rc = reserveLaravel.Run(ctx, t.client, keys, args...)
-	} else {
+	default:
 		skeys, sargs, _ := c.settleCall(ackItems(acks), now) // acks carry no writes
 		pipe := t.client.Pipeline()
 		sc := pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
 		rc = pipe.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
 		_, _ = pipe.Exec(ctx)
-		if isNoScript(sc.Err()) { // Redis restarted or its script cache was flushed
+		if isNoScript(sc.Err()) {
 			sc = settle.Eval(ctx, t.client, skeys, sargs...)
 		}
-		if isNoScript(rc.Err()) {
-			rc = reserveLaravel.Eval(ctx, t.client, keys, args...)
-		}
-		res, err := sc.Int64Slice()
-		ok := make([]bool, len(res))
-		for i, n := range res {
+		vals, err := sc.Int64Slice()
+		ok := make([]bool, len(vals))
+		for i, n := range vals {
 			ok[i] = n == 1
 		}
 		c.acksSent(acks, ok, err)
 	}
-	res, err := rc.StringSlice()
+	if isNoScript(rc.Err()) {
+		rc = reserveLaravel.Eval(ctx, t.client, keys, args...)
+	}
+	out, err := rc.StringSlice()
 	if err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, err
+		return 0, err
 	}
-	hs := make([]*handle, 0, len(res)/3)
-	for i := 0; i+2 < len(res); i += 3 {
-		hs = append(hs, &handle{c: c, raw: res[i], member: res[i+1], hdr: res[i+2]})
+	n := 0
+	for i := 0; i+2 < len(out) && n < len(into); i += 3 {
+		into[n] = res{raw: out[i], token: out[i+1], hdr: out[i+2]}
+		n++
 	}
-	return hs, nil
+	return n, nil
 }
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
+// Decode unwraps the element: a frame's body and headers (default layout), or the job
+// with the headers kept in the header hash (Laravel). The body is the one copy of the
+// element: the reservation keeps the element as reserved, for its settle.
+func (c *consumer) Decode(r res, d *transport.Delivery) {
+	raw := []byte(r.raw)
+	if !c.t.laravel {
+		if body, headers, ok := unframe(raw); ok {
+			d.Body, d.Headers = body, headers
+			return
+		}
+	}
+	d.Body = raw
+	if r.hdr != "" {
+		var hs map[string]string
+		if json.Unmarshal([]byte(r.hdr), &hs) == nil && len(hs) > 0 {
+			d.Headers = hs
+		}
+	}
+}
+
+// IsRetryable reports whether a reserve that failed may be tried again: always, but
+// once the client was closed.
+func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, goredis.ErrClosed) }
+
+// Ack removes the reservation (the settle script, grouped with the acks and rewinds
+// other workers of the consumer make meanwhile), or defers the removal to the next
+// reserve call ([WithDeferredAcks]).
+func (c *consumer) Ack(ctx context.Context, r res) error {
+	if c.t.ackLinger > 0 {
+		c.mu.Lock()
+		if !c.closed { // Close sends the deferred acks it finds
+			c.deferAckLocked(r)
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+	}
+	return c.settleOne(ctx, settleItem{r: r}, transport.Ack)
+}
+
+// AckWrites makes the settle writes and removes the reservation in one script call of
+// its own, so that a refused write fails only its own settlement.
+func (c *consumer) AckWrites(ctx context.Context, r res, ws []*transport.Message) error {
+	ok, err := c.runSettle(ctx, []settleItem{{r: r, writes: ws}})
+	if err != nil {
+		return err // the kit makes it a *transport.SettleWriteError
+	}
+	if !ok[0] {
+		return c.lost()
+	}
+	return nil
+}
+
+// GiveBack puts reservations back at the head of the queue, in their order.
+func (c *consumer) GiveBack(ctx context.Context, rs []res, why driverkit.Reason) error {
+	if len(rs) == 1 && why != driverkit.Closing {
+		return c.settleOne(ctx, settleItem{r: rs[0], rewind: true}, transport.Rewind)
+	}
+	items := make([]settleItem, 0, len(rs))
+	for i := len(rs) - 1; i >= 0; i-- { // last first, so the first ends at the head
+		items = append(items, settleItem{r: rs[i], rewind: true})
+	}
+	var errs []error
+	failed := 0
+	for len(items) > 0 {
+		n := min(len(items), maxGroup)
+		if _, err := c.runSettle(ctx, items[:n]); err != nil {
+			errs = append(errs, err)
+			failed += n
+		}
+		items = items[n:]
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("redis: giving back %d reservation(s) (%s; they come back after retry_after): %w", failed, why, errors.Join(errs...))
+	}
+	return nil
+}
+
+// settleOne runs the settle script for an ack or rewind without writes, in one call
+// with those other workers of the consumer ask for meanwhile.
+func (c *consumer) settleOne(ctx context.Context, it settleItem, o transport.Outcome) error {
+	cl := &call[settleItem]{arg: it}
+	c.settles.do(ctx, cl)
+	switch {
+	case cl.err != nil:
+		return fmt.Errorf("redis: %s on %q: %w", o, c.queue, cl.err)
+	case !cl.ok:
+		return c.lost()
+	}
+	return nil
+}
+
+// lost is the error of a settle whose gate refused: the reservation lapsed.
+func (c *consumer) lost() error {
+	return &transport.TakenBackError{Broker: "redis", Queue: c.queue, Reason: "the reservation lapsed and was swept back to the queue", Err: ErrReservationLost}
+}
+
+// Close sends the deferred acks left: the kit gave back what was held.
+func (c *consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	acks := c.takeAcksLocked()
+	c.mu.Unlock()
+	c.flushes.Wait() // a flush the timer started finishes first
+	if len(acks) == 0 {
+		return nil
+	}
+	ok, err := c.runSettle(ctx, ackItems(acks))
+	if err != nil {
+		return fmt.Errorf("redis: sending %d deferred ack(s) on close (their messages come back after retry_after): %w", len(acks), err)
+	}
+	c.acksSent(acks, ok, nil)
+	return nil
+}
+
 // ackItems are the settle items of deferred acks.
-func ackItems(acks []*handle) []settleItem {
+func ackItems(acks []res) []settleItem {
 	items := make([]settleItem, len(acks))
-	for i, h := range acks {
-		items[i] = settleItem{h: h}
+	for i, r := range acks {
+		items[i] = settleItem{r: r}
 	}
 	return items
 }
 
 // takeAcksLocked takes the deferred acks waiting to be sent.
-func (c *consumer) takeAcksLocked() []*handle {
+func (c *consumer) takeAcksLocked() []res {
 	acks := c.acks
 	c.acks = nil
 	if len(acks) > 0 && c.ackTimer != nil {
@@ -415,9 +447,9 @@ func (c *consumer) takeAcksLocked() []*handle {
 	return acks
 }
 
-// deferAckLocked queues h's ack for the next reserve call, or for the flush timer.
-func (c *consumer) deferAckLocked(h *handle) {
-	c.acks = append(c.acks, h)
+// deferAckLocked queues r's ack for the next reserve call, or for the flush timer.
+func (c *consumer) deferAckLocked(r res) {
+	c.acks = append(c.acks, r)
 	if len(c.acks) > 1 {
 		return
 	}
@@ -432,7 +464,7 @@ func (c *consumer) deferAckLocked(h *handle) {
 func (c *consumer) flushAcks() {
 	c.mu.Lock()
 	acks := c.takeAcksLocked()
-	if len(acks) == 0 {
+	if len(acks) == 0 || c.closed {
 		c.mu.Unlock()
 		return
 	}
@@ -441,19 +473,16 @@ func (c *consumer) flushAcks() {
 	defer c.flushes.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
 	defer cancel()
-	res, err := c.runSettle(ctx, ackItems(acks))
-	c.acksSent(acks, res, err)
+	ok, err := c.runSettle(ctx, ackItems(acks))
+	c.acksSent(acks, ok, err)
 }
-
-// ackFlushTimeout bounds one attempt to send deferred acks from the flush timer.
-const ackFlushTimeout = 10 * time.Second
 
 // acksSent records the answer to sending deferred acks. When the call failed they go
 // back to be sent again (after the linger, or with the next reserve call); an ack whose
 // reservation had already lapsed is logged: its message is (or was) delivered again.
-func (c *consumer) acksSent(acks []*handle, res []bool, err error) {
-	if err == nil && len(res) != len(acks) {
-		err = fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(acks))
+func (c *consumer) acksSent(acks []res, ok []bool, err error) {
+	if err == nil && len(ok) != len(acks) {
+		err = fmt.Errorf("settle script answered %d results for %d reservations", len(ok), len(acks))
 	}
 	if err != nil {
 		c.mu.Lock()
@@ -468,102 +497,16 @@ func (c *consumer) acksSent(acks []*handle, res []bool, err error) {
 		c.t.log.Warn("redis: sending deferred acks failed", "queue", c.queue, "acks", len(acks), "error", err, "retrying", !closed)
 		return
 	}
-	if lost := len(res) - countTrue(res); lost > 0 {
+	lost := 0
+	for _, b := range ok {
+		if !b {
+			lost++
+		}
+	}
+	if lost > 0 {
 		c.t.log.Warn("redis: reservation lapsed before its deferred ack was sent; the message is delivered again",
 			"queue", c.queue, "acks", lost)
 	}
-}
-
-// wait blocks until the ready list has an element, the poll interval passes or ctx's
-// deadline comes. It moves nothing: BLMOVE from the list to its own head is a blocking
-// look that leaves the list as it was, so no message is ever held outside a reservation.
-func (c *consumer) wait(ctx context.Context) error {
-	d := c.t.poll
-	if dl, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
-	}
-	if d <= 0 {
-		return ctx.Err()
-	}
-	var err error
-	if d >= time.Second {
-		err = c.t.client.BLMove(ctx, c.readyKey, c.readyKey, "LEFT", "LEFT", d.Truncate(time.Second)).Err()
-	} else {
-		d = max(d, 10*time.Millisecond)
-		err = c.t.client.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT",
-			strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
-	}
-	if errors.Is(err, goredis.Nil) {
-		err = nil
-	}
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
-}
-
-// Settle finishes d in one script: the gate (the reservation is still ours), the
-// writes, and the removal of the reservation, or nothing at all. A reservation that
-// lapsed (and was swept back to the queue) fails with a [transport.TakenBackError]
-// wrapping [ErrReservationLost].
-func (c *consumer) Settle(ctx context.Context, d *transport.Delivery, s transport.Settlement) error {
-	e, err := c.book.Begin(d, s)
-	if err != nil {
-		return err
-	}
-	h := e.Value
-	if c.t.ackLinger > 0 && s.Outcome == transport.Ack && len(s.Writes) == 0 {
-		c.mu.Lock()
-		if !c.closed { // Close sends the deferred acks it finds
-			c.deferAckLocked(h)
-			c.mu.Unlock()
-			return c.finish(e, s, nil)
-		}
-		c.mu.Unlock()
-	}
-	return c.finish(e, s, c.settle(ctx, h, s))
-}
-
-// finish records the end of a settle and lets a worker waiting for the freed prefetch
-// slot reserve.
-func (c *consumer) finish(e *ledger.Entry[*handle], s transport.Settlement, err error) error {
-	err = c.book.Finish(e, s, err)
-	c.mu.Lock()
-	c.nudgeLocked()
-	c.mu.Unlock()
-	return err
-}
-
-// settle runs the settle script for one reservation.
-func (c *consumer) settle(ctx context.Context, h *handle, s transport.Settlement) error {
-	item := settleItem{h: h, rewind: s.Outcome == transport.Rewind, writes: s.Writes}
-	var settled bool
-	var err error
-	if len(s.Writes) == 0 {
-		// Acks and rewinds that several workers ask for at once go in one script call.
-		cl := &call[settleItem]{arg: item}
-		c.settles.do(ctx, cl)
-		settled, err = cl.ok, cl.err
-	} else {
-		// A settlement with writes goes alone, so a failed write fails only its own.
-		var res []bool
-		res, err = c.runSettle(ctx, []settleItem{item})
-		settled = err == nil && res[0]
-	}
-	switch {
-	case errors.Is(err, transport.ErrSettleWrite):
-		return err
-	case err != nil && len(s.Writes) > 0:
-		return &transport.SettleWriteError{Queue: s.Writes[0].Queue, Err: err}
-	case err != nil:
-		return fmt.Errorf("redis: %s on %q: %w", s.Outcome, c.queue, err)
-	case !settled:
-		return &transport.TakenBackError{Broker: "redis", Queue: c.queue, Reason: "the reservation lapsed and was swept back to the queue", Err: ErrReservationLost}
-	}
-	return nil
 }
 
 // settleGroup runs the settle script for a group of Settle calls.
@@ -572,12 +515,12 @@ func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
 	for i, cl := range calls {
 		items[i] = cl.arg
 	}
-	res, err := c.runSettle(ctx, items)
+	ok, err := c.runSettle(ctx, items)
 	for i, cl := range calls {
 		if err != nil {
 			cl.err = err
 		} else {
-			cl.ok = res[i]
+			cl.ok = ok[i]
 		}
 	}
 }
@@ -589,15 +532,15 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 	if err != nil {
 		return nil, err
 	}
-	res, err := settle.Run(ctx, c.t.client, keys, args...).Int64Slice()
+	vals, err := settle.Run(ctx, c.t.client, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != len(items) {
-		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(res), len(items))
+	if len(vals) != len(items) {
+		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(vals), len(items))
 	}
-	ok := make([]bool, len(res))
-	for i, n := range res {
+	ok := make([]bool, len(vals))
+	for i, n := range vals {
 		ok[i] = n == 1
 	}
 	return ok, nil
@@ -626,7 +569,7 @@ func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []an
 		if it.rewind {
 			outcome = "rewind"
 		}
-		args = append(args, it.h.member, it.h.raw, outcome, len(it.writes))
+		args = append(args, it.r.token, it.r.raw, outcome, len(it.writes))
 		for _, w := range it.writes {
 			op, score, value, hdr, wk := t.writeOp(w, now)
 			if err := t.checkSize(w.Queue, value); err != nil {
@@ -637,63 +580,4 @@ func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []an
 		}
 	}
 	return keys, args, nil
-}
-
-// rewindAll gives reservations back to the head of the queue, in one script call per
-// [maxGroup] of them.
-func (c *consumer) rewindAll(ctx context.Context, hs []*handle) error {
-	items := make([]settleItem, 0, len(hs))
-	for i := len(hs) - 1; i >= 0; i-- { // last first, so the first ends at the head
-		items = append(items, settleItem{h: hs[i], rewind: true})
-	}
-	var errs []error
-	failed := 0
-	for len(items) > 0 {
-		n := min(len(items), maxGroup)
-		if _, err := c.runSettle(ctx, items[:n]); err != nil {
-			errs = append(errs, err)
-			failed += n
-		}
-		items = items[n:]
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("redis: rewinding %d reservation(s) on close (they come back after retry_after): %w", failed, errors.Join(errs...))
-	}
-	return nil
-}
-
-// Close stops the consumer and rewinds every reservation it holds, handed out or not.
-func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	acks := c.takeAcksLocked()
-	hs := append(c.buf, c.book.Close()...)
-	c.buf = nil
-	c.mu.Unlock()
-	c.t.forget(c)
-	c.flushes.Wait() // a flush the timer started finishes first
-	var err error
-	if len(acks) > 0 {
-		var res []bool
-		if res, err = c.runSettle(ctx, ackItems(acks)); err != nil {
-			err = fmt.Errorf("redis: sending %d deferred ack(s) on close (their messages come back after retry_after): %w", len(acks), err)
-		} else {
-			c.acksSent(acks, res, nil)
-		}
-	}
-	return errors.Join(err, c.rewindAll(ctx, hs))
-}
-
-func countTrue(bs []bool) int {
-	n := 0
-	for _, b := range bs {
-		if b {
-			n++
-		}
-	}
-	return n
 }

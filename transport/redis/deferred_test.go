@@ -50,7 +50,7 @@ func TestDeferredAcksRideWithTheNextReservation(t *testing.T) {
 			q := transporttest.UniqueName("bqtest")
 			cleanKeys(t, admin, "*"+q+"*")
 			// A linger far longer than the test: only a reservation or Close sends acks.
-			tr := bqredis.New(client(t), append([]bqredis.Option{bqredis.WithDeferredAcks(time.Hour)}, layout.opts...)...)
+			tr := newTransport(t, client(t), append([]bqredis.Option{bqredis.WithDeferredAcks(time.Hour)}, layout.opts...)...)
 			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 			if err != nil {
 				t.Fatal(err)
@@ -105,7 +105,7 @@ func TestDeferredAckLingerSendsIt(t *testing.T) {
 	admin := client(t)
 	q := transporttest.UniqueName("bqtest")
 	cleanKeys(t, admin, "*"+q+"*")
-	tr := bqredis.New(client(t), bqredis.WithDeferredAcks(20*time.Millisecond))
+	tr := newTransport(t, client(t), bqredis.WithDeferredAcks(20*time.Millisecond))
 	cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestDeferredAckAfterACrashIsRedelivered(t *testing.T) {
 	q := transporttest.UniqueName("bqtest")
 	cleanKeys(t, admin, "*"+q+"*")
 	ca := newClient(t)
-	a := bqredis.New(ca, bqredis.WithRetryAfter(time.Second), bqredis.WithDeferredAcks(time.Hour))
+	a := newTransport(t, ca, bqredis.WithRetryAfter(time.Second), bqredis.WithDeferredAcks(time.Hour))
 	body := envelope("crash-after-ack")
 	if err := a.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestDeferredAckAfterACrashIsRedelivered(t *testing.T) {
 	}
 	_ = ca.Close() // the process dies before the removal is sent
 
-	b := bqredis.New(client(t), bqredis.WithRetryAfter(time.Second))
+	b := newTransport(t, client(t), bqredis.WithRetryAfter(time.Second))
 	consB, err := b.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestDeferredAckOfALapsedReservationIsLoggedAndTouchesNothing(t *testing.T) 
 	q := transporttest.UniqueName("bqtest")
 	cleanKeys(t, admin, "*"+q+"*")
 	var logs transporttest.LogBuffer
-	a := bqredis.New(client(t), bqredis.WithRetryAfter(time.Second), bqredis.WithDeferredAcks(time.Hour),
+	a := newTransport(t, client(t), bqredis.WithRetryAfter(time.Second), bqredis.WithDeferredAcks(time.Hour),
 		bqredis.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err := a.Publish(ctx, &transport.Message{Queue: q, Body: envelope("late")}); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestDeferredAckOfALapsedReservationIsLoggedAndTouchesNothing(t *testing.T) 
 	}
 	dA := transporttest.Receive(t, consA, 10*time.Second)
 
-	b := bqredis.New(client(t), bqredis.WithRetryAfter(time.Minute))
+	b := newTransport(t, client(t), bqredis.WithRetryAfter(time.Minute))
 	consB, err := b.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,11 @@ import (
 func ExampleNew() {
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	tr := bqredis.New(client, bqredis.WithRetryAfter(0), bqredis.WithLaravel("queues:"))
+	tr, err := bqredis.New(client, bqredis.WithRetryAfter(0), bqredis.WithLaravel("queues:"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(tr.Capabilities().PoisonAlwaysDeadLetter, tr.Capabilities().DeadLetterSuffix)
 	// Output: true .dlq
 }

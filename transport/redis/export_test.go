@@ -1,25 +1,53 @@
 package redis
 
 import (
+	"context"
 	"net/url"
 	"time"
 
-	"github.com/babelqueue-go/babelqueue/internal/ledger"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// RehomeForTest returns the handle of d as if to had handed it out: what a worker that
-// lost its connection presents when it settles late.
-func RehomeForTest(from, to transport.Consumer, d *transport.Delivery) any {
-	e, ok := d.Handle.(*ledger.Entry[*handle])
+// RehomeForTest returns a consumer on the transport of to, a consumer of the same
+// queue, and a delivery it handed out that holds the reservation of d, which another
+// consumer handed out: what a worker that lost its connection presents when it settles
+// late.
+func RehomeForTest(to transport.Consumer, d *transport.Delivery) (transport.Consumer, *transport.Delivery, error) {
+	e, ok := d.Handle.(*driverkit.Entry[res])
 	if !ok {
-		return nil
+		return nil, nil, driverkit.ErrForeign
 	}
-	h := e.Value
-	c := to.(*consumer)
-	nh, _ := c.book.Add(&handle{c: c, member: h.member, raw: h.raw, hdr: h.hdr})
-	return nh
+	c := to.(*kitConsumer).d
+	k, err := driverkit.New[res](&replay{consumer: c, r: e.Value}, driverkit.Config{Broker: "redis", Queue: c.queue, AtomicAcks: true},
+		transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	late, err := k.Receive(ctx)
+	return k, late, err
 }
+
+// replay is a consumer's driver whose one Receive hands out r again.
+type replay struct {
+	*consumer
+	r    res
+	done bool
+}
+
+func (p *replay) Receive(ctx context.Context, into []res) (int, error) {
+	if !p.done {
+		p.done = true
+		into[0] = p.r
+		return 1, nil
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (p *replay) Close(context.Context) error { return nil }
 
 // URLOptionsForTest returns what a redis:// URL configures: the visibility timeout, the
 // deferred-ack linger and whether the Laravel layout is on.
@@ -32,7 +60,10 @@ func URLOptionsForTest(raw string) (retryAfter, linger time.Duration, laravel bo
 	if err != nil {
 		return 0, 0, false, err
 	}
-	t := New(nil, opts...)
+	t, err := New(nil, opts...)
+	if err != nil {
+		return 0, 0, false, err
+	}
 	return t.retryAfter, t.ackLinger, t.laravel, nil
 }
 

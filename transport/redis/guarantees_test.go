@@ -56,7 +56,7 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 
 			// Worker A: reserves, then its process "dies" (the connection closes).
 			ca := newClient(t)
-			a := bqredis.New(ca, opts...)
+			a := newTransport(t, ca, opts...)
 			body := envelope("crash")
 			if err := a.Publish(ctx, &transport.Message{Queue: q, Body: body}); err != nil {
 				t.Fatal(err)
@@ -72,7 +72,7 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 			_ = ca.Close()
 
 			// Worker B sees nothing at first, then the recovered message.
-			b := bqredis.New(client(t), opts...)
+			b := newTransport(t, client(t), opts...)
 			consB, err := b.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 			if err != nil {
 				t.Fatal(err)
@@ -91,23 +91,23 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 
 			// A comes back from the dead (a new connection, the old delivery) and settles
 			// late: the gate refuses, and B's reservation is untouched.
-			a2 := bqredis.New(client(t), opts...)
+			a2 := newTransport(t, client(t), opts...)
 			consA2, err := a2.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer consA2.Close(ctx)
-			stale := *dA
-			stale.Handle = rehome(t, consA, consA2, dA)
-			if stale.Handle != nil {
-				err = consA2.Settle(ctx, &stale, transport.Settlement{Outcome: transport.Ack,
-					Writes: []*transport.Message{{Queue: q + ".dlq", Body: []byte(`{"x":1}`)}}})
-				if !errors.Is(err, bqredis.ErrReservationLost) || !errors.Is(err, transport.ErrTakenBack) || !errors.Is(err, transport.ErrAlreadySettled) {
-					t.Fatalf("late settle = %v, want ErrReservationLost, ErrTakenBack and ErrAlreadySettled", err)
-				}
-				if n := admin.Exists(ctx, q+".dlq", "bqtest:"+q+".dlq").Val(); n != 0 {
-					t.Fatalf("a refused late settle still wrote its dead-letter message")
-				}
+			staleCons, stale, err := bqredis.RehomeForTest(consA2, dA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = staleCons.Settle(ctx, stale, transport.Settlement{Outcome: transport.Ack,
+				Writes: []*transport.Message{{Queue: q + ".dlq", Body: []byte(`{"x":1}`)}}})
+			if !errors.Is(err, bqredis.ErrReservationLost) || !errors.Is(err, transport.ErrTakenBack) || !errors.Is(err, transport.ErrAlreadySettled) {
+				t.Fatalf("late settle = %v, want ErrReservationLost, ErrTakenBack and ErrAlreadySettled", err)
+			}
+			if n := admin.Exists(ctx, q+".dlq", "bqtest:"+q+".dlq").Val(); n != 0 {
+				t.Fatalf("a refused late settle still wrote its dead-letter message")
 			}
 			if err := consB.Settle(ctx, dB, transport.Settlement{Outcome: transport.Ack}); err != nil {
 				t.Fatalf("B's ack after the stale settle: %v", err)
@@ -115,13 +115,6 @@ func TestCrashedWorkerIsRedelivered(t *testing.T) {
 			transporttest.ExpectNothing(t, consB, 1500*time.Millisecond)
 		})
 	}
-}
-
-// rehome re-targets a delivery of one consumer at another on the same queue (the
-// handle records the reservation, which is what a late settle presents).
-func rehome(t *testing.T, from, to transport.Consumer, d *transport.Delivery) any {
-	t.Helper()
-	return bqredis.RehomeForTest(from, to, d)
 }
 
 // redisServer starts a private redis-server with an append-only file on a free loopback

@@ -9,7 +9,6 @@ import (
 
 	bqenvelope "github.com/babelqueue-go/babelqueue/envelope"
 
-	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -32,7 +31,7 @@ func BenchmarkLargeBody(b *testing.B) {
 		c := client(b)
 		q := transporttest.UniqueName("bqbench-large")
 		cleanKeys(b, c, q+"*")
-		transporttest.BenchRuntimeLargeBody(b, bqredis.New(c), q, transporttest.LargeBodies(b.N, kib, q))
+		transporttest.BenchRuntimeLargeBody(b, newTransport(b, c), q, transporttest.LargeBodies(b.N, kib, q))
 	})
 }
 

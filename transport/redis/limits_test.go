@@ -54,10 +54,10 @@ func TestSizeLimit(t *testing.T) {
 	cleanKeys(t, c, "*bqtest-size-*")
 	cfg := transporttest.Config{NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqtest-size") }}
 	transporttest.RunSizeLimit(t, cfg, "redis", func(_ *testing.T, limit int) transport.Transport {
-		return bqredis.New(c, bqredis.WithMaxMessageSize(limit))
+		return newTransport(t, c, bqredis.WithMaxMessageSize(limit))
 	})
 	// What Redis stores is the header frame around a body: it counts.
-	tr := bqredis.New(c, bqredis.WithMaxMessageSize(transporttest.SizeLimit))
+	tr := newTransport(t, c, bqredis.WithMaxMessageSize(transporttest.SizeLimit))
 	err := tr.Publish(ctxT(t), &transport.Message{Queue: transporttest.UniqueName("bqtest-size"), Body: []byte(`{}`),
 		Headers: map[string]string{"traceparent": strings.Repeat("0", transporttest.SizeLimit)}})
 	if !errors.Is(err, transport.ErrTooLarge) {

@@ -96,6 +96,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 func init() {
@@ -133,7 +134,11 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	}
 	client := goredis.NewClient(rest)
 	routeClientLog(transport.LoggerFrom(ctx))
-	t := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
+	t, err := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	t.owned = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
@@ -145,13 +150,9 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 // parseURL splits u into this package's options and the go-redis client options.
 func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	scheme := strings.ToLower(u.Scheme)
-	bad := func(param, reason string) error {
-		return &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
-	}
-	if err := transport.CheckParams(u, append(append([]string{}, ours...), goRedisParams...)...); err != nil {
-		return nil, nil, err
-	}
-	pq, err := transport.ParseQuery(u)
+	lu := *u
+	lu.Scheme = scheme
+	pq, err := driverkit.ParseQuery("redis", &lu, append(append([]string{}, ours...), goRedisParams...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,7 +165,7 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	}
 	if prefix, ok := pq.String("prefix"); ok {
 		if !laravel {
-			return nil, nil, bad("prefix", "only applies with laravel=1")
+			return nil, nil, pq.Bad("prefix", "only applies with laravel=1")
 		}
 		opts = append(opts, WithLaravel(prefix))
 	} else if laravel {
@@ -204,7 +205,7 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 			}
 		}
 		// go-redis messages name the part at fault; none of them echo the password.
-		return nil, nil, bad(param, strings.TrimPrefix(msg, "redis: "))
+		return nil, nil, pq.Bad(param, strings.TrimPrefix(msg, "redis: "))
 	}
 	if scheme == "rediss" && ro.TLSConfig == nil {
 		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
@@ -212,7 +213,8 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	return opts, ro, nil
 }
 
-// Option configures a [Transport].
+// Option configures a [Transport]. An option given a value it cannot use makes [New]
+// (and Open) fail with an error naming it that matches babelqueue.ErrInvalidOption.
 type Option func(*Transport)
 
 // WithLaravel selects the Laravel-compatible layout with the given key prefix (""
@@ -225,19 +227,28 @@ func WithLaravel(prefix string) Option {
 }
 
 // WithRetryAfter sets the visibility timeout: a reservation not settled within d goes
-// back to the queue. Zero turns recovery off (the reservation never lapses). Default
-// [DefaultRetryAfter].
+// back to the queue. Zero turns recovery off (the reservation never lapses); a negative
+// d is an error. Default [DefaultRetryAfter].
 func WithRetryAfter(d time.Duration) Option {
-	return func(t *Transport) { t.retryAfter = d }
+	return func(t *Transport) {
+		if d < 0 {
+			t.bad.Invalid("WithRetryAfter", "want a duration of zero (no recovery) or more, got %s", d)
+			return
+		}
+		t.retryAfter = d
+	}
 }
 
 // WithPollInterval bounds how long a waiting consumer blocks on Redis before it looks
-// at the delayed set and lapsed reservations again. Default one second.
+// at the delayed set and lapsed reservations again; d must be above zero. Default one
+// second.
 func WithPollInterval(d time.Duration) Option {
 	return func(t *Transport) {
-		if d > 0 {
-			t.poll = d
+		if d <= 0 {
+			t.bad.Invalid("WithPollInterval", "want a duration above zero, got %s", d)
+			return
 		}
+		t.poll = d
 	}
 }
 
@@ -252,12 +263,14 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithBatch bounds how many messages one reserve script takes at once for one consumer
-// (never more than the room its prefetch leaves). Default 16.
+// (never more than the room its prefetch leaves); n must be 1 or more. Default 16.
 func WithBatch(n int) Option {
 	return func(t *Transport) {
-		if n > 0 {
-			t.batch = n
+		if n < 1 {
+			t.bad.Invalid("WithBatch", "want 1 or more, got %d", n)
+			return
 		}
+		t.batch = n
 	}
 }
 
@@ -271,13 +284,16 @@ func WithBatch(n int) Option {
 // delivered again after retry_after, as it would if it died just before acking; and an
 // ack whose reservation had already lapsed is logged instead of returned as
 // [ErrReservationLost]. A removal that fails is sent again with the next reserve call or
-// after linger. Retries, dead-letters and rewinds stay synchronous. Zero (the default)
-// turns it off.
+// after linger. Retries, dead-letters and rewinds stay synchronous. [transport.SyncAcks]
+// sends the deferred acks at once. Zero (the default) turns it off; a negative linger
+// is an error.
 func WithDeferredAcks(linger time.Duration) Option {
 	return func(t *Transport) {
-		if linger > 0 {
-			t.ackLinger = linger
+		if linger < 0 {
+			t.bad.Invalid("WithDeferredAcks", "want a linger of zero (off) or more, got %s", linger)
+			return
 		}
+		t.ackLinger = linger
 	}
 }
 
@@ -287,13 +303,16 @@ func WithDeferredAcks(linger time.Duration) Option {
 const MaxMessageSize = 512 << 20
 
 // WithMaxMessageSize sets the longest element a publish or settle write may store, for
-// a Redis whose proto-max-bulk-len is lower than the default [MaxMessageSize]. A longer
-// message fails with a [*transport.TooLargeError] before it is sent.
+// a Redis whose proto-max-bulk-len is lower than the default [MaxMessageSize]; n must be
+// above zero. A longer message fails with a [*transport.TooLargeError] before it is
+// sent.
 func WithMaxMessageSize(n int) Option {
 	return func(t *Transport) {
-		if n > 0 {
-			t.maxSize = n
+		if n < 1 {
+			t.bad.Invalid("WithMaxMessageSize", "want a size above zero, got %d", n)
+			return
 		}
+		t.maxSize = n
 	}
 }
 
@@ -314,10 +333,12 @@ type Transport struct {
 	ackLinger  time.Duration
 	maxSize    int
 	log        *slog.Logger
+	bad        driverkit.Options
+	waitCap    time.Duration // the longest blocking look a pipeline's read timeout allows; 0: no bound
 
 	mu        sync.Mutex
 	closed    bool
-	consumers map[*consumer]struct{}
+	consumers driverkit.Group // the consumers opened, closed with the transport
 
 	tokenMu  sync.Mutex
 	tokenPfx string
@@ -333,8 +354,9 @@ type push struct {
 }
 
 // New builds a transport around a client the caller constructed and keeps owning:
-// Close does not close it.
-func New(client goredis.UniversalClient, opts ...Option) *Transport {
+// Close does not close it. A bad option value is an error naming the option, matching
+// babelqueue.ErrInvalidOption.
+func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	t := &Transport{
@@ -344,15 +366,30 @@ func New(client goredis.UniversalClient, opts ...Option) *Transport {
 		batch:      16,
 		maxSize:    MaxMessageSize,
 		log:        slog.Default(),
-		consumers:  map[*consumer]struct{}{},
+		bad:        driverkit.Options{Broker: "redis"},
 		tokenPfx:   hex.EncodeToString(seed[:]),
 	}
 	for _, o := range opts {
 		o(t)
 	}
+	if err := t.bad.Err(); err != nil {
+		return nil, err
+	}
+	// A consumer's blocking look is pipelined with its reserve script, and go-redis reads
+	// a pipeline's replies under the client's read timeout: the look stays well inside it.
+	readTimeout := 3 * time.Second // go-redis's default, for a client of another kind
+	switch c := client.(type) {
+	case *goredis.Client:
+		readTimeout = c.Options().ReadTimeout
+	case *goredis.ClusterClient:
+		readTimeout = c.Options().ReadTimeout
+	}
+	if readTimeout > 0 {
+		t.waitCap = readTimeout / 2
+	}
 	t.pushes.run = t.pushGroup
 	t.pushes.lanes = groupLanes
-	return t
+	return t, nil
 }
 
 // Client returns the go-redis client the transport uses.
@@ -576,21 +613,6 @@ func (t *Transport) isClosed() bool {
 	return t.closed
 }
 
-// Consume opens a consumer on queue.
-func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	if queue == "" {
-		return nil, errors.New("redis: consume needs a queue name")
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, transport.ErrClosed
-	}
-	c := newConsumer(t, queue, max(opts.Prefetch, 1))
-	t.consumers[c] = struct{}{}
-	return c, nil
-}
-
 // Close closes every consumer (rewinding what they hold) and, when the transport opened
 // the client from a URL, closes the client.
 func (t *Transport) Close(ctx context.Context) error {
@@ -600,27 +622,10 @@ func (t *Transport) Close(ctx context.Context) error {
 		return nil
 	}
 	t.closed = true
-	cs := make([]*consumer, 0, len(t.consumers))
-	for c := range t.consumers {
-		cs = append(cs, c)
-	}
 	t.mu.Unlock()
-	var errs []error
-	for _, c := range cs {
-		if err := c.Close(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	err := t.consumers.Close(ctx)
 	if t.owned {
-		if err := t.client.Close(); err != nil {
-			errs = append(errs, err)
-		}
+		err = errors.Join(err, t.client.Close())
 	}
-	return errors.Join(errs...)
-}
-
-func (t *Transport) forget(c *consumer) {
-	t.mu.Lock()
-	delete(t.consumers, c)
-	t.mu.Unlock()
+	return err
 }

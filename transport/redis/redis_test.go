@@ -37,6 +37,16 @@ func client(t testing.TB) *goredis.Client {
 	return c
 }
 
+// newTransport builds a transport around c with opts, failing the test on an error.
+func newTransport(t testing.TB, c goredis.UniversalClient, opts ...bqredis.Option) *bqredis.Transport {
+	t.Helper()
+	tr, err := bqredis.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // cleanKeys deletes every key of the queues a test used.
 func cleanKeys(t testing.TB, c *goredis.Client, pattern string) {
 	t.Helper()
@@ -193,7 +203,7 @@ func TestManifestPayloadIdentity(t *testing.T) {
 		t.Run(layout.name, func(t *testing.T) {
 			q := transporttest.UniqueName("bqtest")
 			cleanKeys(t, c, "*"+q+"*")
-			tr := bqredis.New(c, layout.opts...)
+			tr := newTransport(t, c, layout.opts...)
 			if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: fixture}); err != nil {
 				t.Fatal(err)
 			}
