@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -40,7 +39,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if !p.End {
 		els = els[:limit]
 	}
-	var hdrs []any
+	hdrs := make([]any, len(els)) // Laravel: the headers JSON of each, from the header hash
 	if t.laravel && len(els) > 0 {
 		fields := make([]string, len(els))
 		for i, el := range els {
@@ -52,22 +51,8 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	}
 	for i, el := range els {
 		d := &transport.Delivery{Queue: queue}
-		switch {
-		case !t.laravel:
-			if body, headers, ok := unframe([]byte(el)); ok {
-				d.Body, d.Headers = body, headers
-			} else {
-				d.Body = []byte(el)
-			}
-		default:
-			d.Body = []byte(el)
-			if s, ok := hdrs[i].(string); ok && s != "" {
-				var hs map[string]string
-				if json.Unmarshal([]byte(s), &hs) == nil && len(hs) > 0 {
-					d.Headers = hs
-				}
-			}
-		}
+		hdr, _ := hdrs[i].(string) // Laravel only
+		d.Body, d.Headers = t.unwrap(el, hdr)
 		p.Deliveries = append(p.Deliveries, d)
 	}
 	p.Next = transport.OffsetCursor(off + len(p.Deliveries))

@@ -27,70 +27,89 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	type write struct {
-		op, score, hdr string
-		value          []byte
-		keys           []string
-	}
-	errs := make([]error, len(msgs))
 	ws := make([]write, len(msgs))
 	now := time.Now()
 	for i, m := range msgs {
-		if m == nil || m.Queue == "" {
-			errs[i] = errors.New("redis: message has no queue")
-			continue
-		}
-		w := &ws[i]
-		w.op, w.score, w.value, w.hdr, w.keys = t.writeOp(m, now)
-		if err := t.checkSize(m.Queue, w.value); err != nil {
-			errs[i], *w = err, write{}
-			continue
-		}
-		if w.op == "n" && w.hdr == "" {
-			w.keys = append(w.keys, headersKey(t.ready(m.Queue)))
+		ws[i] = t.prepare(m, now)
+	}
+	return transport.NewBatchError(t.store(ctx, ws))
+}
+
+// write is one message as it is stored, from [Transport.writeOp], or why it cannot be.
+type write struct {
+	queue, op, score, hdr string
+	value                 []byte
+	keys                  []string
+	err                   error
+}
+
+// prepare makes m a write, checking its queue and size.
+func (t *Transport) prepare(m *transport.Message, now time.Time) (w write) {
+	if m == nil || m.Queue == "" {
+		w.err = errors.New("redis: message has no queue")
+		return w
+	}
+	w.queue = m.Queue
+	w.op, w.score, w.value, w.hdr, w.keys = t.writeOp(m, now)
+	w.err = t.checkSize(m.Queue, w.value)
+	return w
+}
+
+// store makes ws (but those with an error already) in one pipeline, in order, and
+// returns each one's error. Consecutive plain writes to one list go as one RPUSH; a
+// Laravel write is the push script, which also stores the job's headers.
+func (t *Transport) store(ctx context.Context, ws []write) []error {
+	errs := make([]error, len(ws))
+	cmds := make([]goredis.Cmder, len(ws)) // the command whose reply decides write i
+	type scripted struct {
+		i    int
+		keys []string
+	}
+	var laravel []scripted // the writes made by the push script
+	pipe := t.client.Pipeline()
+	for i := 0; i < len(ws); i++ {
+		w := ws[i]
+		switch {
+		case w.err != nil:
+			errs[i] = w.err
+		case w.op == "r":
+			// The plain writes to the same list that follow go in the same RPUSH.
+			j := i + 1
+			for j < len(ws) && ws[j].err == nil && ws[j].op == "r" && ws[j].keys[0] == w.keys[0] {
+				j++
+			}
+			vals := make([]any, 0, j-i)
+			for _, n := range ws[i:j] {
+				vals = append(vals, n.value)
+			}
+			cmd := pipe.RPush(ctx, w.keys[0], vals...)
+			for k := i; k < j; k++ {
+				cmds[k] = cmd
+			}
+			i = j - 1
+		case t.laravel:
+			keys := w.keys
+			if w.op == "z" { // the delayed set, no notify list, the header hash
+				keys = append([]string{keys[0]}, keys...)
+			}
+			if len(keys) == 2 {
+				keys = append(keys, headersKey(t.ready(w.queue)))
+			}
+			cmds[i] = pipe.EvalSha(ctx, pushLaravel.Hash(), keys, w.op, w.value, w.score, w.hdr)
+			laravel = append(laravel, scripted{i, keys})
+		default:
+			cmds[i] = pipe.Do(ctx, "zadd", w.keys[0], w.score, w.value)
 		}
 	}
-	// cmds[i] are the commands whose replies decide message i.
-	cmds := make([][]goredis.Cmder, len(msgs))
-	_, _ = t.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i := 0; i < len(ws); {
-			w := ws[i]
-			switch w.op {
-			case "r":
-				// The plain writes to the same list that follow go in the same RPUSH.
-				j := i + 1
-				for j < len(ws) && ws[j].op == "r" && ws[j].keys[0] == w.keys[0] {
-					j++
-				}
-				vals := make([]any, 0, j-i)
-				for _, n := range ws[i:j] {
-					vals = append(vals, n.value)
-				}
-				cmd := p.RPush(ctx, w.keys[0], vals...)
-				for k := i; k < j; k++ {
-					cmds[k] = []goredis.Cmder{cmd}
-				}
-				i = j
-				continue
-			case "z":
-				if w.hdr != "" {
-					cmds[i] = append(cmds[i], p.HSet(ctx, w.keys[1], sha1hex(w.value), w.hdr))
-				}
-				cmds[i] = append(cmds[i], p.ZAdd(ctx, w.keys[0], goredis.Z{Score: mustScore(w.score), Member: w.value}))
-			case "n":
-				cmds[i] = append(cmds[i], pushNotify.Eval(ctx, p, w.keys, w.value, w.hdr))
-			}
-			i++
-		}
-		return nil
-	})
-	for i, cs := range cmds {
-		for _, c := range cs {
-			if err := c.Err(); err != nil {
-				errs[i] = fmt.Errorf("redis: publish to %q: %w", msgs[i].Queue, err)
-				break
-			}
+	_, _ = pipe.Exec(ctx)
+	for _, l := range laravel { // Redis lost its script cache (a restart): EVAL instead
+		w := ws[l.i]
+		cmds[l.i] = evalAgain(ctx, t.client, pushLaravel, cmds[l.i].(*goredis.Cmd), l.keys, []any{w.op, w.value, w.score, w.hdr})
+	}
+	for i, cmd := range cmds {
+		if cmd != nil && cmd.Err() != nil {
+			errs[i] = fmt.Errorf("redis: publish to %q: %w", ws[i].queue, cmd.Err())
 		}
 	}
-	return transport.NewBatchError(errs)
+	return errs
 }

@@ -2,13 +2,13 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -20,19 +20,15 @@ import (
 // sweepLimit bounds how many lapsed reservations one reserve call returns to the queue.
 const sweepLimit = 100
 
-// sweepEvery is how often, at most, a consumer's reserve call also migrates due delayed
-// messages and returns lapsed reservations (or the poll interval, if shorter). A
-// consumer waiting on an empty list sweeps when its wait ends, at most a poll interval
-// later; a busy one saves two sorted-set reads on almost every reservation.
+// sweepEvery is how often, at most, a busy consumer's reserve call also migrates due
+// delayed messages and returns lapsed reservations (or the poll interval, if shorter);
+// a reserve call after a wait on an empty list always does.
 const sweepEvery = 100 * time.Millisecond
-
-// ackFlushTimeout bounds one attempt to send deferred acks from the flush timer.
-const ackFlushTimeout = 10 * time.Second
 
 // Consume opens a consumer on queue. The receive loop, the prefetch, settle-once, the
 // backoff of failed receives and settlements, and Close are the kit's
 // ([driverkit.Consumer]); this file is Redis's side of them: the reserve and settle
-// scripts, the blocking wait and deferred acks.
+// scripts, the wait on an empty list and deferred acks.
 func (t *Transport) Consume(_ context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("redis: consume needs a queue name")
@@ -41,8 +37,13 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		return nil, transport.ErrClosed
 	}
 	c := &consumer{t: t, queue: queue, readyKey: t.ready(queue)}
-	c.reserveKeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
-	c.settleKeys = []string{processingKey(queue), deadlinesKey(queue), c.readyKey, c.readyKey}
+	if ready := c.readyKey; t.laravel {
+		c.rkeys = []string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)}
+		c.skeys = []string{reservedKey(ready), headersKey(ready), ready, notifyKey(ready)}
+	} else {
+		c.rkeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
+		c.skeys = []string{processingKey(queue), deadlinesKey(queue), ready, ready}
+	}
 	c.settles.run = c.settleGroup
 	c.settles.lanes = groupLanes
 	k, err := driverkit.New[res](c, driverkit.Config{
@@ -50,8 +51,8 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		Queue:      queue,
 		Logger:     t.log,
 		Group:      &t.consumers,
-		AtomicAcks: true, // the settle script makes the writes and removes the reservation
-		MaxBatch:   t.batch,
+		AtomicAcks: true,    // the settle script makes the writes and removes the reservation
+		MaxBatch:   t.batch, // one reserve call for the workers waiting
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -69,42 +70,30 @@ type kitConsumer struct {
 var _ transport.AckSyncer = (*kitConsumer)(nil)
 
 // SyncAcks sends the deferred acks made before the call ([WithDeferredAcks]) and
-// returns once Redis has them: a tool that moves messages between queues calls it after
-// each move ([transport.SyncAcks]). Without deferred acks every Ack is in Redis when
-// Settle returns, and SyncAcks does nothing.
-func (c *kitConsumer) SyncAcks(ctx context.Context) error {
-	d := c.d
-	d.mu.Lock()
-	acks := d.takeAcksLocked()
-	d.mu.Unlock()
-	if len(acks) == 0 {
-		return nil
-	}
-	ok, err := d.runSettle(ctx, ackItems(acks))
-	d.acksSent(acks, ok, err)
-	if err != nil {
-		return fmt.Errorf("redis: sending %d deferred ack(s): %w", len(acks), err)
-	}
-	return nil
-}
+// returns once Redis has them, for a tool that moves messages between queues
+// ([transport.SyncAcks]). Without deferred acks it has nothing to do.
+func (c *kitConsumer) SyncAcks(ctx context.Context) error { return c.d.sendAcks(ctx) }
 
 // consumer is Redis's side of one consumer: the primitives the kit drives.
 type consumer struct {
 	t        *Transport
 	queue    string
 	readyKey string
-	// The keys of the default layout: reserve script keys, then settle script keys.
-	reserveKeys, settleKeys []string
-	kit                     *driverkit.Consumer[res]
-	settles                 committer[settleItem] // acks and rewinds of several workers in one call
+	// The keys of the reserve and settle scripts, before those of a settle's writes.
+	rkeys, skeys []string
+	kit          *driverkit.Consumer[res]
+	settles      committer[settleItem] // acks and rewinds of several workers in one call
+
+	// drained is set when the last reserve call left the ready list empty: the next
+	// one waits on it first, in the same round trip (default layout).
+	drained atomic.Bool
 
 	mu     sync.Mutex
 	swept  time.Time // when a reserve call last swept
 	closed bool      // Close ran: acks are no longer deferred
-
 	// Deferred acks (Transport.ackLinger > 0): acknowledged reservations whose removal
 	// has not been sent yet. The next reserve call carries them, or the flush timer
-	// sends them after the linger, or Close.
+	// after the linger, or Close.
 	acks     []res
 	ackTimer *time.Timer
 	flushes  sync.WaitGroup // flush timer calls sending acks
@@ -112,12 +101,12 @@ type consumer struct {
 
 // res is one reservation, as the kit holds it.
 type res struct {
-	// token is the token of the deadline member (default layout: the member itself is
+	// token is the token of the deadline member (default layout: the member is
 	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
-	// or the reserved member (laravel).
+	// or the reserved member (Laravel).
 	token string
 	raw   string // the element as stored in the list
-	hdr   string // laravel: the headers JSON from the header hash, or ""
+	hdr   string // Laravel: the headers JSON from the header hash, or ""
 }
 
 // settleItem is one reservation to settle and how.
@@ -128,12 +117,16 @@ type settleItem struct {
 }
 
 // Receive reserves up to len(into) messages. On an empty list it waits for one with a
-// blocking look (BLMOVE from the list to its own head, which moves nothing) sent in the
-// same round trip as the reserve script that follows it: a message pushed to an idle
-// queue reaches the worker in one round trip, and no message is ever held outside a
+// blocking look (BLMOVE from the list to its own head, which moves nothing) sent in one
+// pipeline with the reserve script that follows it: a message pushed to an idle queue
+// reaches the worker in one round trip, and no message is ever held outside a
 // reservation the sweep can see.
 func (c *consumer) Receive(ctx context.Context, into []res) (int, error) {
-	n, err := c.reserve(ctx, into, 0)
+	var n int
+	var err error
+	if !c.drained.Load() || c.acksWaiting() { // else the look goes first: the list was empty last time
+		n, err = c.reserve(ctx, into, 0)
+	}
 	for n == 0 && err == nil {
 		var wait time.Duration
 		if wait, err = c.waitFor(ctx); err == nil {
@@ -154,197 +147,155 @@ func (c *consumer) waitFor(ctx context.Context) (time.Duration, error) {
 	d := c.t.poll
 	if dl, ok := ctx.Deadline(); ok {
 		if d = min(d, time.Until(dl)); d <= 0 {
-			return 0, context.DeadlineExceeded
+			<-ctx.Done() // any moment now
+			return 0, ctx.Err()
 		}
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
 	}
 	if c.t.waitCap > 0 {
 		d = min(d, c.t.waitCap)
 	}
-	return max(d, 10*time.Millisecond), nil
+	return max(d, 10*time.Millisecond), ctx.Err()
 }
 
-// reserve runs the reserve script for up to len(into) messages. With wait > 0 a blocking
-// look of up to wait goes first, in the same pipeline, and the script sweeps; else the
-// script sweeps at most every [sweepEvery] and carries the deferred acks (in the script
-// itself in the default layout, in a settle script pipelined before Laravel's, which
-// stays as Laravel has it).
+// reserve runs the layout's reserve script for up to len(into) messages. With wait > 0
+// a blocking look of up to wait goes first, in the same pipeline, and the script
+// sweeps; else the script sweeps at most every [sweepEvery] and the deferred acks ride
+// along: in the reserve script itself (default layout), or in a settle script ahead of
+// Laravel's reserve script, which stays as Laravel has it.
 func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) (int, error) {
+	t := c.t
 	now := time.Now()
 	var acks []res
 	c.mu.Lock()
-	sweep := wait > 0 || now.Sub(c.swept) >= min(sweepEvery, c.t.poll)
-	if sweep {
-		c.swept = now
+	sweepArg := "0"
+	switch {
+	case now.Sub(c.swept) >= min(sweepEvery, t.poll):
+		sweepArg, c.swept = "1", now
+	case wait > 0:
+		sweepArg = "2" // when the wait ended with nothing
 	}
 	if wait == 0 {
 		acks = c.takeAcksLocked()
 	}
 	c.mu.Unlock()
-	if c.t.laravel {
-		return c.reserveLaravel(ctx, into, now, acks, wait)
+
+	script, keys, args := reserveDefault, c.rkeys, []any(nil)
+	if t.laravel {
+		score, migrate := "+inf", "0"
+		if t.retryAfter > 0 {
+			score, migrate = strconv.FormatInt(now.Add(t.retryAfter).Unix(), 10), "1"
+		}
+		script = reserveLaravel
+		args = []any{strconv.FormatInt(now.Unix(), 10), score, len(into), migrate}
+	} else {
+		deadline := math.Inf(1)
+		if t.retryAfter > 0 {
+			deadline = unixSeconds(now.Add(t.retryAfter))
+		}
+		args = make([]any, 0, 5+2*len(acks)+len(into))
+		args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg, len(acks))
+		for _, a := range acks {
+			args = append(args, a.token, a.raw)
+		}
+		for range into {
+			args = append(args, t.token())
+		}
 	}
-	deadline := math.Inf(1)
-	if c.t.retryAfter > 0 {
-		deadline = unixSeconds(now.Add(c.t.retryAfter))
+
+	var look, sc, rc *goredis.Cmd
+	var skeys []string
+	var sargs []any
+	if wait == 0 && (!t.laravel || len(acks) == 0) {
+		rc = script.EvalSha(ctx, t.client, keys, args...)
+	} else {
+		pipe := t.client.Pipeline()
+		if wait > 0 {
+			look = pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+		}
+		if len(acks) > 0 { // Laravel
+			skeys, sargs, _ = c.settleCall(ackItems(acks), now) // acks carry no writes
+			sc = pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
+		}
+		rc = pipe.EvalSha(ctx, script.Hash(), keys, args...)
+		_, _ = pipe.Exec(ctx)
+		if look != nil && look.Err() != nil && !errors.Is(look.Err(), goredis.Nil) {
+			return 0, look.Err()
+		}
 	}
-	sweepArg := "0"
-	if sweep {
-		sweepArg = "1"
+	if sc != nil {
+		ok, err := gates(evalAgain(ctx, t.client, settle, sc, skeys, sargs).Int64Slice())
+		c.acksSent(acks, ok, err)
 	}
-	args := make([]any, 0, 5+2*len(acks)+len(into))
-	args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg, len(acks))
-	for _, a := range acks {
-		args = append(args, a.token, a.raw)
-	}
-	first := len(args)
-	for range into {
-		args = append(args, c.t.token())
-	}
-	var cmd *goredis.Cmd
-	if wait > 0 {
-		var err error
-		if cmd, err = c.afterLook(ctx, wait, func(p goredis.Pipeliner) *goredis.Cmd {
-			return p.EvalSha(ctx, reserveDefault.Hash(), c.reserveKeys, args...)
-		}); err != nil {
+	out, err := evalAgain(ctx, t.client, script, rc, keys, args).StringSlice()
+	if t.laravel {
+		if err != nil && !errors.Is(err, goredis.Nil) {
 			return 0, err
 		}
-		if isNoScript(cmd.Err()) { // Redis restarted or its script cache was flushed
-			cmd = reserveDefault.Eval(ctx, c.t.client, c.reserveKeys, args...)
+		n := 0
+		for ; 3*n+2 < len(out) && n < len(into); n++ {
+			into[n] = res{raw: out[3*n], token: out[3*n+1], hdr: out[3*n+2]}
 		}
-	} else {
-		cmd = reserveDefault.Run(ctx, c.t.client, c.reserveKeys, args...)
+		return n, nil
 	}
-	out, err := cmd.StringSlice()
-	if err == nil && (len(out) == 0 || len(out[0]) != len(acks) || len(out)-1 > len(into)) {
+	if err == nil && (len(out) < 2 || len(out[0]) != len(acks) || len(out)-2 > len(into)) {
 		err = fmt.Errorf("reserve script answered %d values for %d acks and %d reservations", len(out), len(acks), len(into))
 	}
-	if err != nil {
-		if len(acks) > 0 {
-			c.acksSent(acks, nil, err)
-		}
-		return 0, err
-	}
 	if len(acks) > 0 {
-		ok := make([]bool, len(acks))
-		for i := range ok {
-			ok[i] = out[0][i] == '1'
-		}
-		c.acksSent(acks, ok, nil)
-	}
-	for i, raw := range out[1:] {
-		into[i] = res{token: args[first+i].(string), raw: raw}
-	}
-	return len(out) - 1, nil
-}
-
-// afterLook sends, in one pipeline, a blocking look at the ready list of up to wait and
-// the command script adds, and returns that command once both answered.
-func (c *consumer) afterLook(ctx context.Context, wait time.Duration, script func(goredis.Pipeliner) *goredis.Cmd) (*goredis.Cmd, error) {
-	pipe := c.t.client.Pipeline()
-	look := pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
-	cmd := script(pipe)
-	_, _ = pipe.Exec(ctx)
-	if err := look.Err(); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, err
-	}
-	return cmd, nil
-}
-
-// reserveLaravel runs Laravel's reserve script for up to len(into) jobs, after a settle
-// script for the deferred acks in the same round trip (a pipeline, so a failed settle
-// does not stop the reservation), or after a blocking look of up to wait.
-func (c *consumer) reserveLaravel(ctx context.Context, into []res, now time.Time, acks []res, wait time.Duration) (int, error) {
-	t := c.t
-	score := "+inf"
-	migrateReserved := "0"
-	if t.retryAfter > 0 {
-		score = strconv.FormatInt(now.Add(t.retryAfter).Unix(), 10)
-		migrateReserved = "1"
-	}
-	ready := c.readyKey
-	keys := []string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)}
-	args := []any{strconv.FormatInt(now.Unix(), 10), score, len(into), migrateReserved}
-	var rc *goredis.Cmd
-	switch {
-	case wait > 0:
-		var err error
-		if rc, err = c.afterLook(ctx, wait, func(p goredis.Pipeliner) *goredis.Cmd {
-			return p.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
-		}); err != nil {
-			return 0, err
-		}
-	case len(acks) == 0:
-		rc = reserveLaravel.Run(ctx, t.client, keys, args...)
-	default:
-		skeys, sargs, _ := c.settleCall(ackItems(acks), now) // acks carry no writes
-		pipe := t.client.Pipeline()
-		sc := pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
-		rc = pipe.EvalSha(ctx, reserveLaravel.Hash(), keys, args...)
-		_, _ = pipe.Exec(ctx)
-		if isNoScript(sc.Err()) {
-			sc = settle.Eval(ctx, t.client, skeys, sargs...)
-		}
-		vals, err := sc.Int64Slice()
-		ok := make([]bool, len(vals))
-		for i, n := range vals {
-			ok[i] = n == 1
+		var ok []bool
+		if err == nil {
+			ok = make([]bool, len(acks))
+			for i := range ok {
+				ok[i] = out[0][i] == '1'
+			}
 		}
 		c.acksSent(acks, ok, err)
 	}
-	if isNoScript(rc.Err()) {
-		rc = reserveLaravel.Eval(ctx, t.client, keys, args...)
-	}
-	out, err := rc.StringSlice()
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for i := 0; i+2 < len(out) && n < len(into); i += 3 {
-		into[n] = res{raw: out[i], token: out[i+1], hdr: out[i+2]}
-		n++
+	c.drained.Store(out[1] == "0")
+	first := len(args) - len(into)
+	for i, raw := range out[2:] {
+		into[i] = res{token: args[first+i].(string), raw: raw}
 	}
-	return n, nil
+	return len(out) - 2, nil
 }
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+// evalAgain runs s with EVAL when cmd, its EVALSHA, found the script gone from Redis's
+// cache (a restart, a SCRIPT FLUSH); else it returns cmd.
+func evalAgain(ctx context.Context, c goredis.Scripter, s *goredis.Script, cmd *goredis.Cmd, keys []string, args []any) *goredis.Cmd {
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return s.Eval(ctx, c, keys, args...)
+	}
+	return cmd
 }
 
 // Decode unwraps the element: a frame's body and headers (default layout), or the job
 // with the headers kept in the header hash (Laravel). The body is the one copy of the
-// element: the reservation keeps the element as reserved, for its settle.
+// element; the reservation keeps the element as reserved, for its settle.
 func (c *consumer) Decode(r res, d *transport.Delivery) {
-	raw := []byte(r.raw)
-	if !c.t.laravel {
-		if body, headers, ok := unframe(raw); ok {
-			d.Body, d.Headers = body, headers
-			return
-		}
-	}
-	d.Body = raw
-	if r.hdr != "" {
-		var hs map[string]string
-		if json.Unmarshal([]byte(r.hdr), &hs) == nil && len(hs) > 0 {
-			d.Headers = hs
-		}
-	}
+	d.Body, d.Headers = c.t.unwrap(r.raw, r.hdr)
 }
 
 // IsRetryable reports whether a reserve that failed may be tried again: always, but
 // once the client was closed.
 func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, goredis.ErrClosed) }
 
-// Ack removes the reservation (the settle script, grouped with the acks and rewinds
-// other workers of the consumer make meanwhile), or defers the removal to the next
-// reserve call ([WithDeferredAcks]).
+// Ack removes the reservation (the settle script, in one call with the acks and
+// rewinds other workers of the consumer make meanwhile), or defers the removal to the
+// next reserve call ([WithDeferredAcks]).
 func (c *consumer) Ack(ctx context.Context, r res) error {
 	if c.t.ackLinger > 0 {
 		c.mu.Lock()
 		if !c.closed { // Close sends the deferred acks it finds
-			c.deferAckLocked(r)
+			c.acks = append(c.acks, r)
+			if len(c.acks) == 1 {
+				if c.ackTimer == nil {
+					c.ackTimer = time.AfterFunc(c.t.ackLinger, c.flushAcks)
+				} else {
+					c.ackTimer.Reset(c.t.ackLinger)
+				}
+			}
 			c.mu.Unlock()
 			return nil
 		}
@@ -357,13 +308,10 @@ func (c *consumer) Ack(ctx context.Context, r res) error {
 // its own, so that a refused write fails only its own settlement.
 func (c *consumer) AckWrites(ctx context.Context, r res, ws []*transport.Message) error {
 	ok, err := c.runSettle(ctx, []settleItem{{r: r, writes: ws}})
-	if err != nil {
-		return err // the kit makes it a *transport.SettleWriteError
+	if err == nil && !ok[0] {
+		err = c.lost()
 	}
-	if !ok[0] {
-		return c.lost()
-	}
-	return nil
+	return err // the kit makes any other error a *transport.SettleWriteError
 }
 
 // GiveBack puts reservations back at the head of the queue, in their order.
@@ -377,13 +325,12 @@ func (c *consumer) GiveBack(ctx context.Context, rs []res, why driverkit.Reason)
 	}
 	var errs []error
 	failed := 0
-	for len(items) > 0 {
-		n := min(len(items), maxGroup)
-		if _, err := c.runSettle(ctx, items[:n]); err != nil {
+	for from := 0; from < len(items); from += maxGroup {
+		group := items[from:min(from+maxGroup, len(items))]
+		if _, err := c.runSettle(ctx, group); err != nil {
 			errs = append(errs, err)
-			failed += n
+			failed += len(group)
 		}
-		items = items[n:]
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("redis: giving back %d reservation(s) (%s; they come back after retry_after): %w", failed, why, errors.Join(errs...))
@@ -414,27 +361,22 @@ func (c *consumer) lost() error {
 func (c *consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
-	acks := c.takeAcksLocked()
 	c.mu.Unlock()
 	c.flushes.Wait() // a flush the timer started finishes first
-	if len(acks) == 0 {
-		return nil
+	if err := c.sendAcks(ctx); err != nil {
+		return fmt.Errorf("%w (their messages come back after retry_after)", err)
 	}
-	ok, err := c.runSettle(ctx, ackItems(acks))
-	if err != nil {
-		return fmt.Errorf("redis: sending %d deferred ack(s) on close (their messages come back after retry_after): %w", len(acks), err)
-	}
-	c.acksSent(acks, ok, nil)
 	return nil
 }
 
-// ackItems are the settle items of deferred acks.
-func ackItems(acks []res) []settleItem {
-	items := make([]settleItem, len(acks))
-	for i, r := range acks {
-		items[i] = settleItem{r: r}
+// acksWaiting reports whether deferred acks wait to ride with a reserve call.
+func (c *consumer) acksWaiting() bool {
+	if c.t.ackLinger == 0 {
+		return false
 	}
-	return items
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.acks) > 0
 }
 
 // takeAcksLocked takes the deferred acks waiting to be sent.
@@ -447,34 +389,44 @@ func (c *consumer) takeAcksLocked() []res {
 	return acks
 }
 
-// deferAckLocked queues r's ack for the next reserve call, or for the flush timer.
-func (c *consumer) deferAckLocked(r res) {
-	c.acks = append(c.acks, r)
-	if len(c.acks) > 1 {
-		return
-	}
-	if c.ackTimer == nil {
-		c.ackTimer = time.AfterFunc(c.t.ackLinger, c.flushAcks)
-	} else {
-		c.ackTimer.Reset(c.t.ackLinger)
-	}
-}
-
 // flushAcks sends the deferred acks no reserve call has carried within the linger.
 func (c *consumer) flushAcks() {
 	c.mu.Lock()
-	acks := c.takeAcksLocked()
-	if len(acks) == 0 || c.closed {
+	if c.closed {
 		c.mu.Unlock()
 		return
 	}
 	c.flushes.Add(1) // before Close marks the consumer closed: Close waits for it
 	c.mu.Unlock()
 	defer c.flushes.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), ackFlushTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	_ = c.sendAcks(ctx)
+}
+
+// sendAcks sends the deferred acks waiting, in one settle script call.
+func (c *consumer) sendAcks(ctx context.Context) error {
+	c.mu.Lock()
+	acks := c.takeAcksLocked()
+	c.mu.Unlock()
+	if len(acks) == 0 {
+		return nil
+	}
 	ok, err := c.runSettle(ctx, ackItems(acks))
 	c.acksSent(acks, ok, err)
+	if err != nil {
+		return fmt.Errorf("redis: sending %d deferred ack(s) on %q: %w", len(acks), c.queue, err)
+	}
+	return nil
+}
+
+// ackItems are the settle items of deferred acks.
+func ackItems(acks []res) []settleItem {
+	items := make([]settleItem, len(acks))
+	for i, r := range acks {
+		items[i] = settleItem{r: r}
+	}
+	return items
 }
 
 // acksSent records the answer to sending deferred acks. When the call failed they go
@@ -517,9 +469,7 @@ func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
 	}
 	ok, err := c.runSettle(ctx, items)
 	for i, cl := range calls {
-		if err != nil {
-			cl.err = err
-		} else {
+		if cl.err = err; err == nil {
 			cl.ok = ok[i]
 		}
 	}
@@ -532,12 +482,17 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 	if err != nil {
 		return nil, err
 	}
-	vals, err := settle.Run(ctx, c.t.client, keys, args...).Int64Slice()
+	ok, err := gates(settle.Run(ctx, c.t.client, keys, args...).Int64Slice())
+	if err == nil && len(ok) != len(items) {
+		err = fmt.Errorf("settle script answered %d results for %d reservations", len(ok), len(items))
+	}
+	return ok, err
+}
+
+// gates reads the settle script's answer: per reservation, whether its gate passed.
+func gates(vals []int64, err error) ([]bool, error) {
 	if err != nil {
 		return nil, err
-	}
-	if len(vals) != len(items) {
-		return nil, fmt.Errorf("settle script answered %d results for %d reservations", len(vals), len(items))
 	}
 	ok := make([]bool, len(vals))
 	for i, n := range vals {
@@ -550,19 +505,15 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 // than Redis stores fails it with a [transport.SettleWriteError].
 func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []any, error) {
 	t := c.t
-	ready := c.readyKey
 	nw := 0
 	for _, it := range items {
 		nw += len(it.writes)
 	}
-	keys := make([]string, 4, 4+2*nw)
+	keys := append(make([]string, 0, 4+2*nw), c.skeys...)
 	args := make([]any, 1, 1+4*len(items)+4*nw)
+	args[0] = "d"
 	if t.laravel {
-		keys[0], keys[1], keys[2], keys[3] = reservedKey(ready), headersKey(ready), ready, notifyKey(ready)
 		args[0] = "l"
-	} else {
-		copy(keys, c.settleKeys)
-		args[0] = "d"
 	}
 	for _, it := range items {
 		outcome := "ack"

@@ -117,3 +117,20 @@ func unframe(el []byte) (body []byte, headers map[string]string, ok bool) {
 	}
 	return []byte(s), headers, true
 }
+
+// unwrap is what the runtime sees of a stored element: a frame's body and headers
+// (default layout), or the element with the headers JSON kept beside it, hdr (Laravel).
+// The body is a copy of the element.
+func (t *Transport) unwrap(el, hdr string) ([]byte, map[string]string) {
+	raw := []byte(el)
+	if !t.laravel {
+		if body, headers, ok := unframe(raw); ok {
+			return body, headers
+		}
+	}
+	var hs map[string]string
+	if hdr == "" || json.Unmarshal([]byte(hdr), &hs) != nil || len(hs) == 0 {
+		hs = nil
+	}
+	return raw, hs
+}

@@ -1,78 +1,3 @@
-// Package redis is the BabelQueue transport for Redis, behind redis:// and rediss://
-// (TLS) URLs, built on github.com/redis/go-redis/v9.
-//
-// Import it for its side effect, or build a transport around a client of your own:
-//
-//	import _ "github.com/babelqueue-go/babelqueue/transport/redis"
-//	t, err := transport.Open(ctx, "redis://127.0.0.1:6379/0?retry_after=60")
-//
-//	// or, with a client you configured (TLS, ACL user, Sentinel, …):
-//	t := redis.New(goredis.NewClient(opts))
-//
-// # URL
-//
-//	redis://[user:password@]host:port/db[?retry_after=60&laravel=1&prefix=queues:&deferred_acks=2ms]
-//
-// retry_after is the visibility timeout of a reservation (a number of seconds, or a Go
-// duration such as 1500ms; "null" turns recovery off). laravel=1 selects the
-// Laravel-compatible layout and prefix its key prefix (default "queues:"). deferred_acks
-// turns on deferred acks with the given linger (a Go duration, or a number of
-// milliseconds; see [WithDeferredAcks]; default off). Durations follow the grammar of
-// [transport.Query]. The go-redis connection parameters
-// (dial_timeout, read_timeout, pool_size, …) are accepted too. Any other parameter is an
-// error naming it.
-//
-// # Default layout
-//
-// The list key is the queue name, exactly. Publish is RPUSH <q> with the envelope bytes
-// as the element. A worker reserves by moving the head of <q> to the end of
-// <q>:processing and, in the same Lua script, records the reservation in the sorted set
-// <q>:processing:deadlines as the member "<token>:<element>" (token: 32 lowercase hex
-// digits, one per reservation) scored with the Unix time at which it lapses (now +
-// retry_after). Acknowledging removes that member and LREMs the element from
-// <q>:processing. At least every 100 ms while a consumer reserves, and whenever its wait
-// on an empty list ends, lapsed members are swept: their element goes back to the end of
-// <q>, unchanged. These are the keys and the member format the Python
-// SDK 1.24.0 uses, so a Go worker and a Python worker on one queue recover each other's
-// reservations, and a late settle of a reservation that was swept touches nothing (the
-// gate: every settle checks its own member first). A reservation made by an SDK that
-// writes no deadline member is never swept by a Go worker.
-//
-// Messages published with a delay wait in the Go-owned sorted set <q>:delayed until due;
-// Go consumers move them to <q> (SDKs without that set do not read it).
-//
-// When a message has headers, the element is the frame
-// {"__bq_frame":1,"headers":{…},"body":"<envelope as a JSON string>"} and the consumer
-// unwraps it; without headers the element is the envelope bytes exactly.
-//
-// # Laravel layout
-//
-// With laravel=1 the keys are Laravel's: the ready list <prefix><q>, the sorted sets
-// <prefix><q>:reserved and <prefix><q>:delayed, and the wake-up list <prefix><q>:notify,
-// with Laravel's reserve (the reserved member is the job with attempts one higher),
-// release (to :delayed) and migrate semantics, so a Go worker and a Laravel (or Python
-// laravel-mode) worker share a queue and can settle each other's reservations. Headers
-// cannot ride in this layout and are dropped.
-//
-// # Settlement
-//
-// Every settle (ack, rewind, and the retry and dead-letter writes that come with an ack)
-// is one Lua script: the writes and the removal of the reservation happen together or
-// not at all. A rewind puts the element back at the head of the queue.
-//
-// # Grouping
-//
-// Up to four calls of one kind go to Redis side by side, each alone, as four go-redis
-// workers would; calls that goroutines make while four are in flight go together when
-// one returns: plain publishes as one RPUSH per list, acks and rewinds of one consumer
-// as one settle script call, reservations for the workers waiting on one consumer as
-// one reserve script call. Each call still waits for, and gets, its own result.
-//
-// # Deferred acks
-//
-// With [WithDeferredAcks] (deferred_acks=2ms in a URL) an Ack without writes returns at
-// once and its removal rides in the consumer's next reserve script call: one round trip
-// per message fewer. What it costs is said at [WithDeferredAcks]; the default is off.
 package redis
 
 import (
@@ -81,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -91,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -340,17 +267,10 @@ type Transport struct {
 	closed    bool
 	consumers driverkit.Group // the consumers opened, closed with the transport
 
-	tokenMu  sync.Mutex
 	tokenPfx string
-	tokenN   uint64
+	tokenN   atomic.Uint64
 
-	pushes committer[push]
-}
-
-// push is one plain publish: RPUSH key value.
-type push struct {
-	key   string
-	value []byte
+	pushes committer[write] // plain publishes
 }
 
 // New builds a transport around a client the caller constructed and keeps owning:
@@ -410,15 +330,8 @@ func (t *Transport) Capabilities() transport.Capabilities {
 // token returns a fresh reservation token: 32 lowercase hex digits, unique per
 // transport (a random prefix and a counter).
 func (t *Transport) token() string {
-	t.tokenMu.Lock()
-	t.tokenN++
-	n := t.tokenN
-	t.tokenMu.Unlock()
 	var b [8]byte
-	for i := 7; i >= 0; i-- {
-		b[i] = byte(n)
-		n >>= 8
-	}
+	binary.BigEndian.PutUint64(b[:], t.tokenN.Add(1))
 	return t.tokenPfx + hex.EncodeToString(b[:])
 }
 
@@ -512,99 +425,46 @@ func (t *Transport) writeOp(m *transport.Message, now time.Time) (op, score stri
 	return "r", "0", el, "", []string{ready}
 }
 
-// Publish writes one message: RPUSH (or, with a delay, ZADD to the delayed set). It
-// returns once Redis confirmed the write.
+// Publish writes one message: RPUSH (or, with a delay, ZADD to the delayed set; in the
+// Laravel layout, the push script). It returns once Redis confirmed the write.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if t.isClosed() {
 		return transport.ErrClosed
 	}
-	if m == nil || m.Queue == "" {
-		return errors.New("redis: message has no queue")
+	w := t.prepare(m, time.Now())
+	if w.err != nil {
+		return w.err
 	}
-	op, score, value, hdr, keys := t.writeOp(m, time.Now())
-	if err := t.checkSize(m.Queue, value); err != nil {
-		return err
+	if w.op != "r" {
+		return t.store(ctx, []write{w})[0]
 	}
-	var err error
-	switch {
-	case op == "z" && hdr != "":
-		_, err = t.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			p.ZAdd(ctx, keys[0], goredis.Z{Score: mustScore(score), Member: value})
-			p.HSet(ctx, keys[1], sha1hex(value), hdr)
-			return nil
-		})
-	case op == "z":
-		err = t.client.ZAdd(ctx, keys[0], goredis.Z{Score: mustScore(score), Member: value}).Err()
-	case op == "n":
-		if hdr == "" {
-			keys = append(keys, headersKey(t.ready(m.Queue)))
-		}
-		err = pushNotify.Run(ctx, t.client, keys, value, hdr).Err()
-	default:
-		// Plain publishes that several goroutines make at once go in one round trip.
-		cl := &call[push]{arg: push{key: keys[0], value: value}}
-		t.pushes.do(ctx, cl)
-		err = cl.err
-	}
-	if err != nil {
-		return fmt.Errorf("redis: publish to %q: %w", m.Queue, err)
-	}
-	return nil
+	// Plain publishes that several goroutines make at once go in one round trip.
+	cl := &call[write]{arg: w}
+	t.pushes.do(ctx, cl)
+	return cl.err
 }
 
 // pushGroup writes a group of plain publishes: one RPUSH per run of publishes to the
 // same list, in the order they were made, pipelined when there is more than one run.
-func (t *Transport) pushGroup(ctx context.Context, calls []*call[push]) {
-	if len(calls) == 1 {
-		calls[0].err = t.client.RPush(ctx, calls[0].arg.key, calls[0].arg.value).Err()
+func (t *Transport) pushGroup(ctx context.Context, calls []*call[write]) {
+	if w := calls[0].arg; len(calls) == 1 { // a lone publish, as is
+		if err := t.client.RPush(ctx, w.keys[0], w.value).Err(); err != nil {
+			calls[0].err = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
+		}
 		return
 	}
-	type run struct {
-		from, to int // calls[from:to] share a key
-		cmd      *goredis.IntCmd
+	ws := make([]write, len(calls))
+	for i, cl := range calls {
+		ws[i] = cl.arg
 	}
-	var runs []run
-	for i := 0; i < len(calls); {
-		j := i + 1
-		for j < len(calls) && calls[j].arg.key == calls[i].arg.key {
-			j++
-		}
-		runs = append(runs, run{from: i, to: j})
-		i = j
-	}
-	rpush := func(c goredis.Cmdable, r run) *goredis.IntCmd {
-		vals := make([]any, 0, r.to-r.from)
-		for _, cl := range calls[r.from:r.to] {
-			vals = append(vals, cl.arg.value)
-		}
-		return c.RPush(ctx, calls[r.from].arg.key, vals...)
-	}
-	if len(runs) == 1 {
-		runs[0].cmd = rpush(t.client, runs[0])
-	} else {
-		_, _ = t.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := range runs {
-				runs[i].cmd = rpush(p, runs[i])
-			}
-			return nil
-		})
-	}
-	for _, r := range runs {
-		err := r.cmd.Err()
-		for _, cl := range calls[r.from:r.to] {
-			cl.err = err
-		}
+	for i, err := range t.store(ctx, ws) {
+		calls[i].err = err
 	}
 }
 
 func sha1hex(b []byte) string {
 	sum := sha1.Sum(b)
 	return hex.EncodeToString(sum[:])
-}
-
-func mustScore(s string) float64 {
-	f, _ := strconv.ParseFloat(s, 64)
-	return f
 }
 
 func (t *Transport) isClosed() bool {

@@ -12,31 +12,36 @@ import goredis "github.com/redis/go-redis/v9"
 // is the Unix time (seconds) at which the reservation lapses; token is 32 lowercase hex
 // characters.
 
-// reserveDefault reserves up to n elements. When asked to (ARGV[4] is "1"), it first
-// migrates due delayed messages and returns lapsed reservations to the end of the ready
-// list; the consumer asks for that at least every [sweepEvery] while it reserves, and
-// always before it waits.
+// reserveDefault reserves up to n elements. When asked to, it first migrates due
+// delayed messages and returns lapsed reservations to the end of the ready list: ARGV[4]
+// "1" always (the consumer asks at least every [sweepEvery] while it reserves), "2" when
+// the ready list is empty (after a wait on the list that ended with nothing).
 //
 // Before all that it acknowledges the deferred acks it is given (see [WithDeferredAcks]),
 // each exactly as the settle script does.
 //
 //	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
 //	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
-//	ARGV[4] "1" to sweep first, ARGV[5] the number k of acks, ARGV[6..5+2k] each ack's
-//	token and raw element (its member is "<token>:<raw>"), then one token per element
-//	wanted
+//	ARGV[4] "0", "1" or "2": when to sweep, ARGV[5] the number k of acks, ARGV[6..5+2k]
+//	each ack's token and raw element (its member is "<token>:<raw>"), then one token per
+//	element wanted
 //
 // It returns a string with one character per ack, "1" when settled and "0" when its
-// reservation was no longer ours, then the raw elements reserved, in order, one per
+// reservation was no longer ours; how many elements the ready list holds after the
+// reservation, as a decimal string; then the raw elements reserved, in order, one per
 // token used.
 var reserveDefault = goredis.NewScript(`
 local nacks = tonumber(ARGV[5])
-local flags = {}
-for i = 6, 5 + 2 * nacks, 2 do
-  local ok = redis.call('zrem', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1]) == 1 and redis.call('lrem', KEYS[2], 1, ARGV[i + 1]) == 1
-  flags[#flags + 1] = ok and '1' or '0'
+local out = {'', ''}
+if nacks > 0 then
+  local flags = {}
+  for i = 6, 5 + 2 * nacks, 2 do
+    local ok = redis.call('zrem', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1]) == 1 and redis.call('lrem', KEYS[2], 1, ARGV[i + 1]) == 1
+    flags[#flags + 1] = ok and '1' or '0'
+  end
+  out[1] = table.concat(flags)
 end
-if ARGV[4] == '1' then
+if ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('llen', KEYS[1]) == 0) then
   local now = ARGV[1]
   local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
   for _, m in ipairs(due) do
@@ -56,13 +61,13 @@ if ARGV[4] == '1' then
     redis.call('zrem', KEYS[3], m)
   end
 end
-local out = {table.concat(flags)}
 for i = 6 + 2 * nacks, #ARGV do
   local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
   if not raw then break end
   redis.call('zadd', KEYS[3], ARGV[2], ARGV[i] .. ':' .. raw)
   out[#out + 1] = raw
 end
+out[2] = tostring(redis.call('llen', KEYS[1]))
 return out
 `)
 
@@ -210,16 +215,22 @@ end
 return out
 `)
 
-// pushNotify is Laravel's push: the job on the ready list and one notify token, and
-// its headers (if any) in the Go-owned header hash.
+// pushLaravel is a publish in the Laravel layout: the job on the ready list and one
+// notify token (op "n"), or the job in the delayed set (op "z"), and its headers (if
+// any) in the Go-owned header hash.
 //
-//	KEYS[1] ready list, KEYS[2] notify list, KEYS[3] header hash,
-//	ARGV[1] job, ARGV[2] headers JSON or ""
-var pushNotify = goredis.NewScript(`
-redis.call('rpush', KEYS[1], ARGV[1])
-redis.call('rpush', KEYS[2], 1)
-if ARGV[2] ~= '' then
-  redis.call('hset', KEYS[3], redis.sha1hex(ARGV[1]), ARGV[2])
+//	KEYS[1] ready list or delayed set, KEYS[2] notify list (op "z": unused),
+//	KEYS[3] header hash, ARGV[1] op, ARGV[2] job, ARGV[3] due score (op "z"),
+//	ARGV[4] headers JSON or ""
+var pushLaravel = goredis.NewScript(`
+if ARGV[1] == 'z' then
+  redis.call('zadd', KEYS[1], ARGV[3], ARGV[2])
+else
+  redis.call('rpush', KEYS[1], ARGV[2])
+  redis.call('rpush', KEYS[2], 1)
+end
+if ARGV[4] ~= '' then
+  redis.call('hset', KEYS[3], redis.sha1hex(ARGV[2]), ARGV[4])
 end
 return 1
 `)
