@@ -46,10 +46,10 @@ func BenchmarkIdleLatency(b *testing.B) {
 
 	// Each consumer runs on a goroutine of its own and reports when it holds a message.
 	type side struct {
-		q    string
-		got  chan time.Time
-		lat  []time.Duration
-		cpu  time.Duration
+		q   string
+		got chan time.Time
+		lat []time.Duration
+		cpu time.Duration
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
