@@ -207,3 +207,35 @@ func TestDeferredAckOfALapsedReservationIsLoggedAndTouchesNothing(t *testing.T) 
 		t.Fatalf("B's ack: %v", err)
 	}
 }
+
+// TestSyncAcksSendsDeferredAcks: transport.SyncAcks returns once the deferred acks made
+// before it are in Redis, as a tool that moves messages between queues needs.
+func TestSyncAcksSendsDeferredAcks(t *testing.T) {
+	ctx := ctxT(t)
+	admin := client(t)
+	q := transporttest.UniqueName("bqtest")
+	cleanKeys(t, admin, "*"+q+"*")
+	tr := newTransport(t, client(t), bqredis.WithDeferredAcks(time.Hour))
+	cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close(ctx)
+	if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: envelope("sync")}); err != nil {
+		t.Fatal(err)
+	}
+	d := transporttest.Receive(t, cons, 10*time.Second)
+	if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(t, admin, q, false); n != 1 {
+		t.Fatalf("after a deferred ack Redis holds %d reservations, want the acked one still (1)", n)
+	}
+	if err := transport.SyncAcks(ctx, cons); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(t, admin, q, false); n != 0 || admin.LLen(ctx, q+":processing").Val() != 0 {
+		t.Fatalf("after SyncAcks Redis holds %d reservations and %d processing elements, want none",
+			n, admin.LLen(ctx, q+":processing").Val())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
 	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
@@ -79,5 +80,29 @@ func TestOpenerLogsThroughTheAppLogger(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "go-redis") {
 		t.Fatalf("go-redis's own line about the failed dial did not reach the opener's logger: %q", logs.String())
+	}
+}
+
+// A bad option value given in code is an error from New naming the option, matching
+// babelqueue.ErrInvalidOption: none is silently ignored (issue 32).
+func TestBadOptionValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  bqredis.Option
+	}{
+		{"WithRetryAfter", bqredis.WithRetryAfter(-time.Second)},
+		{"WithPollInterval", bqredis.WithPollInterval(0)},
+		{"WithBatch", bqredis.WithBatch(0)},
+		{"WithDeferredAcks", bqredis.WithDeferredAcks(-time.Millisecond)},
+		{"WithMaxMessageSize", bqredis.WithMaxMessageSize(-1)},
+	} {
+		tr, err := bqredis.New(nil, tc.opt)
+		if tr != nil || !errors.Is(err, babelqueue.ErrInvalidOption) || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("New with a bad %s = %v, %v; want an error naming it that matches ErrInvalidOption", tc.name, tr, err)
+		}
+	}
+	// The zero values that mean "off" are no error.
+	if _, err := bqredis.New(nil, bqredis.WithRetryAfter(0), bqredis.WithDeferredAcks(0)); err != nil {
+		t.Errorf("WithRetryAfter(0), WithDeferredAcks(0): %v", err)
 	}
 }

@@ -122,8 +122,8 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Open(%q) succeeded", transport.Redact(tc.url))
 			}
-			if !errors.Is(err, transport.ErrBadURL) {
-				t.Errorf("error %v does not match ErrBadURL", err)
+			if !errors.Is(err, transport.ErrBadURL) || !errors.Is(err, transport.ErrInvalidOption) {
+				t.Errorf("error %v does not match ErrBadURL and ErrInvalidOption", err)
 			}
 			var bad *transport.BadURLError
 			if !errors.As(err, &bad) || bad.Param != tc.param {

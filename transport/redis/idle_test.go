@@ -1,0 +1,131 @@
+package redis_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	bqredis "github.com/babelqueue-go/babelqueue/transport/redis"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// calls records the round trips a go-redis client makes: one line per command or
+// pipeline, the command names joined by "+" (but a new connection's handshake).
+type calls struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (h *calls) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *calls) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *calls) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *calls) add(cmds ...goredis.Cmder) {
+	var names []string
+	for _, c := range cmds {
+		switch c.Name() {
+		case "hello", "client", "auth", "select": // a new connection's handshake
+		default:
+			names = append(names, c.Name())
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	h.mu.Lock()
+	h.sent = append(h.sent, strings.Join(names, "+"))
+	h.mu.Unlock()
+}
+
+func (h *calls) since(n int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.sent[n:]...)
+}
+
+// TestIdleQueueOneRoundTrip (issue 39): a consumer waiting on an empty queue has one
+// round trip out, the blocking look with the reserve script behind it, and a message
+// pushed then reaches it with that round trip's answer: no second call.
+func TestIdleQueueOneRoundTrip(t *testing.T) {
+	for _, layout := range layouts {
+		t.Run(layout.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			admin := client(t)
+			q := transporttest.UniqueName("bqtest")
+			cleanKeys(t, admin, "*"+q+"*")
+			opts, err := goredis.ParseURL(brokerURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.ReadTimeout = time.Minute // the look may wait its whole poll interval
+			c := goredis.NewClient(opts)
+			defer c.Close()
+			h := &calls{}
+			c.AddHook(h)
+			tr := newTransport(t, c, append([]bqredis.Option{bqredis.WithPollInterval(20 * time.Second)}, layout.opts...)...)
+			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cons.Close(ctx)
+			got := make(chan *transport.Delivery, 1)
+			go func() {
+				d, err := cons.Receive(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- d
+			}()
+			// Wait until the consumer's look is out, then push with another client.
+			var out int
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				sent := h.since(0)
+				if n := len(sent); n > 0 && strings.HasPrefix(sent[n-1], "blmove+") {
+					out = n
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no blocking look after 10s; calls: %v", sent)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // the look is waiting in Redis now
+			key := q
+			if layout.laravel {
+				key = "bqtest:" + q
+			}
+			if err := admin.RPush(ctx, key, envelope("idle")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case d := <-got:
+				if d == nil || !strings.Contains(string(d.Body), `"idle"`) {
+					t.Fatalf("received %v", d)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the message pushed to the idle queue did not arrive within 10s")
+			}
+			if more := h.since(out); len(more) != 0 {
+				t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
+			}
+		})
+	}
+}
