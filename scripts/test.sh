@@ -63,6 +63,9 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "no shipped code imports another module's internal/ packages"
+bash scripts/check-internal.sh
+
 step "go vet"
 go vet "${pkgs[@]}"
 
