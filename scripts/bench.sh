@@ -14,7 +14,7 @@ for d in transport/*/; do
   [ "$name" = memory ] && continue
   go test -run '^$' -bench . -benchmem "./transport/$name/" || echo "benchmarks of $name failed" >&2
 done
-go test -run '^$' -bench . -benchmem ./internal/ledger/
+go test -run '^$' -bench . -benchmem ./transport/driverkit/
 go test -run '^$' -bench . -benchmem -benchtime 300x ./benchmarks/bind/
 go test -run '^$' -bench . -benchmem ./otel/ ./otel/metrics/
 go test -run '^$' -bench . -benchmem ./schema/...
