@@ -8,5 +8,6 @@
 //	BQ_FAULTS=full go test ./faults/   the full form (3,000 messages, every scenario): make faults
 //
 // docs/reliability.md has the table of the full form's last run and what each binding
-// guarantees.
+// guarantees. The module also holds the soak benchmark, faults/cmd/soak (make soak; its
+// short form runs in make test), on the same engine.
 package faults

@@ -104,3 +104,15 @@ if [ "$#" -eq 0 ]; then
   step "console: the dead-letter page at 100,000 messages (no race detector)"
   go test -count=1 -run '^TestDLQView100k$' -v ./console/ | grep -E 'dead letters|^(--- |ok|FAIL)'
 fi
+
+# The soak benchmark's short form (issue 39; `make soak` is the 30-minute one): the
+# runtime in a worker process of its own on Redis, RabbitMQ and Kafka side by side, 90 s
+# at half the peak measured first (10 s), with a failure mix; it fails when a message is
+# lost or when RSS, Go heap, goroutines, open descriptors or p99 latency grow after the
+# warm-up (BENCHMARKS.md, "Soak"). It runs here, not under go test -race: the worker's
+# memory must be the runtime's as a user runs it, not the race detector's. About
+# 1 min 50 s.
+if [ "$#" -eq 0 ]; then
+  step "soak, short form: Redis, RabbitMQ and Kafka side by side, about 2 minutes (no race detector)"
+  go run ./faults/cmd/soak -form short
+fi

@@ -18,4 +18,12 @@
 // one, how to refuse its dead-letter writes and how to restart a private one, and the
 // worker process opens its transport through an [Opener]. It uses the standard library
 // and the runtime only; [Markdown] renders results as the table of docs/reliability.md.
+//
+// [Soak] runs the same worker and the same pipes for a long time instead (issue 39):
+// one worker process consumes a steady stream at half the peak the run measured first,
+// with a failure mix, while the run samples its resident memory, Go heap, goroutines,
+// open descriptors and end-to-end latency and judges their trend after the warm-up
+// ([Trend]); its books ([SoakResult]) count by stream number, 16 bytes a message, so a
+// run of millions of messages fits. faults/cmd/soak is its command (make soak; the
+// short form runs in make test).
 package faultsuite

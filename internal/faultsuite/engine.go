@@ -204,7 +204,23 @@ func Run(ctx context.Context, b *Binding, p Plan, env Env) (*Result, error) {
 	_, _ = rand.Read(suffix[:])
 	r := &run{b: b, p: p, env: env, queue: "bqfaults-" + p.Scenario.Slug() + "-" + hex.EncodeToString(suffix[:])}
 	r.led = NewLedger(r.queue)
+	r.acct = r.led
 	return r.run(ctx)
+}
+
+// account is what keeps the books of a run as its messages go: a fault run's [Ledger],
+// which remembers every event, or a soak run's tally, which counts them.
+type account interface {
+	// Published records message n, with meta.id id, before its publish.
+	Published(id string, n int, failing bool)
+	// Retried records a publish made again with the same bytes.
+	Retried()
+	// Apply records an event a worker reported.
+	Apply(ev Event)
+	// DeadLetter records a body read from the dead-letter queue.
+	DeadLetter(body []byte)
+	// Problem records something that must not happen.
+	Problem(format string, args ...any)
 }
 
 type run struct {
@@ -213,8 +229,13 @@ type run struct {
 	env   Env
 	queue string
 	dlq   string
-	led   *Ledger
+	led   *Ledger // a fault run's
+	acct  account // the books the workers' events, the publishes and the dead letters go to
 	log   *slog.Logger
+	// quiet starts the workers quiet (WorkerSpec.Quiet), observe is told of each event
+	// of a worker after the books (a soak run's samples).
+	quiet   bool
+	observe func(p *proc, ev Event)
 
 	mu    sync.Mutex
 	procs []*proc
@@ -346,21 +367,26 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 // publish publishes message i of the stream (every FailEvery-th one failing), with the
 // same bytes again until the broker takes it.
 func (r *run) publish(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int) error {
-	return r.publishAs(ctx, tr, app, i, (i+1)%r.p.FailEvery == 0)
+	urn := URNGood
+	if (i+1)%r.p.FailEvery == 0 {
+		urn = URNFail
+	}
+	return r.publishAs(ctx, tr, app, i, urn)
 }
 
-// publishAs publishes message i, failing or not.
-func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int, failing bool) error {
-	urn, data := URNGood, Payload{N: i}
+// publishAs publishes message i of the URN urn (URNGood, URNFail or URNFlaky), its
+// publish time in its data.
+func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int, urn string) error {
+	failing := urn == URNFail
+	data := Payload{N: i, At: time.Now().UnixNano()}
 	if failing {
-		urn = URNFail
 		data.Pad = strings.Repeat("x", r.b.PadFailing)
 	}
 	m, err := app.Prepare(ctx, urn, data, babelqueue.WithKey([]byte(strconv.Itoa(i))))
 	if err != nil {
 		return err
 	}
-	r.led.Published(m.Projection.MessageID, i, failing)
+	r.acct.Published(m.Projection.MessageID, i, failing)
 	for first := true; ; first = false {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := tr.Publish(pctx, m)
@@ -374,7 +400,7 @@ func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelq
 		if first {
 			r.log.Warn("faultsuite: publish failed; publishing the same bytes again", "n", i, "error", err)
 		}
-		r.led.Retried()
+		r.acct.Retried()
 		sleep(ctx, 100*time.Millisecond)
 	}
 }
@@ -408,7 +434,7 @@ func (r *run) probe(ctx context.Context, tr transport.Transport, app *babelqueue
 		if lagging == 0 {
 			break
 		}
-		if err := r.publishAs(ctx, tr, app, i, false); err != nil {
+		if err := r.publishAs(ctx, tr, app, i, URNGood); err != nil {
 			return err
 		}
 		probes++
@@ -449,7 +475,7 @@ func (r *run) readDLQ(ctx context.Context, tr transport.Transport) {
 			if ackFailed[id] {
 				delete(ackFailed, id)
 			} else {
-				r.led.DeadLetter(d.Body)
+				r.acct.DeadLetter(d.Body)
 			}
 			if err := c.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil && ctx.Err() == nil {
 				ackFailed[id] = true
@@ -849,7 +875,7 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 	spec := WorkerSpec{
 		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
 		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
-		Cut: r.p.Scenario == Cut && r.b.Cut == nil, ReportDelay: r.p.ReportDelay,
+		Cut: r.p.Scenario == Cut && r.b.Cut == nil, ReportDelay: r.p.ReportDelay, Quiet: r.quiet,
 	}
 	if idx == 0 {
 		spec.LateHeal = r.p.LateHeal
@@ -894,7 +920,10 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 			if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Ev == "" {
 				continue
 			}
-			r.led.Apply(ev)
+			r.acct.Apply(ev)
+			if r.observe != nil {
+				r.observe(p, ev)
+			}
 			switch ev.Ev {
 			case EvReady:
 				once.Do(func() { close(p.ready) })
@@ -933,7 +962,7 @@ func (r *run) stopWorkers() {
 		select {
 		case <-p.exited:
 		case <-time.After(30 * time.Second):
-			r.led.Problem("worker %d did not stop within 30s of being told to", p.idx)
+			r.acct.Problem("worker %d did not stop within 30s of being told to", p.idx)
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}

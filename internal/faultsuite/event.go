@@ -18,6 +18,7 @@ const (
 	EvCut      = "cut"      // the worker's connections were cut
 	EvHealed   = "healed"   // the worker's connections are let through again
 	EvStopped  = "stopped"  // the runtime returned after a stop command
+	EvSample   = "sample"   // the worker's Go runtime figures, on a sample command (Rt)
 )
 
 // Event is one line a worker process writes on its standard output: what its runtime
@@ -36,6 +37,28 @@ type Event struct {
 	Err      string `json:"err,omitempty"`
 	// Took is how long a settlement took, in nanoseconds: it began at At-Took.
 	Took int64 `json:"took,omitempty"`
+	// Lat is, on a handled or tried event, how long after its publish the handler
+	// started, in nanoseconds: the handler's start less the publish time the payload
+	// carries (Payload.At), both read from the wall clock the processes share.
+	Lat int64 `json:"lat,omitempty"`
+	// Rt is, on a sample event, what the worker's Go runtime says of itself.
+	Rt *Runtime `json:"rt,omitempty"`
+}
+
+// Runtime is what a worker's Go runtime says of itself (runtime/metrics), for a soak
+// run's samples. The process's resident memory and open descriptors are read from
+// outside, by the run (/proc/<pid>).
+type Runtime struct {
+	// HeapLive is the heap the last garbage collection found live
+	// (/gc/heap/live:bytes): the heap without the garbage of the current cycle.
+	HeapLive uint64 `json:"heap_live"`
+	// HeapObjects is the heap's objects now, garbage not yet collected included
+	// (/memory/classes/heap/objects:bytes, the MemStats HeapAlloc).
+	HeapObjects uint64 `json:"heap_objects"`
+	// Goroutines is the number of live goroutines (/sched/goroutines:goroutines).
+	Goroutines uint64 `json:"goroutines"`
+	// Total is all the memory the Go runtime has mapped (/memory/classes/total:bytes).
+	Total uint64 `json:"total"`
 }
 
 // Time is the event's wall-clock time.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"time"
 
@@ -15,16 +16,20 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// The URNs of the workload: good messages are handled, failing ones always fail.
+// The URNs of the workload: good messages are handled, failing ones always fail, flaky
+// ones fail on their first delivery and are handled on the retry (a soak run's mix).
 const (
-	URNGood = "urn:babel:faults:good"
-	URNFail = "urn:babel:faults:fail"
+	URNGood  = "urn:babel:faults:good"
+	URNFail  = "urn:babel:faults:fail"
+	URNFlaky = "urn:babel:faults:flaky"
 )
 
-// Payload is the data of every message of a run: its number in the stream, and for
+// Payload is the data of every message of a run: its number in the stream, when it
+// was published (Unix nanoseconds; the handler's latency is measured from it), and for
 // failing messages on brokers whose dead-letter refusal is by size, padding.
 type Payload struct {
 	N   int    `json:"n"`
+	At  int64  `json:"at,omitempty"`
 	Pad string `json:"pad,omitempty"`
 }
 
@@ -41,6 +46,7 @@ const (
 	envCut          = "BQ_FAULTS_CUT"
 	envReportDelay  = "BQ_FAULTS_REPORT_DELAY"
 	envLateHeal     = "BQ_FAULTS_LATE_HEAL"
+	envQuiet        = "BQ_FAULTS_QUIET"
 )
 
 // The commands a worker reads, one a line, on its standard input. End of input is a
@@ -49,6 +55,8 @@ const (
 	cmdCut  = "cut"
 	cmdHeal = "heal"
 	cmdStop = "stop"
+	// cmdSample asks for an EvSample event (any run; a soak run sends it every tick).
+	cmdSample = "sample"
 )
 
 // IsWorker reports whether this process was started by [Run] as a worker: a test
@@ -73,14 +81,21 @@ type WorkerSpec struct {
 	// LateHeal lets this worker's connections through again that much after it
 	// acknowledged the heal (see [Plan.LateHeal]).
 	LateHeal time.Duration
+	// Quiet reports only what a soak run accounts with: the handlers' events, the
+	// settlements that failed and the receive errors; not every reception and
+	// settlement, which a fault run needs and a long run at speed cannot carry.
+	Quiet bool
 }
 
 func (s WorkerSpec) environ() []string {
-	cut := "0"
+	cut, quiet := "0", "0"
 	if s.Cut {
 		cut = "1"
 	}
-	return []string{
+	if s.Quiet {
+		quiet = "1"
+	}
+	return []string{envQuiet + "=" + quiet,
 		envRole + "=worker", envBroker + "=" + s.Broker, envURL + "=" + s.URL, envQueue + "=" + s.Queue,
 		envWorker + "=" + strconv.Itoa(s.Worker), envConcurrency + "=" + strconv.Itoa(s.Concurrency),
 		envMaxAttempts + "=" + strconv.Itoa(s.MaxAttempts), envHandlerDelay + "=" + s.HandlerDelay.String(),
@@ -89,7 +104,7 @@ func (s WorkerSpec) environ() []string {
 }
 
 func specFromEnv() (WorkerSpec, error) {
-	s := WorkerSpec{Broker: os.Getenv(envBroker), URL: os.Getenv(envURL), Queue: os.Getenv(envQueue), Cut: os.Getenv(envCut) == "1"}
+	s := WorkerSpec{Broker: os.Getenv(envBroker), URL: os.Getenv(envURL), Queue: os.Getenv(envQueue), Cut: os.Getenv(envCut) == "1", Quiet: os.Getenv(envQuiet) == "1"}
 	var errs []error
 	num := func(name string) int {
 		n, err := strconv.Atoi(os.Getenv(name))
@@ -165,11 +180,12 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 	}
 	a, err := babelqueue.New(tr, babelqueue.WithQueue(spec.Queue), babelqueue.WithDeadLetter(true),
 		babelqueue.WithMaxAttempts(spec.MaxAttempts), babelqueue.WithConcurrency(spec.Concurrency),
-		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithLogger(log), babelqueue.WithObserver(observer{em: em, delay: spec.ReportDelay}))
+		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithLogger(log), babelqueue.WithObserver(observer{em: em, delay: spec.ReportDelay, quiet: spec.Quiet}))
 	if err != nil {
 		return err
 	}
 	babelqueue.Handle(a, URNGood, func(ctx context.Context, p Payload, m *babelqueue.Message) error {
+		lat := latency(p)
 		if spec.HandlerDelay > 0 {
 			t := time.NewTimer(spec.HandlerDelay)
 			select {
@@ -179,12 +195,21 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 			case <-t.C:
 			}
 		}
-		em.emit(Event{Ev: EvHandled, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts})
+		em.emit(Event{Ev: EvHandled, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts, Lat: lat})
 		return nil
 	})
 	babelqueue.Handle(a, URNFail, func(_ context.Context, p Payload, m *babelqueue.Message) error {
-		em.emit(Event{Ev: EvTried, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts})
+		em.emit(Event{Ev: EvTried, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts, Lat: latency(p)})
 		return fmt.Errorf("refused %d", p.N)
+	})
+	babelqueue.Handle(a, URNFlaky, func(_ context.Context, p Payload, m *babelqueue.Message) error {
+		lat := latency(p)
+		if m.Attempts == 0 {
+			em.emit(Event{Ev: EvTried, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts, Lat: lat})
+			return fmt.Errorf("refused %d once", p.N)
+		}
+		em.emit(Event{Ev: EvHandled, ID: m.Envelope.Meta.ID, N: p.N, Attempts: m.Attempts, Lat: lat})
+		return nil
 	})
 
 	// Commands: cut, heal, stop; the end of input stops the worker.
@@ -206,6 +231,8 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 					sw.Up()
 				}
 				em.emit(Event{Ev: EvHealed})
+			case cmdSample:
+				em.emit(Event{Ev: EvSample, Rt: readRuntime()})
 			case cmdStop:
 				stop()
 				return
@@ -235,19 +262,56 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 	return err
 }
 
+// latency is how long after its publish a handler that starts now started; 0 when
+// the payload has no publish time.
+func latency(p Payload) int64 {
+	if p.At == 0 {
+		return 0
+	}
+	return max(time.Now().UnixNano()-p.At, 1)
+}
+
+// runtimeMetrics are the runtime/metrics samples of [Runtime], in its fields' order.
+var runtimeMetrics = []string{"/gc/heap/live:bytes", "/memory/classes/heap/objects:bytes",
+	"/sched/goroutines:goroutines", "/memory/classes/total:bytes"}
+
+// readRuntime reads what the Go runtime says of this process.
+func readRuntime() *Runtime {
+	s := make([]metrics.Sample, len(runtimeMetrics))
+	for i, name := range runtimeMetrics {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0 // a metric this Go does not have
+		}
+		return s[i].Value.Uint64()
+	}
+	return &Runtime{HeapLive: v(0), HeapObjects: v(1), Goroutines: v(2), Total: v(3)}
+}
+
 // observer reports the runtime's receptions, settlements and receive errors; with a
 // delay, settlements are reported that much later, off the runtime's goroutine, with
-// the time they happened.
+// the time they happened. A quiet one reports only the settlements that failed and
+// the receive errors.
 type observer struct {
 	em    *emitter
 	delay time.Duration
+	quiet bool
 }
 
 func (o observer) OnReceive(_ context.Context, d babelqueue.DeliveryInfo) {
+	if o.quiet {
+		return
+	}
 	o.em.emit(Event{Ev: EvReceived, ID: d.ID, Attempts: d.Attempts})
 }
 
 func (o observer) OnSettled(_ context.Context, e babelqueue.SettledEvent) {
+	if o.quiet && e.Err == nil {
+		return
+	}
 	ev := Event{Ev: EvSettled, ID: e.Delivery.ID, Kind: string(e.Kind), Action: string(e.Action), Reason: e.Reason,
 		Attempts: e.Attempts, Took: int64(e.Duration), At: time.Now().UnixNano()}
 	if e.Err != nil {
