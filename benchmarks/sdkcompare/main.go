@@ -14,10 +14,20 @@
 // the raw client's eight goroutines of one process. Every consume checks that each of
 // the N messages was handled exactly once.
 //
-// Each child reports the wall-clock instants of its first and last message and its
-// CPU time from being connected to the end; throughput is N over the span from the
-// first message of any process to the last, CPU per message the processes' CPU summed
-// over N. The table is printed in Markdown with medians over the rounds.
+// Each child reports the wall-clock instants of its first and last message, its CPU
+// time from being connected to the end and its peak resident memory (getrusage);
+// throughput is N over the span from the first message of any process to the last,
+// CPU per message the processes' CPU summed over N. The table is printed in Markdown
+// with medians over the rounds.
+//
+// The steady run (-ops steady; Go SDK and raw client) measures what a throughput run
+// cannot: one publisher paced at -steady-rate (200 msgs/s) while one worker consumes
+// at once, each body carrying the instant it was published (data.at). The consumer
+// keeps each message's end-to-end latency, its publish to its handler's start (the
+// processes share the machine's wall clock), and reads its own resident memory
+// (/proc/self/status) and Go heap (runtime/metrics, HeapAlloc) every 50 ms; what was
+// published in its first 2 s is left out as warm-up. It prints p50, p99 and the
+// medians of the memory beside the raw client's.
 package main
 
 import (
@@ -28,12 +38,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,6 +74,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
+		res.MaxRSS = maxRSS()
 		if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 			fatal(err)
 		}
@@ -94,6 +108,17 @@ type job struct {
 	// Fail makes the handler of every odd n fail (the Go SDK with max_attempts 3 and
 	// the dead-letter queue on): each is attempted three times, then dead-lettered.
 	Fail bool `json:"fail"`
+	// Rate paces a publish of one publisher at that many messages a second, each body
+	// carrying the instant it is published (data.at, Unix ns); 0 publishes flat out
+	// with no instant.
+	Rate float64 `json:"rate,omitempty"`
+	// Steady makes a consumer keep each message's latency (its handler's start less
+	// its data.at) and read its own memory every 50 ms, leaving out as warm-up the
+	// messages published, and the readings taken, before Warm had passed since it
+	// handled its first message (whatever a first connection or a Kafka group's first
+	// assignment held back has drained by then).
+	Steady bool          `json:"steady,omitempty"`
+	Warm   time.Duration `json:"warm,omitempty"`
 }
 
 // result is what a child reports.
@@ -103,6 +128,15 @@ type result struct {
 	CPU     float64 `json:"cpu"`   // CPU seconds from connected to the end
 	Count   int     `json:"count"`
 	Handled []int   `json:"handled,omitempty"`
+	// MaxRSS is the process's peak resident memory (getrusage), in bytes.
+	MaxRSS int64 `json:"max_rss"`
+	// A steady consumer's, after the warm-up: the latency of each message (its
+	// handler's start less its publish, ns), and the medians of its resident memory
+	// and Go heap (runtime/metrics /memory/classes/heap/objects:bytes, the MemStats
+	// HeapAlloc) read every 50 ms until its last message.
+	Lats []int64 `json:"lats,omitempty"`
+	RSS  float64 `json:"rss,omitempty"`
+	Heap float64 `json:"heap,omitempty"`
 }
 
 func runChild(j job) (result, error) {
@@ -128,18 +162,88 @@ func processCPU() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
+// maxRSS is the process's peak resident memory in bytes (Linux reports KiB).
+func maxRSS() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Maxrss << 10
+}
+
+// memReading is one look at the process's memory.
+type memReading struct {
+	at        int64 // Unix ns
+	rss, heap float64
+}
+
+// readMemory reads the process's resident memory (VmRSS) and its Go heap's objects.
+func readMemory() (rss, heap float64) {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				rss = kb * 1024
+			}
+		}
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		heap = float64(s[0].Value.Uint64())
+	}
+	return rss, heap
+}
+
 // recorder collects what a consumer handled and when; it says when the consumer has
-// been idle long enough to stop.
+// been idle long enough to stop. A steady one also keeps the latencies and reads the
+// process's memory.
 type recorder struct {
 	mu          sync.Mutex
 	first, last int64
 	handled     []int
 	cpu0        float64
+
+	steady  bool
+	warm    time.Duration
+	lats    []latency
+	mem     []memReading
+	stopMem chan struct{}
+	memGone chan struct{}
 }
+
+// latency is a message's publish instant and how long after it its handler started.
+type latency struct{ at, took int64 }
 
 func newRecorder() *recorder { return &recorder{cpu0: processCPU()} }
 
-func (r *recorder) add(n int) {
+// newRecorderFor returns the recorder of consumer job j: a steady one reads the
+// process's memory every 50 ms until result.
+func newRecorderFor(j job) *recorder {
+	r := newRecorder()
+	if !j.Steady {
+		return r
+	}
+	r.steady, r.warm, r.stopMem, r.memGone = true, j.Warm, make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.memGone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stopMem:
+				return
+			case <-t.C:
+				rss, heap := readMemory()
+				r.mu.Lock()
+				r.mem = append(r.mem, memReading{at: time.Now().UnixNano(), rss: rss, heap: heap})
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return r
+}
+
+// add records that message n, published at at (Unix ns; 0 unknown), was handled now.
+func (r *recorder) add(n int, at int64) {
 	now := time.Now().UnixNano()
 	r.mu.Lock()
 	if len(r.handled) == 0 {
@@ -147,6 +251,9 @@ func (r *recorder) add(n int) {
 	}
 	r.last = now
 	r.handled = append(r.handled, n)
+	if r.steady && at > 0 {
+		r.lats = append(r.lats, latency{at: at, took: now - at})
+	}
 	r.mu.Unlock()
 }
 
@@ -175,9 +282,32 @@ func (r *recorder) waitIdle(ctx context.Context, d time.Duration) {
 }
 
 func (r *recorder) result() result {
+	if r.steady {
+		close(r.stopMem)
+		<-r.memGone
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return result{First: r.first, Last: r.last, CPU: processCPU() - r.cpu0, Count: len(r.handled), Handled: r.handled}
+	res := result{First: r.first, Last: r.last, CPU: processCPU() - r.cpu0, Count: len(r.handled), Handled: r.handled}
+	if !r.steady || len(r.handled) == 0 {
+		return res
+	}
+	warmed := r.first + int64(r.warm)
+	for _, l := range r.lats {
+		if l.at >= warmed {
+			res.Lats = append(res.Lats, l.took)
+		}
+	}
+	var rss, heap []float64
+	for _, m := range r.mem {
+		if m.at >= warmed && m.at <= r.last {
+			rss, heap = append(rss, m.rss), append(heap, m.heap)
+		}
+	}
+	if len(rss) > 0 {
+		res.RSS, res.Heap = median(rss), median(heap)
+	}
+	return res
 }
 
 // ready tells the orchestrator that the child is connected and waits for its go: the
@@ -188,12 +318,30 @@ func ready() {
 	_, _ = fmt.Scanln(&line)
 }
 
+// stamp is what a publisher calls for message i before it builds the body: in a paced
+// publish it waits until message i is due and returns the instant, Unix ns, that the
+// body carries as data.at; otherwise it returns 0 at once (no data.at).
+type stamp func(i int) int64
+
 // publishAll runs send for messages first..first+count-1 split over workers goroutines
-// and reports the span and the CPU.
-func publishAll(j job, send func(worker, from, to int) error) (result, error) {
+// and reports the span and the CPU. A paced job (Rate, one publisher) has message i
+// due at the start plus (i − first) / Rate.
+func publishAll(j job, send func(worker, from, to int, at stamp) error) (result, error) {
 	ready()
 	cpu0 := processCPU()
-	start := time.Now().UnixNano()
+	begin := time.Now()
+	start := begin.UnixNano()
+	at := func(int) int64 { return 0 }
+	if j.Op == "publish" && j.Rate > 0 {
+		if j.Workers != 1 {
+			return result{}, fmt.Errorf("a paced publish has one publisher, not %d", j.Workers)
+		}
+		every := time.Duration(float64(time.Second) / j.Rate)
+		at = func(i int) int64 {
+			time.Sleep(time.Until(begin.Add(time.Duration(i-j.First) * every)))
+			return time.Now().UnixNano()
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, j.Workers)
 	per := (j.Count + j.Workers - 1) / j.Workers
@@ -205,7 +353,7 @@ func publishAll(j job, send func(worker, from, to int) error) (result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[w] = send(w, from, to)
+			errs[w] = send(w, from, to, at)
 		}()
 	}
 	wg.Wait()
@@ -215,20 +363,26 @@ func publishAll(j job, send func(worker, from, to int) error) (result, error) {
 	return result{First: start, Last: time.Now().UnixNano(), CPU: processCPU() - cpu0, Count: j.Count}, nil
 }
 
-// body is the envelope the raw clients send: what the SDKs make.
-func body(n int) []byte {
-	return fmt.Appendf(nil, `{"job":"urn:babel:bench:sdk","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"n":%d},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-%012d","queue":"bench","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}`, n, n)
+// body is the envelope the raw clients send: what the SDKs make; with at (a paced
+// publish) data also carries the instant it was published.
+func body(n int, at int64) []byte {
+	data := fmt.Sprintf(`{"n":%d}`, n)
+	if at != 0 {
+		data = fmt.Sprintf(`{"n":%d,"at":%d}`, n, at)
+	}
+	return fmt.Appendf(nil, `{"job":"urn:babel:bench:sdk","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":%s,"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-%012d","queue":"bench","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}`, data, n)
 }
 
-// dataN reads data.n of a body, as a raw consumer would.
-func dataN(b []byte) (int, error) {
+// dataN reads data.n and data.at (0 when absent) of a body, as a raw consumer would.
+func dataN(b []byte) (n int, at int64, err error) {
 	var e struct {
 		Data struct {
-			N int `json:"n"`
+			N  int   `json:"n"`
+			At int64 `json:"at"`
 		} `json:"data"`
 	}
-	err := json.Unmarshal(b, &e)
-	return e.Data.N, err
+	err = json.Unmarshal(b, &e)
+	return e.Data.N, e.Data.At, err
 }
 
 // ---- the orchestrator ----
@@ -251,6 +405,8 @@ type options struct {
 	prefetch int
 	impls    []string // the implementations measured, in their turning order
 	ops      map[string]bool
+	latRate  float64 // the paced run's rate, messages/s
+	latN     int     // the paced run's messages
 }
 
 func orchestrate(args []string) error {
@@ -264,7 +420,9 @@ func orchestrate(args []string) error {
 	fs.BoolVar(&o.verbose, "v", false, "print every run")
 	fs.IntVar(&o.prefetch, "prefetch", 10, "prefetch per worker of the Go SDK and the raw client")
 	impls := fs.String("impls", "raw,go,python", "implementations to measure: raw, go, python")
-	ops := fs.String("ops", "1,8,batch,fail", "runs to make: 1 and 8 (publishers, then as many workers), batch (published in batches, 8 workers), fail (Go, and the raw RabbitMQ and Kafka clients: half the handlers failing; its ratio needs batch)")
+	ops := fs.String("ops", "1,8,batch,fail,steady", "runs to make: 1 and 8 (publishers, then as many workers), batch (published in batches, 8 workers), fail (Go, and the raw RabbitMQ and Kafka clients: half the handlers failing; its ratio needs batch), steady (Go and raw: one publisher paced at -steady-rate while one worker consumes; latency and memory)")
+	fs.Float64Var(&o.latRate, "steady-rate", 200, "the steady run's pace, messages/s")
+	fs.IntVar(&o.latN, "steady-n", 2000, "the steady run's messages (what is published in the consumer's first 2 s warms up)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -319,10 +477,18 @@ func repoRoot() (string, error) {
 type sample struct {
 	rate, cpuPerMsg float64 // msgs/s (in a half-failing run: messages finished/s), µs
 	deliveryRate    float64 // deliveries handled and settled per second (attempts included)
+	maxRSS          float64 // the largest peak resident memory of the run's processes, bytes
 	check           string  // "" when every message was handled exactly once
 }
 
 type rowKey struct{ impl, op string }
+
+// steadySample is one steady run: one publisher paced, one worker consuming at once.
+type steadySample struct {
+	p50, p99  time.Duration // publish to handler start, the warm-up left out
+	rss, heap float64       // medians while consuming, bytes
+	check     string        // "" when every message was handled exactly once
+}
 
 func measureBroker(o options, broker, url string) error {
 	n := o.n
@@ -337,6 +503,7 @@ func measureBroker(o options, broker, url string) error {
 		o.idle = max(o.idle, 12*time.Second)
 	}
 	samples := map[rowKey][]sample{}
+	steady := map[string][]steadySample{}
 	impls := o.impls
 	for round := range o.rounds {
 		k := round % len(impls)
@@ -409,11 +576,166 @@ func measureBroker(o options, broker, url string) error {
 					fmt.Fprintf(os.Stderr, "%s round %d %s %s: publish %.0f msgs/s, consume %.0f msgs/s %s\n", broker, round, impl, p.op, summarize(pub, n, checkNone).rate, s.rate, s.check)
 				}
 			}
+			if o.ops["steady"] && impl != "python" {
+				st, err := o.steady(impl, broker, url, round)
+				if err != nil {
+					return fmt.Errorf("%s steady: %w", impl, err)
+				}
+				steady[impl] = append(steady[impl], st)
+				if o.verbose {
+					fmt.Fprintf(os.Stderr, "%s round %d %s steady: p50 %s, p99 %s, RSS %.1f MiB, heap %.1f MiB %s\n", broker, round, impl, st.p50, st.p99, st.rss/(1<<20), st.heap/(1<<20), st.check)
+				}
+			}
 		}
 	}
 	printTable(broker, n, o.rounds, samples)
 	printFailures(samples)
+	printSteady(o, steady)
 	return nil
+}
+
+// steadyWarm is the steady run's warm-up: from the consumer's first message on.
+const steadyWarm = 2 * time.Second
+
+// steady runs one publisher paced at o.latRate while one worker consumes the queue
+// (prefetch o.prefetch): each message's latency from its publish to its handler's
+// start, and the consumer's memory, what was published in the consumer's first
+// steadyWarm left out (a Kafka group's first assignment, the first connections).
+func (o options) steady(impl, broker, url string, round int) (steadySample, error) {
+	q := fmt.Sprintf("bqsdk-%s-steady-%d-%d", impl, round, time.Now().UnixNano()%1e9)
+	switch broker {
+	case "kafka":
+		if err := createTopic(url, q, 8); err != nil {
+			return steadySample{}, err
+		}
+	case "sqs":
+		if err := createSQSQueue(url, q); err != nil {
+			return steadySample{}, err
+		}
+	}
+	con := job{Op: "consume", Broker: broker, URL: url, Queue: q, Count: o.latN, Workers: 1, Group: q, Idle: o.idle,
+		Prefetch: o.prefetch, Steady: true, Warm: steadyWarm}
+	pub := job{Op: "publish", Broker: broker, URL: url, Queue: q, Count: o.latN, Workers: 1, Rate: o.latRate}
+	rs, err := o.runTogether(impl, con, pub)
+	if err != nil {
+		return steadySample{}, err
+	}
+	c := rs[0]
+	st := steadySample{rss: c.RSS, heap: c.Heap, check: summarize(rs[:1], o.latN, checkOnce).check}
+	lats := slices.Clone(c.Lats)
+	slices.Sort(lats)
+	if len(lats) > 0 {
+		st.p50, st.p99 = time.Duration(percentile(lats, 0.50)), time.Duration(percentile(lats, 0.99))
+	}
+	return st, nil
+}
+
+// percentile returns the q-th quantile of sorted by the nearest rank.
+func percentile(sorted []int64, q float64) int64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// runTogether starts the consumer of a steady run, then its publisher, lets them start
+// together once both are connected, and returns the consumer's result, then the
+// publisher's.
+func (o options) runTogether(impl string, con, pub job) ([]result, error) {
+	con.Impl, pub.Impl = impl, impl
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var ps []*child
+	for _, j := range []job{con, pub} {
+		arg, _ := json.Marshal(j)
+		p, err := startChild(exe, "child", string(arg))
+		if err == nil {
+			err = p.awaitReady()
+		}
+		if err != nil {
+			for _, q := range ps {
+				q.kill()
+			}
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		p.start()
+	}
+	var out []result
+	var errs []error
+	for _, p := range ps {
+		r, err := p.wait()
+		errs = append(errs, err)
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// printSteady prints the steady runs of the Go SDK beside the raw client's: medians
+// over the rounds.
+func printSteady(o options, steady map[string][]steadySample) {
+	if len(steady) == 0 {
+		return
+	}
+	fmt.Printf("\nSteady state: one publisher paced at %.0f msgs/s, one worker (prefetch %d) consuming at once, %d messages, what was published in the consumer's first %s left out as warm-up; medians of %d rounds\n\n",
+		o.latRate, o.prefetch, o.latN, steadyWarm, o.rounds)
+	fmt.Println("| measure | raw client | Go SDK | Go vs raw |")
+	fmt.Println("|---|---:|---:|---:|")
+	med := func(impl string, f func(steadySample) float64) (float64, bool) {
+		ss := steady[impl]
+		if len(ss) == 0 {
+			return 0, false
+		}
+		v := make([]float64, len(ss))
+		for i, s := range ss {
+			v[i] = f(s)
+		}
+		return median(v), true
+	}
+	row := func(name string, f func(steadySample) float64, format func(float64) string) {
+		r, rok := med("raw", f)
+		g, gok := med("go", f)
+		cell := func(v float64, ok bool) string {
+			if !ok {
+				return "–"
+			}
+			return format(v)
+		}
+		ratio := "–"
+		if rok && gok && r > 0 {
+			ratio = fmt.Sprintf("%.2f×", g/r)
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", name, cell(r, rok), cell(g, gok), ratio)
+	}
+	dur := func(ns float64) string {
+		if ns < 10e6 {
+			return fmt.Sprintf("%.0f µs", ns/1e3)
+		}
+		return fmt.Sprintf("%.1f ms", ns/1e6)
+	}
+	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+	row("p50 latency, publish → handler start", func(s steadySample) float64 { return float64(s.p50) }, dur)
+	row("p99 latency, publish → handler start", func(s steadySample) float64 { return float64(s.p99) }, dur)
+	row("RSS while consuming (median)", func(s steadySample) float64 { return s.rss }, mib)
+	row("Go heap while consuming (median of HeapAlloc)", func(s steadySample) float64 { return s.heap }, mib)
+	checks := func(impl string) string {
+		var bad []string
+		for _, s := range steady[impl] {
+			if s.check != "" {
+				bad = append(bad, s.check)
+			}
+		}
+		if len(steady[impl]) == 0 {
+			return "–"
+		}
+		if len(bad) > 0 {
+			return "**NO**: " + strings.Join(bad, "; ")
+		}
+		return "yes"
+	}
+	fmt.Printf("| every message handled once | %s | %s | |\n", checks("raw"), checks("go"))
 }
 
 // run starts the processes of one run, lets them all start together once each is
@@ -567,6 +889,7 @@ func summarize(rs []result, n int, check int) sample {
 	count := 0
 	seen := make([]int, n)
 	var stray int
+	s := sample{}
 	for _, r := range rs {
 		if r.Count == 0 {
 			continue
@@ -579,6 +902,7 @@ func summarize(rs []result, n int, check int) sample {
 		}
 		cpu += r.CPU
 		count += r.Count
+		s.maxRSS = max(s.maxRSS, float64(r.MaxRSS))
 		for _, k := range r.Handled {
 			if k < 0 || k >= n {
 				stray++
@@ -591,7 +915,6 @@ func summarize(rs []result, n int, check int) sample {
 	if check == checkHalfFailing {
 		finished = n
 	}
-	s := sample{}
 	if span := float64(last-first) / 1e9; span > 0 {
 		s.rate = float64(finished) / span
 		s.deliveryRate = float64(count) / span
@@ -621,30 +944,37 @@ func summarize(rs []result, n int, check int) sample {
 }
 
 func printTable(broker string, n, rounds int, samples map[rowKey][]sample) {
-	fmt.Printf("\n### %s (%d messages per run, medians of %d rounds)\n\n", broker, n, rounds)
-	fmt.Println("| work | raw client msgs/s | Go SDK msgs/s | Python SDK msgs/s | Go vs raw | Go vs Python | CPU µs/msg raw / Go / Python | every message handled once |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---|---|")
+	fmt.Printf("\n### %s (%d messages per run, medians of %d rounds)\n", broker, n, rounds)
+	if len(samples) == 0 {
+		return // only the steady run was made
+	}
+	fmt.Println()
+	fmt.Println("| work | raw client msgs/s | Go SDK msgs/s | Python SDK msgs/s | Go vs raw | Go vs Python | CPU µs/msg raw / Go / Python | peak RSS MiB raw / Go | every message handled once |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---|---|---|")
 	ops := []string{"publish, 1 publisher", "publish, 8 publishers", "publish, batches of 100",
 		"consume, 1 worker", "consume, 8 workers", "consume, 8 workers (batch-published queue)"}
 	for _, op := range ops {
-		med := func(impl string) (rate, cpu float64, check string, ok bool) {
+		if len(samples[rowKey{"raw", op}])+len(samples[rowKey{"go", op}])+len(samples[rowKey{"python", op}]) == 0 {
+			continue // not measured (-ops)
+		}
+		med := func(impl string) (rate, cpu, rss float64, check string, ok bool) {
 			ss := samples[rowKey{impl, op}]
 			if len(ss) == 0 {
-				return 0, 0, "", false
+				return 0, 0, 0, "", false
 			}
-			var rs, cs []float64
+			var rs, cs, ms []float64
 			var bad []string
 			for _, s := range ss {
-				rs, cs = append(rs, s.rate), append(cs, s.cpuPerMsg)
+				rs, cs, ms = append(rs, s.rate), append(cs, s.cpuPerMsg), append(ms, s.maxRSS/(1<<20))
 				if s.check != "" {
 					bad = append(bad, s.check)
 				}
 			}
-			return median(rs), median(cs), strings.Join(bad, "; "), true
+			return median(rs), median(cs), median(ms), strings.Join(bad, "; "), true
 		}
-		rr, rc, rchk, rok := med("raw")
-		gr, gc, gchk, gok := med("go")
-		pr, pc, pchk, pok := med("python")
+		rr, rc, rm, rchk, rok := med("raw")
+		gr, gc, gm, gchk, gok := med("go")
+		pr, pc, _, pchk, pok := med("python")
 		cell := func(v float64, ok bool, f string) string {
 			if !ok {
 				return "–"
@@ -663,10 +993,11 @@ func printTable(broker string, n, rounds int, samples map[rowKey][]sample) {
 		} else if all := strings.Trim(strings.Join([]string{rchk, gchk, pchk}, " "), " "); all != "" {
 			checks = "**NO**: raw " + rchk + " / go " + gchk + " / python " + pchk
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |\n", op,
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s | %s |\n", op,
 			cell(rr, rok, "%.0f"), cell(gr, gok, "%.0f"), cell(pr, pok, "%.0f"),
 			ratio(gr, rr, gok && rok), ratio(gr, pr, gok && pok),
-			cell(rc, rok, "%.0f"), cell(gc, gok, "%.0f"), cell(pc, pok, "%.0f"), checks)
+			cell(rc, rok, "%.0f"), cell(gc, gok, "%.0f"), cell(pc, pok, "%.0f"),
+			cell(rm, rok && rm > 0, "%.1f"), cell(gm, gok && gm > 0, "%.1f"), checks)
 	}
 }
 

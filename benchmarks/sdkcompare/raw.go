@@ -56,7 +56,7 @@ func metaStrings(n int) map[string]string {
 // them.
 func consumeWith(ctx context.Context, j job, work func(ctx context.Context, rec *recorder) error) (result, error) {
 	ready()
-	rec := newRecorder()
+	rec := newRecorderFor(j)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -93,20 +93,20 @@ func rawRedis(ctx context.Context, j job) (result, error) {
 	q, proc := "raw:"+j.Queue, "raw:"+j.Queue+":processing"
 	switch j.Op {
 	case "publish":
-		return publishAll(j, func(_, from, to int) error {
+		return publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i++ {
-				if err := c.RPush(ctx, q, body(i)).Err(); err != nil {
+				if err := c.RPush(ctx, q, body(i, at(i))).Err(); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 	case "batch":
-		return publishAll(j, func(_, from, to int) error {
+		return publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i += 100 {
 				p := c.Pipeline()
 				for k := i; k < min(i+100, to); k++ {
-					p.RPush(ctx, q, body(k))
+					p.RPush(ctx, q, body(k, at(k)))
 				}
 				if _, err := p.Exec(ctx); err != nil {
 					return err
@@ -124,11 +124,11 @@ func rawRedis(ctx context.Context, j job) (result, error) {
 			if err != nil {
 				return err
 			}
-			n, err := dataN(b)
+			n, at, err := dataN(b)
 			if err != nil {
 				return err
 			}
-			rec.add(n)
+			rec.add(n, at)
 			if err := c.LRem(ctx, proc, 1, b).Err(); err != nil {
 				return err
 			}
@@ -169,7 +169,7 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 		if j.Op == "batch" {
 			per = 100
 		}
-		return publishAll(j, func(w, from, to int) error {
+		return publishAll(j, func(w, from, to int, at stamp) error {
 			ch := chans[w]
 			dcs := make([]*amqp091.DeferredConfirmation, 0, per)
 			for i := from; i < to; i += per {
@@ -178,7 +178,7 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp091.Publishing{
 						Headers:      amqp091.Table{"x-schema-version": int32(1), "x-source-lang": "go", "x-attempts": int32(0)},
 						DeliveryMode: amqp091.Persistent, ContentType: "application/json", CorrelationId: metaTraceID,
-						MessageId: metaID(k), Type: metaURN, AppId: "babelqueue", Body: body(k)})
+						MessageId: metaID(k), Type: metaURN, AppId: "babelqueue", Body: body(k, at(k))})
 					if err != nil {
 						return err
 					}
@@ -230,11 +230,11 @@ func rawAMQP(ctx context.Context, j job) (result, error) {
 				if !ok {
 					return errors.New("delivery channel closed")
 				}
-				n, err := dataN(d.Body)
+				n, at, err := dataN(d.Body)
 				if err != nil {
 					return err
 				}
-				rec.add(n)
+				rec.add(n, at)
 				if j.Fail && n%2 == 1 {
 					if err := rawAMQPFail(ctx, pub, q, dlq, d); err != nil {
 						return err
@@ -363,13 +363,13 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 			per = 100
 		}
 		var failed sync.Map
-		res, err := publishAll(j, func(_, from, to int) error {
+		res, err := publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i++ {
 				var hs []kgo.RecordHeader
 				for k, v := range metaStrings(i) {
 					hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 				}
-				cl.Produce(ctx, &kgo.Record{Value: body(i), Headers: hs, Timestamp: time.UnixMilli(1749132727000)},
+				cl.Produce(ctx, &kgo.Record{Value: body(i, at(i)), Headers: hs, Timestamp: time.UnixMilli(1749132727000)},
 					func(_ *kgo.Record, err error) {
 						if err != nil {
 							failed.Store(i, err)
@@ -409,14 +409,14 @@ func rawKafka(ctx context.Context, j job) (result, error) {
 		for range j.Workers {
 			go func() {
 				for r := range work {
-					n, err := dataN(r.Value)
+					n, at, err := dataN(r.Value)
 					if err != nil {
 						once.Do(func() { werr = err })
 						wg.Done()
 						handled.Done()
 						continue
 					}
-					rec.add(n)
+					rec.add(n, at)
 					if j.Fail && n%2 == 1 {
 						// The failed record written again, its attempts header one
 						// higher (at the third attempt to the dead-letter topic); the
@@ -549,21 +549,21 @@ func rawSQS(ctx context.Context, j job) (result, error) {
 	qurl := out.QueueUrl
 	switch j.Op {
 	case "publish":
-		return publishAll(j, func(_, from, to int) error {
+		return publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i++ {
-				if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: qurl, MessageBody: aws.String(string(body(i))), MessageAttributes: sqsAttributes(i)}); err != nil {
+				if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: qurl, MessageBody: aws.String(string(body(i, at(i)))), MessageAttributes: sqsAttributes(i)}); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 	case "batch":
-		return publishAll(j, func(_, from, to int) error {
+		return publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i += 10 {
 				var entries []sqstypes.SendMessageBatchRequestEntry
 				for k := i; k < min(i+10, to); k++ {
 					entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k - i)),
-						MessageBody: aws.String(string(body(k))), MessageAttributes: sqsAttributes(k)})
+						MessageBody: aws.String(string(body(k, at(k)))), MessageAttributes: sqsAttributes(k)})
 				}
 				out, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: qurl, Entries: entries})
 				if err != nil {
@@ -588,11 +588,11 @@ func rawSQS(ctx context.Context, j job) (result, error) {
 				return err
 			}
 			for _, m := range out.Messages {
-				n, err := dataN([]byte(aws.ToString(m.Body)))
+				n, at, err := dataN([]byte(aws.ToString(m.Body)))
 				if err != nil {
 					return err
 				}
-				rec.add(n)
+				rec.add(n, at)
 				if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: qurl, ReceiptHandle: m.ReceiptHandle}); err != nil {
 					return err
 				}
@@ -632,7 +632,7 @@ func rawArtemis(ctx context.Context, j job) (result, error) {
 		if j.Op == "batch" {
 			per = 100
 		}
-		return publishAll(j, func(w, from, to int) error {
+		return publishAll(j, func(w, from, to int, at stamp) error {
 			s := senders[w]
 			rs := make([]amqp1.SendReceipt, 0, per)
 			for i := from; i < to; i += per {
@@ -644,7 +644,7 @@ func rawArtemis(ctx context.Context, j job) (result, error) {
 						Annotations:           amqp1.Annotations{"x-opt-jms-type": urn, "x-opt-jms-dest": int8(0)},
 						Properties:            &amqp1.MessageProperties{Subject: &urn, CorrelationID: metaTraceID, MessageID: metaID(k), CreationTime: &ts},
 						ApplicationProperties: map[string]any{"bq_schema_version": "1", "bq_source_lang": "go", "bq_attempts": "0", "bq_app_id": "babelqueue"},
-						Value:                 string(body(k)),
+						Value:                 string(body(k, at(k))),
 					}, nil)
 					if err != nil {
 						return err
@@ -688,11 +688,11 @@ func rawArtemis(ctx context.Context, j job) (result, error) {
 			default:
 				b = m.GetData()
 			}
-			n, err := dataN(b)
+			n, at, err := dataN(b)
 			if err != nil {
 				return err
 			}
-			rec.add(n)
+			rec.add(n, at)
 			if err := rcv.AcceptMessage(ctx, m); err != nil {
 				return err
 			}
@@ -717,21 +717,21 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 		}
 		defer p.Close()
 		if j.Op == "publish" {
-			return publishAll(j, func(_, from, to int) error {
+			return publishAll(j, func(_, from, to int, at stamp) error {
 				for i := from; i < to; i++ {
-					if _, err := p.Send(ctx, &pc.ProducerMessage{Payload: body(i), Properties: metaStrings(i)}); err != nil {
+					if _, err := p.Send(ctx, &pc.ProducerMessage{Payload: body(i, at(i)), Properties: metaStrings(i)}); err != nil {
 						return err
 					}
 				}
 				return nil
 			})
 		}
-		return publishAll(j, func(_, from, to int) error {
+		return publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i += 100 {
 				var cbs benchpair.Callbacks
 				for k := i; k < min(i+100, to); k++ {
 					cbs.Add(1)
-					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k), Properties: metaStrings(k)},
+					p.SendAsync(ctx, &pc.ProducerMessage{Payload: body(k, at(k)), Properties: metaStrings(k)},
 						func(_ pc.MessageID, _ *pc.ProducerMessage, err error) { cbs.Done(err) })
 				}
 				if err := p.FlushWithCtx(ctx); err != nil {
@@ -762,11 +762,11 @@ func rawPulsar(ctx context.Context, j job) (result, error) {
 				}
 				return err
 			}
-			n, err := dataN(m.Payload())
+			n, at, err := dataN(m.Payload())
 			if err != nil {
 				return err
 			}
-			rec.add(n)
+			rec.add(n, at)
 			if err := cons.Ack(m); err != nil {
 				return err
 			}

@@ -24,7 +24,8 @@ const urn = "urn:babel:bench:sdk"
 var errFailing = errors.New("sdkcompare: this handler fails")
 
 type benchData struct {
-	N int `json:"n"`
+	N  int   `json:"n"`
+	At int64 `json:"at,omitempty"`
 }
 
 // goSDK runs a job through the Go SDK: App.Publish, App.PublishBatch or App.Run.
@@ -57,9 +58,9 @@ func goSDK(ctx context.Context, j job) (result, error) {
 	case "publish":
 		// A transport that connects on first use does so inside the clock, as the
 		// Python SDK does; the raw clients connect before it starts.
-		res, err := publishAll(j, func(_, from, to int) error {
+		res, err := publishAll(j, func(_, from, to int, at stamp) error {
 			for i := from; i < to; i++ {
-				if _, err := app.Publish(ctx, urn, benchData{N: i}); err != nil {
+				if _, err := app.Publish(ctx, urn, benchData{N: i, At: at(i)}); err != nil {
 					return err
 				}
 			}
@@ -70,7 +71,7 @@ func goSDK(ctx context.Context, j job) (result, error) {
 		}
 		return res, flushKafka(ctx, app, &res)
 	case "batch":
-		res, err := publishAll(j, func(_, from, to int) error {
+		res, err := publishAll(j, func(_, from, to int, _ stamp) error {
 			entries := make([]babelqueue.BatchEntry, 0, 100)
 			for i := from; i < to; i += 100 {
 				entries = entries[:0]
@@ -86,9 +87,9 @@ func goSDK(ctx context.Context, j job) (result, error) {
 		return res, err
 	case "consume":
 		ready()
-		rec := newRecorder()
+		rec := newRecorderFor(j)
 		babelqueue.Handle(app, urn, func(_ context.Context, d benchData, _ *babelqueue.Message) error {
-			rec.add(d.N)
+			rec.add(d.N, d.At)
 			if j.Fail && d.N%2 == 1 {
 				return errFailing
 			}
