@@ -15,7 +15,7 @@
 // the N messages was handled exactly once.
 //
 // Each child reports the wall-clock instants of its first and last message, its CPU
-// time from being connected to the end and its peak resident memory (getrusage);
+// time from being connected to the end and its peak resident memory (VmHWM);
 // throughput is N over the span from the first message of any process to the last,
 // CPU per message the processes' CPU summed over N. The table is printed in Markdown
 // with medians over the rounds.
@@ -128,7 +128,7 @@ type result struct {
 	CPU     float64 `json:"cpu"`   // CPU seconds from connected to the end
 	Count   int     `json:"count"`
 	Handled []int   `json:"handled,omitempty"`
-	// MaxRSS is the process's peak resident memory (getrusage), in bytes.
+	// MaxRSS is the process's peak resident memory (VmHWM), in bytes.
 	MaxRSS int64 `json:"max_rss"`
 	// A steady consumer's, after the warm-up: the latency of each message (its
 	// handler's start less its publish, ns), and the medians of its resident memory
@@ -162,11 +162,27 @@ func processCPU() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-// maxRSS is the process's peak resident memory in bytes (Linux reports KiB).
+// maxRSS is the process's peak resident memory in bytes: VmHWM, the high-water mark
+// of its own address space. (getrusage's ru_maxrss will not do: a child started
+// with fork and exec keeps its parent's high-water mark as a floor.)
 func maxRSS() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Maxrss << 10
+	return int64(statusBytes("VmHWM:"))
+}
+
+// statusBytes reads a memory figure of /proc/self/status ("VmRSS:"), in bytes; 0
+// when it cannot.
+func statusBytes(field string) float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 // memReading is one look at the process's memory.
@@ -177,14 +193,7 @@ type memReading struct {
 
 // readMemory reads the process's resident memory (VmRSS) and its Go heap's objects.
 func readMemory() (rss, heap float64) {
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-				rss = kb * 1024
-			}
-		}
-	}
+	rss = statusBytes("VmRSS:")
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() == metrics.KindUint64 {
