@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Go runtime beside the Python SDK (babelqueue 1.24.0) and a raw client on each
-# broker, each in processes of its own, every message checked handled exactly once:
+# broker, each in processes of its own, every message checked handled exactly once, with
+# the end-to-end latency and memory of a steady run (Go SDK and raw client):
 # BENCHMARKS.md, "Go runtime vs Python SDK 1.24.0 vs raw client".
 #   bash scripts/sdkbench.sh [sdkcompare flags: -brokers redis,kafka -rounds 3 -n 4000 -v]
 set -euo pipefail
