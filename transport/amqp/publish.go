@@ -116,8 +116,9 @@ func (t *Transport) check(m *transport.Message) error {
 // wait ([WithPublishWait]) and until ctx ends, and then fails with
 // context.DeadlineExceeded (or ctx's error) wrapped with the broker's last error. It
 // makes a write again only when the broker cannot have received it (no connection, no
-// channel): a write whose confirm was lost with its connection fails with an error
-// matching [transport.ErrNotConfirmed], as the broker may hold it.
+// channel): a write the broker may hold (its confirm lost with its connection, or its
+// socket write failed on the way) fails with an error matching
+// [transport.ErrNotConfirmed].
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err := t.check(m); err != nil {
 		return err
