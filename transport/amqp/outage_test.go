@@ -122,8 +122,9 @@ func onQueue(t *testing.T, q string) map[string]int {
 // connection dead) wait for the connection instead of failing. Every Publish that
 // returned nil is on the queue afterwards, no message is there twice (the wait never
 // sends a write again that the broker may have), and the only errors are writes whose
-// confirm the fault lost (transport.ErrNotConfirmed): at most one per publisher and
-// fault, the one in flight when the connection died.
+// fate the fault made unknown, a confirm lost or a write that failed on the way
+// (transport.ErrNotConfirmed): at most one per publisher and fault, the one in flight
+// when the connection died.
 func TestPublishRidesOutOutages(t *testing.T) {
 	for _, fault := range []struct {
 		name         string
@@ -141,7 +142,7 @@ func TestPublishRidesOutOutages(t *testing.T) {
 			var (
 				mu       sync.Mutex
 				returned []string // bodies whose Publish returned nil
-				lost     int      // Publish errors matching ErrNotConfirmed
+				lost     int      // Publish errors matching ErrNotConfirmed: fate unknown
 				wg       sync.WaitGroup
 			)
 			stop := make(chan struct{})
@@ -208,7 +209,7 @@ func TestPublishRidesOutOutages(t *testing.T) {
 					twice++
 				}
 			}
-			t.Logf("%s: %d publishes returned nil (%d of them completed during the fault), %d lost their confirm, %d on the queue",
+			t.Logf("%s: %d publishes returned nil (%d of them completed during the fault), %d of unknown fate, %d on the queue",
 				fault.name, len(returned), during, lost, len(got))
 			if missing > 0 {
 				t.Errorf("%d publishes that returned nil are not on the queue", missing)
@@ -217,7 +218,7 @@ func TestPublishRidesOutOutages(t *testing.T) {
 				t.Errorf("%d messages are on the queue twice", twice)
 			}
 			if lost > publishers {
-				t.Errorf("%d publishes lost their confirm; at most one per publisher (%d) was in flight when the connection died", lost, publishers)
+				t.Errorf("%d publishes of unknown fate; at most one per publisher (%d) was in flight when the connection died", lost, publishers)
 			}
 			if fault.down > 10*time.Second {
 				rec.waitFor(t, time.Second, "amqp: connection lost", "no frame from the broker")

@@ -116,8 +116,9 @@ func (t *Transport) check(m *transport.Message) error {
 // wait ([WithPublishWait]) and until ctx ends, and then fails with
 // context.DeadlineExceeded (or ctx's error) wrapped with the broker's last error. It
 // makes a write again only when the broker cannot have received it (no connection, no
-// channel): a write whose confirm was lost with its connection fails with an error
-// matching [transport.ErrNotConfirmed], as the broker may hold it.
+// channel): a write the broker may hold (its confirm lost with its connection, or its
+// socket write failed on the way) fails with an error matching
+// [transport.ErrNotConfirmed].
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err := t.check(m); err != nil {
 		return err
@@ -172,7 +173,9 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 
 // send declares what m needs and publishes it on pc, mandatory; with track it is
 // registered for its return, which awaitConfirms checks (or resolve forgets). A publish
-// refused because the channel is closed was not written: its error is unsent.
+// refused because the channel is closed was not written: its error is unsent. One whose
+// write failed may have gone out whole (amqp091 writes through a buffer that other
+// publishes flush too): its error matches ErrNotConfirmed.
 func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message, track bool) (sent, error) {
 	key := m.Queue
 	if !t.s.noDeclare {
@@ -194,15 +197,18 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 		s.rt.register(s.key) // before the publish: its return may come before this call returns
 	}
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, p)
-	if err != nil {
-		resolve(s)
-		if err = fmt.Errorf("amqp: publish to %q: %w", key, err); errors.Is(err, amqp091.ErrClosed) {
-			err = unsent{err}
-		}
-		return sent{}, err
+	switch {
+	case err == nil:
+		s.dc = dc
+		return s, nil
+	case errors.Is(err, amqp091.ErrClosed): // refused before a byte was written
+		err = unsent{fmt.Errorf("amqp: publish to %q: %w", key, err)}
+	case ctx.Err() == nil: // a write that failed on the way: its bytes may have gone out whole
+		err = fmt.Errorf("amqp: publish to %q failed while written (the broker may hold it, so it is not sent again): %w: %w",
+			key, err, transport.ErrNotConfirmed)
 	}
-	s.dc = dc
-	return s, nil
+	resolve(s)
+	return sent{}, err
 }
 
 // awaitConfirms waits for every confirm of ss under one deadline (the confirm timeout,
