@@ -6,8 +6,10 @@
 #   scripts/brokers.sh status [name…]   one line per broker: up/down
 #   scripts/brokers.sh env    [name…]   `export` lines of the URLs the tests read
 #
-# Names: redis rabbitmq kafka artemis sqs pulsar postgres. No names = the default set.
-# Everything binds to 127.0.0.1. See docs/brokers.md.
+# Names: redis rabbitmq kafka artemis sqs pulsar postgres, and the secure variants
+# redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls (TLS and their own
+# users, beside the plain ones; certificates from scripts/certs.sh). No names = the
+# default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -25,11 +27,12 @@ STATE=${BQ_STATE_DIR:-/tmp/babelqueue-brokers}
 TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
-ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres"
+SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
+ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
-DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar"
+DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
 # Brokers whose failure does not fail `up` when they were not named explicitly (a warning instead).
-SOFT_NAMES="pulsar"
+SOFT_NAMES="pulsar pulsar-tls"
 
 # Versions (all from Maven Central; see docs/brokers.md).
 KAFKA_VERSION=${BQ_KAFKA_VERSION:-4.1.1}
@@ -84,8 +87,8 @@ pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs and is tha
   pid=$(cat "$f")
   kill -0 "$pid" 2>/dev/null || return 1
   case $1 in  # a pid file left from before a reboot may name some other process now
-    redis) pat=redis-server ;; rabbitmq) pat=rabbitmq ;; postgres) pat=postgres ;;
-    kafka) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis) pat=artemis ;; pulsar) pat=pulsar ;;
+    redis|redis-tls) pat=redis-server ;; rabbitmq|rabbitmq-tls) pat=rabbitmq ;; postgres|postgres-tls) pat=postgres ;;
+    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
   esac
   [ -z "${pat:-}" ] || grep -qa "$pat" "/proc/$pid/cmdline" 2>/dev/null || [ ! -r "/proc/$pid/cmdline" ]
 }
@@ -114,7 +117,7 @@ tail_log() {
 # wait_for NAME — poll NAME_probe until it answers, TIMEOUT seconds at most.
 wait_for() {
   local name=$1 start=$SECONDS TIMEOUT=$TIMEOUT
-  [ "$name" = pulsar ] && TIMEOUT=$PULSAR_TIMEOUT
+  [ "${name%-tls}" = pulsar ] && TIMEOUT=$PULSAR_TIMEOUT
   while :; do
     if "${name}_probe"; then return 0; fi
     if [ "$(type -t "${name}_died")" = function ] && "${name}_died"; then
@@ -182,7 +185,8 @@ debian_packages_for() { # the Debian packages the named brokers need
   command -v curl >/dev/null || pk+=(curl)
   command -v flock >/dev/null || pk+=(util-linux)
   for n in "$@"; do
-    case $n in
+    case $n in *-tls) command -v openssl >/dev/null || pk+=(openssl) ;; esac
+    case ${n%-tls} in
       redis) pk+=(redis-server redis-tools) ;;
       rabbitmq) pk+=(rabbitmq-server) ;;
       postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
@@ -345,7 +349,7 @@ postgres_ports() { echo "$PG_PORT"; }
 
 # ---------------------------------------------------------------------------
 # JVM brokers
-for f in kafka sqs artemis pulsar; do . "$ASSETS/$f.sh"; done
+for f in kafka sqs artemis pulsar secure; do . "$ASSETS/$f.sh"; done
 
 # ---------------------------------------------------------------------------
 # commands
@@ -400,6 +404,8 @@ cmd_up() {
   chmod 755 "$STATE" 2>/dev/null
   mapfile -t pk < <(debian_packages_for "${names[@]}")
   [ ${#pk[@]} -gt 0 ] && [ -n "${pk[0]}" ] && apt_install "${pk[@]}"
+  # The secure variants' certificates, once, before they start side by side.
+  if [[ " ${names[*]} " == *-tls\ * ]]; then ensure_certs || die "scripts/certs.sh failed"; fi
   local pids=() rc=0 i
   for n in "${names[@]}"; do
     ( set -o pipefail; up_one "$n" 2>&1 | sed -u "s/^/[$n] /" ) &
@@ -440,12 +446,15 @@ cmd_status() {
 }
 
 cmd_env() {
-  local n line any_sqs=0
+  local n line any_sqs=0 any_tls=0
   for n in "$@"; do
     if [ "$n" = pulsar ] && ! pulsar_probe; then continue; fi
+    if [ "$n" = pulsar-tls ] && ! pulsar-tls_probe; then continue; fi
     line=$("${n}_url"); echo "export $line"
     [ "$n" = sqs ] && any_sqs=1
+    case $n in *-tls) any_tls=1 ;; esac
   done
+  [ $any_tls = 1 ] && echo "export BQ_TLS_DIR=$(TLS_DIR)"
   if [ $any_sqs = 1 ]; then
     echo "export AWS_ACCESS_KEY_ID=x"
     echo "export AWS_SECRET_ACCESS_KEY=x"

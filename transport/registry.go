@@ -179,6 +179,9 @@ func RedactURL(u *url.URL) string {
 
 func isSecretParam(name string) bool {
 	n := strings.ToLower(name)
+	if n == ParamTLSKey || n == "keyfile" {
+		return false // the path of a key file, not a secret
+	}
 	for _, s := range []string{"password", "secret", "token", "key", "sas", "signature", "credential"} {
 		if strings.Contains(n, s) {
 			return true

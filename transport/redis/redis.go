@@ -22,6 +22,18 @@
 // (dial_timeout, read_timeout, pool_size, …) are accepted too. Any other parameter is an
 // error naming it.
 //
+// rediss:// speaks TLS with the parameters every scheme shares (docs/security.md):
+// tls_ca (the CA file), tls_cert and tls_key (a client certificate: mutual TLS),
+// tls_server_name, tls_insecure=1 (no verification; a warning at Open; go-redis's
+// skip_verify is the same). An ACL user goes in the URL's user info:
+//
+//	rediss://app:secret@redis.internal:6380/0?tls_ca=/etc/bq/ca.pem&tls_cert=/etc/bq/client.pem&tls_key=/etc/bq/client.key
+//
+// With a client of your own, [transport.TLSOptions] builds the same *tls.Config for
+// goredis.Options.TLSConfig. An Open that fails (a refused certificate, a wrong
+// password) returns one [*transport.OpenError] naming the address (password redacted)
+// and the cause; it matches [transport.ErrTLS] or [transport.ErrAuth].
+//
 // # Default layout
 //
 // The list key is the queue name, exactly. Publish is RPUSH <q> with the envelope bytes
@@ -80,7 +92,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -135,9 +146,10 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	routeClientLog(transport.LoggerFrom(ctx))
 	t := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
 	t.owned = true
+	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), rest.TLSConfig)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w", transport.RedactURL(u), err)
+		return nil, transport.OpenFailed("redis", transport.RedactURL(u), authCause(err))
 	}
 	return t, nil
 }
@@ -148,7 +160,12 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	bad := func(param, reason string) error {
 		return &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
 	}
-	if err := transport.CheckParams(u, append(append([]string{}, ours...), goRedisParams...)...); err != nil {
+	if err := transport.CheckParams(u, append(append(append([]string{}, ours...), goRedisParams...), transport.TLSParams...)...); err != nil {
+		return nil, nil, err
+	}
+	// TLS: the shared grammar (transport.ParseTLS); go-redis's skip_verify is tls_insecure.
+	tlsConfig, err := transport.ParseTLS(u, scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
+	if err != nil {
 		return nil, nil, err
 	}
 	pq, err := transport.ParseQuery(u)
@@ -183,7 +200,7 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 		opts = append(opts, WithDeferredAcks(d))
 	}
 	q := u.Query()
-	for _, k := range ours {
+	for _, k := range append(append([]string{"skip_verify"}, ours...), transport.TLSParams...) {
 		q.Del(k)
 	}
 	c := *u
@@ -206,8 +223,11 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 		// go-redis messages name the part at fault; none of them echo the password.
 		return nil, nil, bad(param, strings.TrimPrefix(msg, "redis: "))
 	}
-	if scheme == "rediss" && ro.TLSConfig == nil {
-		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+	if tlsConfig != nil {
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = u.Hostname()
+		}
+		ro.TLSConfig = tlsConfig
 	}
 	return opts, ro, nil
 }
