@@ -5,11 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 )
 
 // The TLS parameters of a broker URL: the same names on every scheme that speaks TLS
@@ -78,9 +81,9 @@ func (o TLSOptions) Config() (*tls.Config, error) {
 	}
 	switch {
 	case o.CertFile != "" && o.KeyFile == "":
-		return nil, bad(ParamTLSKey, "missing: tls_cert needs its key")
+		return nil, bad(ParamTLSCert, "a client certificate needs its private key (tls_key)")
 	case o.CertFile == "" && o.KeyFile != "":
-		return nil, bad(ParamTLSCert, "missing: tls_key needs its certificate")
+		return nil, bad(ParamTLSKey, "a private key needs its client certificate (tls_cert)")
 	case o.CertFile != "":
 		for param, f := range map[string]string{ParamTLSCert: o.CertFile, ParamTLSKey: o.KeyFile} {
 			if _, err := os.Stat(f); err != nil {
@@ -197,7 +200,7 @@ var ErrAuth = errors.New("transport: refused by the broker's authentication or a
 // OpenError is the one error a driver returns when it cannot open, or first use, a
 // connection to its broker: the broker, the address with any password redacted, and the
 // cause. It matches [ErrTLS] when the cause is a TLS handshake failure and [ErrAuth]
-// when the driver marked it with [AuthFailure].
+// when the driver marked the cause with [AuthFailure].
 type OpenError struct {
 	Broker string // "redis", "amqp", "kafka", …
 	Addr   string // the redacted URL or address
@@ -220,16 +223,10 @@ func (e *OpenError) Error() string {
 // Unwrap returns the cause.
 func (e *OpenError) Unwrap() error { return e.Err }
 
-// Is matches ErrTLS and ErrAuth by the cause.
+// Is matches ErrTLS by the cause ([ErrAuth] is matched by the cause itself, marked
+// with [AuthFailure]).
 func (e *OpenError) Is(target error) bool {
-	switch target {
-	case ErrTLS:
-		return tlsReason(e.Err) != ""
-	case ErrAuth:
-		var a *authError
-		return errors.As(e.Err, &a)
-	}
-	return false
+	return target == ErrTLS && tlsReason(e.Err) != ""
 }
 
 // OpenFailed returns the [OpenError] of broker on addr (already redacted) for err.
@@ -239,17 +236,67 @@ func OpenFailed(broker, addr string, err error) error {
 
 type authError struct{ err error }
 
-func (a *authError) Error() string { return a.err.Error() }
-func (a *authError) Unwrap() error { return a.err }
+func (a *authError) Error() string        { return a.err.Error() }
+func (a *authError) Unwrap() error        { return a.err }
+func (a *authError) Is(target error) bool { return target == ErrAuth }
 
-// AuthFailure marks err, a broker's refusal of the credentials or permissions, so the
-// [OpenError] that carries it matches [ErrAuth].
+// AuthFailure marks err, a broker's refusal of the credentials or permissions, so it
+// (and an [OpenError] or any error that wraps it) matches [ErrAuth].
 func AuthFailure(err error) error {
 	if err == nil {
 		return nil
 	}
 	return &authError{err: err}
 }
+
+// ClientCertWatch records whether a broker asked for a client certificate in the TLS
+// handshakes of one configuration ([WatchClientCert]). Under TLS 1.3 the client's
+// handshake ends before the broker has checked the client's certificate; a broker that
+// refuses it sends an alert and closes, and a client that writes first often sees only
+// the connection reset. The watch lets a driver name that cause.
+type ClientCertWatch struct {
+	asked atomic.Bool
+}
+
+// WatchClientCert returns a copy of c that reports to the returned watch when a broker
+// asks for a client certificate; it offers the first certificate of c.Certificates the
+// broker accepts, as crypto/tls does by default. A nil c gives nil and a nil watch.
+func WatchClientCert(c *tls.Config) (*tls.Config, *ClientCertWatch) {
+	if c == nil || c.GetClientCertificate != nil {
+		return c, nil
+	}
+	w := &ClientCertWatch{}
+	c = c.Clone()
+	certs := c.Certificates
+	c.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		w.asked.Store(true)
+		for i := range certs {
+			if cri.SupportsCertificate(&certs[i]) == nil {
+				return &certs[i], nil
+			}
+		}
+		return &tls.Certificate{}, nil // none: the broker decides
+	}
+	return c, w
+}
+
+// Explain returns err marked as a TLS failure when the broker asked for a client
+// certificate and then closed the connection (a reset, a broken pipe or an EOF) before
+// any other answer; otherwise err unchanged.
+func (w *ClientCertWatch) Explain(err error) error {
+	if w == nil || err == nil || !w.asked.Load() || tlsReason(err) != "" {
+		return err
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &certRefused{err: err}
+	}
+	return err
+}
+
+type certRefused struct{ err error }
+
+func (c *certRefused) Error() string { return c.err.Error() }
+func (c *certRefused) Unwrap() error { return c.err }
 
 // tlsReason reads a TLS failure in err's chain in a few words, or "" when there is none.
 func tlsReason(err error) string {
@@ -259,7 +306,10 @@ func tlsReason(err error) string {
 	var verify *tls.CertificateVerificationError
 	var rec tls.RecordHeaderError
 	var op *net.OpError
+	var refused *certRefused
 	switch {
+	case errors.As(err, &refused):
+		return "TLS: the broker closed the connection after asking for a client certificate (missing, expired or not trusted?)"
 	case errors.As(err, &unknown):
 		return "TLS: the broker's certificate is signed by an unknown authority (tls_ca)"
 	case errors.As(err, &host):

@@ -262,8 +262,8 @@ func TestParseTLS(t *testing.T) {
 		{"missing CA file", "tls_ca=/nonexistent/ca.pem", true, "tls_ca"},
 		{"CA file without PEM", "tls_ca=" + notPEM, true, "tls_ca"},
 		{"empty CA", "tls_ca=", true, "tls_ca"},
-		{"certificate without key", "tls_cert=" + crt, true, "tls_key"},
-		{"key without certificate", "tls_key=" + key, true, "tls_cert"},
+		{"certificate without key", "tls_cert=" + crt, true, "tls_cert"},
+		{"key without certificate", "tls_key=" + key, true, "tls_key"},
 		{"missing key file", "tls_cert=" + crt + "&tls_key=/nonexistent/k.pem", true, "tls_key"},
 		{"key and certificate swapped", "tls_cert=" + key + "&tls_key=" + crt, true, "tls_cert"},
 		{"insecure with a CA", "tls_insecure=1&tls_ca=" + ca.caFile(), true, "tls_insecure"},
@@ -343,5 +343,61 @@ func TestRedactKeepsKeyFilePaths(t *testing.T) {
 	got := transport.Redact("rediss://u:pw@127.0.0.1:6390/0?tls_key=/etc/bq/client.key&token=abc")
 	if !strings.Contains(got, "tls_key=%2Fetc%2Fbq%2Fclient.key") || strings.Contains(got, "pw@") || strings.Contains(got, "abc") {
 		t.Errorf("Redact = %q: want the key file's path kept, the password and token hidden", got)
+	}
+}
+
+// TestClientCertWatch: a TLS 1.3 broker that asks for a client certificate and then
+// drops the connection (as one refusing the certificate may, before the client reads
+// its alert) is named as a certificate refusal; one that did not ask is not.
+func TestClientCertWatch(t *testing.T) {
+	ca := newCA(t, "ca")
+	now := time.Now()
+	server, _, _ := ca.leaf(t, "server", []string{"127.0.0.1"}, now.Add(-time.Hour), now.Add(time.Hour))
+	_, crt, key := ca.leaf(t, "client", nil, now.Add(-time.Hour), now.Add(time.Hour))
+	for _, ask := range []bool{true, false} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		auth := tls.NoClientCert
+		if ask {
+			auth = tls.RequestClientCert
+		}
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{server}, ClientAuth: auth})
+			_ = tc.Handshake()
+			_ = c.(*net.TCPConn).SetLinger(0) // a reset, no alert
+			_ = c.Close()
+		}()
+		cfg, err := transport.TLSOptions{CAFile: ca.caFile(), CertFile: crt, KeyFile: key, ServerName: "127.0.0.1"}.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, watch := transport.WatchClientCert(cfg)
+		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err != nil {
+			t.Fatalf("ask=%v: handshake: %v", ask, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the server has dropped it
+		_, err = c.Read(make([]byte, 1))
+		_ = c.Close()
+		if err == nil {
+			t.Fatalf("ask=%v: read succeeded", ask)
+		}
+		oe := transport.OpenFailed("amqp", "amqps://127.0.0.1", watch.Explain(err))
+		if got := errors.Is(oe, transport.ErrTLS); got != ask {
+			t.Errorf("ask=%v: %v matches ErrTLS: %v", ask, oe, got)
+		}
+		if ask && !strings.Contains(oe.Error(), "after asking for a client certificate") {
+			t.Errorf("error %q does not name the refused certificate", oe)
+		}
+	}
+	if c, w := transport.WatchClientCert(nil); c != nil || w != nil || w.Explain(io.EOF) != io.EOF {
+		t.Error("a nil configuration is not left alone")
 	}
 }

@@ -71,3 +71,104 @@ redis-tls_url() {
   echo "BQ_REDIS_TLS_URL='rediss://$REDIS_TLS_USER:$REDIS_TLS_PASS@127.0.0.1:$REDIS_TLS_PORT/0?$(tls_query client)'"
 }
 redis-tls_ports() { echo "$REDIS_TLS_PORT"; }
+
+# ---------------------------------------------------------------------------
+# rabbitmq-tls: a second RabbitMQ node (rabbit-tls@localhost) with no plaintext listener,
+# a TLS listener that verifies the peer (client certificates required), no guest; users
+# from a definitions file loaded at boot: bq (every permission on the vhost bqsecure, and
+# no other vhost), bqlimited (on bqsecure, only queues named bqlim-<hex>: no dead-letter
+# queue), bqadmin (administrator, both vhosts).
+
+AMQP_TLS_PORT=5671
+RABBIT_TLS_DIST_PORT=25673
+RABBIT_TLS_VHOST=bqsecure
+RABBIT_TLS_USER=bq
+RABBIT_TLS_PASS=bq-rabbit-secret
+RABBIT_TLS_LIMITED_PASS=bq-limited-secret
+
+rabbit_tls_env() {
+  local home=/var/lib/rabbitmq dir=$STATE/rabbitmq-tls
+  is_root || home=$dir
+  RABBIT_ENV=(
+    "PATH=$PATH" "HOME=$home"
+    RABBITMQ_NODENAME=rabbit-tls@localhost
+    "RABBITMQ_DIST_PORT=$RABBIT_TLS_DIST_PORT"
+    ERL_EPMD_ADDRESS=127.0.0.1
+    "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf"
+    "RABBITMQ_MNESIA_BASE=$dir/mnesia"
+    "RABBITMQ_LOG_BASE=$dir/log"
+    RABBITMQ_LOGS=-
+    "RABBITMQ_PID_FILE=$dir/rabbitmq.pid"
+    "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins"
+    "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+  )
+}
+
+# hexbytes HEX — the bytes of a hex string.
+hexbytes() { printf "$(printf %s "$1" | sed 's/\(..\)/\\x\1/g')"; }
+
+# rabbit_hash PASSWORD — RabbitMQ's rabbit_password_hashing_sha256:
+# base64(salt ++ sha256(salt ++ password)), a 4-byte random salt.
+rabbit_hash() {
+  local salt; salt=$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  { hexbytes "$salt"; { hexbytes "$salt"; printf '%s' "$1"; } | openssl dgst -sha256 -binary; } | base64 -w0
+}
+
+# AMQP 0-9-1 over TLS with the client certificate: the protocol header must get a
+# Connection.Start frame back.
+rabbitmq-tls_probe() {
+  local d r; d=$(TLS_DIR)
+  r=$( (printf 'AMQP\000\000\011\001'; sleep 2) | timeout 4 openssl s_client -quiet -connect 127.0.0.1:$AMQP_TLS_PORT \
+        -CAfile "$d/ca.crt" -cert "$d/client.crt" -key "$d/client.key" 2>/dev/null | head -c 3 | od -An -tx1 | tr -d ' \n')
+  [ "$r" = 010000 ]
+}
+rabbitmq-tls_died() { ! pid_running rabbitmq-tls; }
+rabbitmq-tls_start() {
+  local dir=$STATE/rabbitmq-tls d; d=$(TLS_DIR)
+  mkdir -p "$dir/mnesia" "$dir/log"
+  [ -f "$dir/enabled_plugins" ] || echo '[].' >"$dir/enabled_plugins"
+  printf '%s\n' "# scripts/brokers/secure.sh" \
+    "listeners.tcp = none" \
+    "listeners.ssl.1 = 127.0.0.1:$AMQP_TLS_PORT" \
+    "ssl_options.cacertfile = $d/ca.crt" \
+    "ssl_options.certfile = $d/server.crt" \
+    "ssl_options.keyfile = $d/server.key" \
+    "ssl_options.verify = verify_peer" \
+    "ssl_options.fail_if_no_peer_cert = true" \
+    "default_user = bqadmin" \
+    "default_pass = bq-admin-secret" \
+    "default_vhost = $RABBIT_TLS_VHOST" \
+    "load_definitions = $dir/definitions.json" \
+    "vm_memory_high_watermark.absolute = 256MiB" >"$dir/rabbitmq.conf"
+  local all='"configure": ".*", "write": ".*", "read": ".*"' sha=rabbit_password_hashing_sha256
+  printf '%s\n' '{' \
+    '  "users": [' \
+    "    {\"name\": \"bqadmin\", \"password_hash\": \"$(rabbit_hash bq-admin-secret)\", \"hashing_algorithm\": \"$sha\", \"tags\": [\"administrator\"]}," \
+    "    {\"name\": \"$RABBIT_TLS_USER\", \"password_hash\": \"$(rabbit_hash $RABBIT_TLS_PASS)\", \"hashing_algorithm\": \"$sha\", \"tags\": []}," \
+    "    {\"name\": \"bqlimited\", \"password_hash\": \"$(rabbit_hash $RABBIT_TLS_LIMITED_PASS)\", \"hashing_algorithm\": \"$sha\", \"tags\": []}" \
+    '  ],' \
+    "  \"vhosts\": [{\"name\": \"/\"}, {\"name\": \"$RABBIT_TLS_VHOST\"}]," \
+    '  "permissions": [' \
+    "    {\"user\": \"bqadmin\", \"vhost\": \"/\", $all}," \
+    "    {\"user\": \"bqadmin\", \"vhost\": \"$RABBIT_TLS_VHOST\", $all}," \
+    "    {\"user\": \"$RABBIT_TLS_USER\", \"vhost\": \"$RABBIT_TLS_VHOST\", $all}," \
+    "    {\"user\": \"bqlimited\", \"vhost\": \"$RABBIT_TLS_VHOST\", \"configure\": \"^bqlim-[0-9a-f]+\$\", \"write\": \"^(amq\\\\.default|bqlim-[0-9a-f]+)\$\", \"read\": \"^bqlim-[0-9a-f]+\$\"}" \
+    '  ]' \
+    '}' >"$dir/definitions.json"
+  is_root && chown -R rabbitmq:rabbitmq "$dir"
+  rabbit_tls_env
+  local cmd=(env -i "${RABBIT_ENV[@]}" /usr/lib/rabbitmq/bin/rabbitmq-server)
+  is_root && cmd=(runuser -u rabbitmq -- "${cmd[@]}")
+  start_bg rabbitmq-tls "$dir" "${cmd[@]}"
+}
+rabbitmq-tls_stop() {
+  if pid_alive rabbitmq-tls; then
+    rabbit_tls_env
+    (cd /tmp && as_user rabbitmq env -i "${RABBIT_ENV[@]}" timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -q shutdown >/dev/null 2>&1) || true
+  fi
+  stop_pid rabbitmq-tls
+}
+rabbitmq-tls_url() {
+  echo "BQ_AMQP_TLS_URL='amqps://$RABBIT_TLS_USER:$RABBIT_TLS_PASS@localhost:$AMQP_TLS_PORT/$RABBIT_TLS_VHOST?$(tls_query client)'"
+}
+rabbitmq-tls_ports() { echo "$AMQP_TLS_PORT $RABBIT_TLS_DIST_PORT"; }

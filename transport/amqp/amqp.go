@@ -152,7 +152,9 @@ func WithMaxMessageSize(n int) Option {
 	}
 }
 
-// WithTLSConfig sets the TLS configuration used for amqps:// URLs.
+// WithTLSConfig sets the TLS configuration used for amqps:// URLs, in place of the one
+// the URL's TLS parameters describe (docs/security.md; [transport.TLSOptions] builds the
+// same configuration in code).
 func WithTLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
 
 // WithDialer replaces the TCP dialer, for proxies, tunnels or tests. It is called for
@@ -188,8 +190,14 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles"}
 
 // clientParams are the RabbitMQ URI query parameters amqp091 reads.
-var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism",
-	"certfile", "keyfile", "cacertfile", "server_name_indication"}
+var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}
+
+// tlsAliases are the RabbitMQ URI spec's names of the shared TLS parameters
+// (transport.ParseTLS), still accepted.
+var tlsAliases = map[string]string{
+	"cacertfile": transport.ParamTLSCA, "certfile": transport.ParamTLSCert,
+	"keyfile": transport.ParamTLSKey, "server_name_indication": transport.ParamTLSServerName,
+}
 
 // parseURL checks u and returns the URL handed to amqp091 (without this package's own
 // parameters) and the settings the URL sets.
@@ -204,7 +212,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	pq, err := driverkit.ParseQuery("amqp", u, append(append([]string(nil), clientParams...), ownParams...)...)
+	known := append(append(append([]string(nil), clientParams...), ownParams...), transport.TLSParams...)
+	for alias := range tlsAliases {
+		known = append(known, alias)
+	}
+	pq, err := driverkit.ParseQuery("amqp", u, known...)
 	if err != nil {
 		return "", err
 	}
@@ -221,15 +233,8 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
 	q := u.Query()
-	if q.Has("certfile") != q.Has("keyfile") {
-		return "", pq.Bad("certfile", "certfile and keyfile go together")
-	}
-	if scheme == "amqp" {
-		for _, p := range []string{"certfile", "keyfile", "cacertfile", "server_name_indication"} {
-			if q.Has(p) {
-				return "", pq.Bad(p, "only meaningful with amqps://")
-			}
-		}
+	if s.tlsConfig, err = transport.ParseTLS(u, scheme == "amqps", tlsAliases); err != nil {
+		return "", tlsOptionError(pq, err)
 	}
 	if q.Has("heartbeat") {
 		n, err := strconv.ParseUint(q.Get("heartbeat"), 10, 16)
@@ -283,8 +288,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	c := *u
 	c.Scheme = scheme
 	c.Fragment, c.RawFragment = "", ""
-	for _, p := range ownParams {
+	for _, p := range append(ownParams, transport.TLSParams...) {
 		q.Del(p)
+	}
+	for alias := range tlsAliases {
+		q.Del(alias)
 	}
 	c.RawQuery = q.Encode()
 	if _, err := amqp091.ParseURI(c.String()); err != nil {
@@ -309,14 +317,14 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	redacted := transport.RedactURL(u)
 	t := newTransport(s)
+	tlsConfig, certWatch := transport.WatchClientCert(s.tlsConfig)
 	t.dial = func(ctx context.Context) (*amqp091.Connection, error) {
 		cfg := amqp091.Config{
-			Heartbeat:       s.heartbeat,
-			TLSClientConfig: s.tlsConfig,
-			Properties:      amqp091.NewConnectionProperties(),
+			Heartbeat:  s.heartbeat,
+			Properties: amqp091.NewConnectionProperties(),
 		}
-		if s.tlsConfig != nil {
-			cfg.TLSClientConfig = s.tlsConfig.Clone()
+		if tlsConfig != nil {
+			cfg.TLSClientConfig = tlsConfig.Clone()
 		}
 		cfg.Properties.SetClientConnectionName(s.connName)
 		cfg.Dial = func(network, addr string) (net.Conn, error) {
@@ -346,10 +354,11 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		}
 		conn, err := amqp091.DialConfig(raw, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("amqp: connect to %s: %w", redacted, scrub(err, u))
+			return nil, transport.OpenFailed("amqp", redacted, authCause(certWatch.Explain(scrub(err, u))))
 		}
 		return conn, nil
 	}
+	transport.WarnInsecureTLS(t.log, "amqp", redacted, s.tlsConfig)
 	if _, _, err := t.connection(ctx); err != nil {
 		return nil, err
 	}
@@ -497,7 +506,7 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 		t.admin, t.adminG = ch, gen
 	}
 	if _, err := t.admin.QueueDeclare(queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("amqp: declare queue %q: %w", queue, err)
+		return fmt.Errorf("amqp: declare queue %q: %w", queue, authCause(err))
 	}
 	t.mu.Lock()
 	if t.gen == gen {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -83,4 +85,50 @@ func TestSecureInsecureWarns(t *testing.T) {
 		t.Errorf("no warning at Open; logs:\n%s", logs)
 	}
 	transporttest.NoSecretIn(t, "the logs", logs.String(), transporttest.URLPassword(raw))
+}
+
+// TestSecureInteropPython: over TLS with client certificates and an ACL user, the
+// Python SDK's runtime handles what the Go runtime publishes, and the Go runtime
+// handles what Python publishes.
+func TestSecureInteropPython(t *testing.T) {
+	raw := secureURL(t)
+	pyinterop.Python(t)
+	script := pyinterop.Script(t, "redis_peer.py")
+
+	t.Run("PythonToGo", func(t *testing.T) {
+		q := transporttest.UniqueName("bqsec")
+		produced := jsonLines(t, pyinterop.Run(t, 60*time.Second, nil, script, "produce", raw, q, "2"))
+		seen := runGo(t, raw, q, 2)
+		ids := map[string]bool{}
+		for _, p := range produced {
+			ids[p["id"].(string)] = true
+		}
+		for _, m := range seen {
+			if !ids[m.ID()] || m.Envelope.Meta.Lang != "python" || m.Attempts != 0 {
+				t.Errorf("Go handled %s (lang %s, attempts %d), not one Python produced", m.ID(), m.Envelope.Meta.Lang, m.Attempts)
+			}
+		}
+	})
+	t.Run("GoToPython", func(t *testing.T) {
+		q := transporttest.UniqueName("bqsec")
+		app, err := babelqueue.Open(ctxT(t), raw, babelqueue.WithQueue(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer app.Close(context.Background())
+		for i := range 2 {
+			if _, err := app.Publish(ctxT(t), interopURN, map[string]any{"n": i, "from": "go"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		handled := jsonLines(t, pyinterop.Run(t, 60*time.Second, nil, script, "handle", raw, q, "2"))
+		if len(handled) != 2 {
+			t.Fatalf("python handled %v", handled)
+		}
+		for _, r := range handled {
+			if r["lang"] != "go" || r["attempts"] != float64(0) {
+				t.Errorf("python runtime saw %v", r)
+			}
+		}
+	})
 }
