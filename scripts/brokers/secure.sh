@@ -172,3 +172,65 @@ rabbitmq-tls_url() {
   echo "BQ_AMQP_TLS_URL='amqps://$RABBIT_TLS_USER:$RABBIT_TLS_PASS@localhost:$AMQP_TLS_PORT/$RABBIT_TLS_VHOST?$(tls_query client)'"
 }
 rabbitmq-tls_ports() { echo "$AMQP_TLS_PORT $RABBIT_TLS_DIST_PORT"; }
+
+# ---------------------------------------------------------------------------
+# postgres-tls: a second PostgreSQL cluster on its own port and data directory that
+# accepts only TLS connections (hostssl; hostnossl is rejected) with a password
+# (scram-sha-256), for the idempotency and outbox stores; role bqsecure owns the
+# database bqsecure.
+
+PG_TLS_PORT=5442
+PG_TLS_USER=bqsecure
+PG_TLS_PASS=bq-postgres-secret
+
+postgres-tls_probe() {
+  local d; d=$(TLS_DIR)
+  PGPASSWORD=$PG_TLS_PASS PGCONNECT_TIMEOUT=3 psql -qtAX \
+    "host=127.0.0.1 port=$PG_TLS_PORT user=$PG_TLS_USER dbname=$PG_TLS_USER sslmode=verify-full sslrootcert=$d/ca.crt" \
+    -c 'select 1' >/dev/null 2>&1
+}
+postgres-tls_died() { ! pid_running postgres-tls; }
+postgres-tls_start() {
+  local bin owner dir data sock d
+  bin=$(pg_bin); owner=$(pg_owner); dir=$STATE/postgres-tls; data=$dir/data; sock=$dir/run; d=$(TLS_DIR)
+  mkdir -p "$dir" "$sock"
+  : >>"$(logfile postgres-tls)"
+  if is_root; then chown "$owner" "$dir" "$sock" "$(logfile postgres-tls)"; fi
+  if [ ! -s "$data/PG_VERSION" ]; then
+    as_user "$owner" "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=reject \
+      -E UTF8 --locale=C.UTF-8 >>"$(logfile postgres-tls)" 2>&1 \
+      || as_user "$owner" "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=reject \
+      -E UTF8 --no-locale >>"$(logfile postgres-tls)" 2>&1 || return 1
+    printf '%s\n' "# babelqueue secure test database (scripts/brokers/secure.sh)" \
+      "listen_addresses = '127.0.0.1'" "port = $PG_TLS_PORT" "unix_socket_directories = '$sock'" \
+      "shared_buffers = 16MB" "max_connections = 50" "fsync = off" "synchronous_commit = off" \
+      "full_page_writes = off" "ssl = on" "ssl_cert_file = 'server.crt'" "ssl_key_file = 'server.key'" \
+      "password_encryption = 'scram-sha-256'" >>"$data/postgresql.conf"
+    printf '%s\n' "# TYPE DATABASE USER ADDRESS METHOD" "local all all trust" \
+      "hostnossl all all 127.0.0.1/32 reject" "hostssl all all 127.0.0.1/32 scram-sha-256" >"$data/pg_hba.conf"
+  fi
+  # PostgreSQL wants its key owned by the server's user, mode 0600: a copy of its own.
+  install -m 0644 "$d/server.crt" "$data/server.crt" && install -m 0600 "$d/server.key" "$data/server.key" || return 1
+  is_root && chown "$owner" "$data/server.crt" "$data/server.key"
+  as_user "$owner" "$bin/pg_ctl" -D "$data" -l "$(logfile postgres-tls)" -w -t "$TIMEOUT" start >/dev/null 8>&- || return 1
+  head -1 "$data/postmaster.pid" >"$(pidfile postgres-tls)"
+  as_user "$owner" psql -qX -h "$sock" -p $PG_TLS_PORT -U postgres -d postgres -v ON_ERROR_STOP=1 >/dev/null <<SQL || return 1
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_TLS_USER') THEN
+    CREATE ROLE $PG_TLS_USER LOGIN PASSWORD '$PG_TLS_PASS';
+  END IF;
+END \$\$;
+SELECT 'CREATE DATABASE $PG_TLS_USER OWNER $PG_TLS_USER'
+ WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$PG_TLS_USER') \gexec
+SQL
+}
+postgres-tls_stop() {
+  if pid_alive postgres-tls; then
+    as_user "$(pg_owner)" "$(pg_bin)/pg_ctl" -D "$STATE/postgres-tls/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  fi
+  stop_pid postgres-tls
+}
+postgres-tls_url() {
+  echo "BQ_POSTGRES_TLS_URL='postgres://$PG_TLS_USER:$PG_TLS_PASS@127.0.0.1:$PG_TLS_PORT/$PG_TLS_USER?sslmode=verify-full&sslrootcert=$(TLS_DIR)/ca.crt'"
+}
+postgres-tls_ports() { echo "$PG_TLS_PORT"; }
