@@ -361,7 +361,10 @@ known() { case " $ALL_NAMES " in *" $1 "*) return 0 ;; esac; return 1; }
 # up_one NAME — prepare (download) if needed, start, wait.
 up_one() {
   local name=$1 t0=$SECONDS
-  if "${name}_probe"; then say "$name: already up"; return 0; fi
+  if "${name}_probe"; then
+    if [ "$(type -t "${name}_setup")" = function ] && ! "${name}_setup"; then say "$name: setting it up failed"; return 1; fi
+    say "$name: already up"; return 0
+  fi
   if pid_alive "$name"; then
     say "$name: process running (pid $(cat "$(pidfile "$name")")), waiting for it to answer"
     wait_for "$name" || return 1
@@ -389,6 +392,9 @@ up_one() {
       say "$name: start failed"; tail_log "$name"; pid_running "$name" && "${name}_stop"
     elif ! wait_for "$name"; then
       pid_running "$name" && { say "$name: stopping the failed start"; "${name}_stop" >/dev/null 2>&1; }
+    elif [ "$(type -t "${name}_setup")" = function ] && ! "${name}_setup"; then
+      # users, permissions, ACLs the broker needs once it answers (idempotent)
+      say "$name: setting it up failed"; tail_log "$name"; "${name}_stop" >/dev/null 2>&1
     else
       say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
       return 0

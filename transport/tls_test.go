@@ -340,9 +340,10 @@ func TestWarnInsecureTLS(t *testing.T) {
 }
 
 func TestRedactKeepsKeyFilePaths(t *testing.T) {
-	got := transport.Redact("rediss://u:pw@127.0.0.1:6390/0?tls_key=/etc/bq/client.key&token=abc")
-	if !strings.Contains(got, "tls_key=%2Fetc%2Fbq%2Fclient.key") || strings.Contains(got, "pw@") || strings.Contains(got, "abc") {
-		t.Errorf("Redact = %q: want the key file's path kept, the password and token hidden", got)
+	got := transport.Redact("kafka://u:pw@127.0.0.1:9094?tls=1&tls_key=/etc/bq/client.key&token=abc&sasl=scram-sha-512")
+	if !strings.Contains(got, "tls_key=%2Fetc%2Fbq%2Fclient.key") || !strings.Contains(got, "sasl=scram-sha-512") ||
+		strings.Contains(got, "pw@") || strings.Contains(got, "abc") {
+		t.Errorf("Redact = %q: want the key file's path and the SASL mechanism kept, the password and token hidden", got)
 	}
 }
 

@@ -234,3 +234,98 @@ postgres-tls_url() {
   echo "BQ_POSTGRES_TLS_URL='postgres://$PG_TLS_USER:$PG_TLS_PASS@127.0.0.1:$PG_TLS_PORT/$PG_TLS_USER?sslmode=verify-full&sslrootcert=$(TLS_DIR)/ca.crt'"
 }
 postgres-tls_ports() { echo "$PG_TLS_PORT"; }
+
+# ---------------------------------------------------------------------------
+# kafka-tls: a second single-node KRaft Kafka whose only client listener is SASL_SSL
+# (TLS, SCRAM-SHA-512 users made when the storage is formatted), with the standard
+# authorizer on and nothing allowed without an ACL. Users: admin (super user; the broker
+# talks to itself as admin), bq (every operation on topics, groups and transactional ids
+# prefixed bqsec-, and on the transactional ids babelqueue-tx-… of redrives), bqlim (only
+# topics and groups prefixed bqlim-). The controller listener is plaintext on loopback
+# (its principal ANONYMOUS is a super user: it serves no client API).
+
+KAFKA_TLS_PORT=9094
+KAFKA_TLS_CONTROLLER_PORT=9095
+KAFKA_TLS_USER=bq
+KAFKA_TLS_PASS=bq-kafka-secret
+KAFKA_TLS_LIMITED_PASS=bq-kafka-limited-secret
+KAFKA_TLS_ADMIN_PASS=bq-kafka-admin-secret
+
+kafka-tls_probe() {
+  local d; d=$(TLS_DIR)
+  timeout 4 openssl s_client -connect 127.0.0.1:$KAFKA_TLS_PORT -CAfile "$d/ca.crt" -verify_return_error \
+    </dev/null >/dev/null 2>&1
+}
+kafka-tls_died() { ! pid_running kafka-tls; }
+kafka-tls_ports() { echo "$KAFKA_TLS_PORT $KAFKA_TLS_CONTROLLER_PORT"; }
+kafka-tls_url() {
+  echo "BQ_KAFKA_TLS_URL='kafka://$KAFKA_TLS_USER:$KAFKA_TLS_PASS@127.0.0.1:$KAFKA_TLS_PORT?tls=1&sasl=scram-sha-512&$(tls_query)'"
+}
+
+kafka-tls_prepare() {
+  kafka_prepare || return 1
+  local tools; tools="$(kafka_home)/tools"
+  [ -f "$tools/.complete" ] && return 0
+  say "kafka-tls: resolving org.apache.kafka:kafka-tools:$KAFKA_VERSION (kafka-acls) from Maven Central"
+  rm -rf "$tools"; mkdir -p "$tools"
+  mvn_fetch "$ASSETS/kafka-tools-pom.xml" "$tools" -Dkafka.version="$KAFKA_VERSION" >>"$(logfile kafka-tls)" 2>&1 || return 1
+  touch "$tools/.complete"
+}
+
+kafka-tls_start() {
+  local home dir java d
+  home=$(kafka_home); dir="$STATE/kafka-tls"; java=$(java_bin); d=$(TLS_DIR)
+  rm -rf "$dir/data" "$dir/acls.done"   # fresh each start, as the plain one
+  mkdir -p "$dir/data"
+  sed -e "s|@PORT@|$KAFKA_TLS_PORT|g" -e "s|@CONTROLLER_PORT@|$KAFKA_TLS_CONTROLLER_PORT|g" \
+      -e "s|@LOG_DIRS@|$dir/data|g" -e "s|@AUTO_CREATE@|true|g" \
+      -e "s|^listeners=.*|listeners=SASL_SSL://127.0.0.1:$KAFKA_TLS_PORT,CONTROLLER://127.0.0.1:$KAFKA_TLS_CONTROLLER_PORT|" \
+      -e "s|^advertised.listeners=.*|advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_TLS_PORT|" \
+      -e "s|^inter.broker.listener.name=.*|inter.broker.listener.name=SASL_SSL|" \
+      -e "s|^listener.security.protocol.map=.*|listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL|" \
+      "$ASSETS/kafka-server.properties" >"$dir/server.properties" || return 1
+  printf '%s\n' "" "# --- scripts/brokers/secure.sh: TLS, SCRAM, ACLs ---" \
+    "sasl.enabled.mechanisms=SCRAM-SHA-512" \
+    "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512" \
+    "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$KAFKA_TLS_ADMIN_PASS\";" \
+    "ssl.keystore.type=PKCS12" "ssl.keystore.location=$d/server.p12" "ssl.keystore.password=babelqueue" \
+    "ssl.truststore.type=PEM" "ssl.truststore.location=$d/ca.crt" "ssl.client.auth=none" \
+    "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" \
+    "super.users=User:admin;User:ANONYMOUS" \
+    "allow.everyone.if.no.acl.found=false" >>"$dir/server.properties"
+  printf '%s\n' "security.protocol=SASL_SSL" "sasl.mechanism=SCRAM-SHA-512" \
+    "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$KAFKA_TLS_ADMIN_PASS\";" \
+    "ssl.truststore.type=PEM" "ssl.truststore.location=$d/ca.crt" >"$dir/admin.properties"
+  local jvm=(-Xms64m -Xmx${BQ_KAFKA_TLS_HEAP:-320m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+             -XX:MaxDirectMemorySize=96m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
+             -Dlog4j2.configurationFile="$ASSETS/log4j2.properties" -Dkafka.logs.dir="$dir"
+             -cp "$home/libs/*")
+  local id=-
+  while [ "${id:0:1}" = - ]; do id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '='); done
+  "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id="$id" -c "$dir/server.properties" \
+    --add-scram "SCRAM-SHA-512=[name=admin,password=$KAFKA_TLS_ADMIN_PASS]" \
+    --add-scram "SCRAM-SHA-512=[name=$KAFKA_TLS_USER,password=$KAFKA_TLS_PASS]" \
+    --add-scram "SCRAM-SHA-512=[name=bqlim,password=$KAFKA_TLS_LIMITED_PASS]" \
+    >>"$(logfile kafka-tls)" 2>&1 || return 1
+  start_bg kafka-tls "$dir" "$java" "${jvm[@]}" kafka.Kafka "$dir/server.properties"
+}
+
+# The ACLs (kafka-acls as admin); the data directory is new on every start, so are they.
+kafka-tls_setup() {
+  local dir=$STATE/kafka-tls java tools
+  java=$(java_bin); tools="$(kafka_home)/tools"
+  [ -f "$dir/acls.done" ] && [ "$(cat "$dir/acls.done")" = "$(cat "$(pidfile kafka-tls)")" ] && return 0
+  acl() {
+    "$java" -Xmx128m -XX:TieredStopAtLevel=1 -cp "$tools/*" org.apache.kafka.tools.AclCommand \
+      --bootstrap-server 127.0.0.1:$KAFKA_TLS_PORT --command-config "$dir/admin.properties" --add "$@" \
+      >>"$(logfile kafka-tls)" 2>&1
+  }
+  acl --allow-principal "User:$KAFKA_TLS_USER" --operation All --resource-pattern-type prefixed \
+      --topic bqsec- --group bqsec- --transactional-id babelqueue-tx-bqsec- || return 1
+  acl --allow-principal User:bqlim --operation All --resource-pattern-type prefixed \
+      --topic bqlim- --group bqlim- || return 1
+  acl --allow-principal "User:$KAFKA_TLS_USER" --allow-principal User:bqlim --operation DescribeConfigs --cluster || return 1
+  cat "$(pidfile kafka-tls)" >"$dir/acls.done"
+}
+
+kafka-tls_stop() { stop_pid kafka-tls; }

@@ -33,6 +33,7 @@ var urlParams = []string{
 
 // settings is what a kafka:// URL says.
 type settings struct {
+	tls   *tls.Config // from tls=1 and the TLS parameters; nil without TLS
 	seeds []string
 	base  []kgo.Opt // client options shared by the producer and the consumers
 	opts  []Option
@@ -51,7 +52,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Opaque != "" {
 		return nil, bad("host", "want kafka://host:port[,host:port]")
 	}
-	if err := transport.CheckParams(u, urlParams...); err != nil {
+	if err := transport.CheckParams(u, append(append([]string(nil), urlParams...), transport.TLSParams...)...); err != nil {
 		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
@@ -136,8 +137,12 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	if on, _, err := q.Bool("tls"); err != nil {
 		return nil, err
-	} else if on {
-		s.base = append(s.base, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	} else if cfg, err := transport.ParseTLS(u, on, nil); err != nil {
+		return nil, err
+	} else if cfg != nil {
+		// franz-go sets each connection's ServerName to the broker it dials.
+		s.tls = cfg
+		s.base = append(s.base, kgo.DialTLSConfig(cfg))
 	}
 	mech, _ := q.String("sasl")
 	if q.Has("sasl") && u.User == nil {
@@ -214,6 +219,11 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	log := cfg.logger.With("transport", "kafka")
 	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))
+	if cfg.tlsConfig != nil {
+		s.tls = cfg.tlsConfig
+		base = append(base, kgo.DialTLSConfig(cfg.tlsConfig))
+	}
+	transport.WarnInsecureTLS(log, "kafka", transport.RedactURL(u), s.tls)
 	popts := slices.Clip(base)
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
@@ -230,7 +240,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		if pctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the dial timeout (%s): %w", cfg.dialTimeout, err)
 		}
-		return nil, fmt.Errorf("kafka: no broker of %s answers: %w", transport.RedactURL(u), err)
+		return nil, transport.OpenFailed("kafka", transport.RedactURL(u), authCause(err))
 	}
 	t, err := newTransport(prod, true, Factory(append(base, kgo.DialTimeout(cfg.dialTimeout))...), all...)
 	if err != nil {

@@ -1,0 +1,38 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// WithTLSConfig dials the brokers with c (TLS, mutual TLS), in place of the configuration
+// the URL's tls and TLS parameters describe (docs/security.md; [transport.TLSOptions]
+// builds the same configuration in code). Leave c.ServerName empty: each connection
+// verifies the broker it dials. [Open] and [OpenURL] only; with [New], give the clients
+// kgo.DialTLSConfig yourself.
+func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tlsConfig = c } }
+
+// authCause marks Kafka's refusals of the SASL credentials or of an ACL so they match
+// [transport.ErrAuth].
+func authCause(err error) error {
+	if isAuth(err) {
+		return transport.AuthFailure(err)
+	}
+	return err
+}
+
+// isAuth reports a refusal of the SASL credentials or of an ACL.
+func isAuth(err error) bool {
+	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.IllegalSaslState, kerr.UnsupportedSaslMechanism,
+		kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.TransactionalIDAuthorizationFailed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
