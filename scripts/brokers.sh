@@ -372,7 +372,9 @@ up_one() {
   fi
   [ -s "$(logfile "$name")" ] && mv -f "$(logfile "$name")" "$(logfile "$name").prev"
   if [ "$(type -t "${name}_prepare")" = function ]; then
-    "${name}_prepare" || { say "$name: preparing failed"; tail_log "$name"; return 1; }
+    # One prepare at a time per distribution: a broker and its secure variant share it.
+    ( flock 7; "${name}_prepare" ) 7>"$CACHE/.prepare-${name%-tls}.lock" \
+      || { say "$name: preparing failed"; tail_log "$name"; return 1; }
   fi
   # a listener we do not own on the port?
   local p

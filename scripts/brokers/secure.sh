@@ -329,3 +329,83 @@ kafka-tls_setup() {
 }
 
 kafka-tls_stop() { stop_pid kafka-tls; }
+
+# ---------------------------------------------------------------------------
+# artemis-tls: a second Artemis instance whose only acceptor is AMQP over TLS, logins
+# required (no anonymous, no guest). Users: admin (role amq: everything), bq (role bqrole:
+# send, consume, browse, create and delete queues and addresses), bqlim (role bqlim: the
+# same, but nothing on addresses named <word>.dlq: no dead-letter queue).
+
+ARTEMIS_TLS_PORT=5674
+ARTEMIS_TLS_USER=bq
+ARTEMIS_TLS_PASS=bq-artemis-secret
+ARTEMIS_TLS_LIMITED_PASS=bq-artemis-limited-secret
+
+artemis-tls_instance() { echo "$STATE/artemis-tls/instance"; }
+
+# AMQP 1.0 SASL header over TLS: the broker must echo it, and its log say it is live.
+artemis-tls_probe() {
+  local d r; d=$(TLS_DIR)
+  r=$( (printf 'AMQP\003\001\000\000'; sleep 2) | timeout 4 openssl s_client -quiet -connect 127.0.0.1:$ARTEMIS_TLS_PORT \
+        -CAfile "$d/ca.crt" 2>/dev/null | head -c 8 | od -An -tx1 | tr -d ' \n')
+  [ "$r" = 414d515003010000 ] || return 1
+  grep -q 'AMQ221007' "$(logfile artemis-tls)" 2>/dev/null || ! pid_running artemis-tls
+}
+artemis-tls_died() { ! pid_running artemis-tls; }
+artemis-tls_ports() { echo "$ARTEMIS_TLS_PORT"; }
+artemis-tls_url() {
+  echo "BQ_ARTEMIS_TLS_URL='artemis+ssl://$ARTEMIS_TLS_USER:$ARTEMIS_TLS_PASS@127.0.0.1:$ARTEMIS_TLS_PORT?$(tls_query)'"
+}
+
+artemis-tls_prepare() {
+  local home inst xml d; home=$(artemis_home); inst=$(artemis-tls_instance); xml=$inst/etc/broker.xml; d=$(TLS_DIR)
+  if [ ! -f "$home/.complete" ]; then
+    say "artemis-tls: fetching org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin from Maven Central"
+    local dl="$CACHE/downloads"
+    mvn_copy "org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin" "$dl" >>"$(logfile artemis-tls)" 2>&1 || return 1
+    rm -rf "$home"
+    tar -xzf "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz" -C "$CACHE" || return 1
+    rm -f "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"
+    touch "$home/.complete"
+  fi
+  if [ ! -f "$xml" ]; then
+    say "artemis-tls: creating the broker instance in $inst"
+    mkdir -p "$STATE/artemis-tls"
+    JAVA_HOME=${BQ_ARTEMIS_JAVA_HOME:-${JAVA_HOME:-}} "$home/bin/artemis" create "$inst" --silent --force \
+      --user admin --password bq-artemis-admin-secret --role amq --require-login \
+      --host 127.0.0.1 --name babelqueue-tls --default-port 61618 \
+      --no-web --no-hornetq-acceptor --no-mqtt-acceptor --no-stomp-acceptor --no-amqp-acceptor \
+      --nio --no-autotune --no-fsync --java-memory "${BQ_ARTEMIS_TLS_HEAP:-256M}" \
+      >>"$(logfile artemis-tls)" 2>&1 || return 1
+    sed -i 's/-Xms[0-9]*[MmGg]/-Xms64M/' "$inst/etc/artemis.profile"
+  fi
+  sed -i "s#^ARTEMIS_HOME=.*#ARTEMIS_HOME='$home'#" "$inst/etc/artemis.profile" "$inst/etc/artemis-utility.profile"
+  # The one acceptor: AMQP over TLS. Users and roles in the properties files; the
+  # security settings below (the most specific match wins, none are merged).
+  local perms=""; local p
+  for p in createNonDurableQueue deleteNonDurableQueue createDurableQueue deleteDurableQueue createAddress deleteAddress consume browse send; do
+    perms="$perms            <permission type=\"$p\" roles=\"amq,bqrole,bqlim\"/>\n"
+  done
+  local dlqperms; dlqperms=$(printf '%b' "$perms" | sed 's/amq,bqrole,bqlim/amq,bqrole/')
+  ACCEPTOR="         <acceptor name=\"amqps\">tcp://127.0.0.1:$ARTEMIS_TLS_PORT?sslEnabled=true;keyStorePath=$d/server.p12;keyStorePassword=babelqueue;keyStoreType=PKCS12;protocols=AMQP;saslMechanisms=PLAIN;handshake-timeout=3;useEpoll=true;amqpCredits=1000;amqpLowCredits=300;amqpDuplicateDetection=true</acceptor>" \
+  SECURITY="         <security-setting match=\"#\">\n$perms            <permission type=\"manage\" roles=\"amq\"/>\n         </security-setting>\n         <security-setting match=\"*.dlq\">\n$dlqperms\n            <permission type=\"manage\" roles=\"amq\"/>\n         </security-setting>" \
+  perl -0pi -e 's#<acceptors>.*?</acceptors>#<acceptors>\n$ENV{ACCEPTOR}\n      </acceptors>#s; my $s = $ENV{SECURITY}; $s =~ s/\\n/\n/g; s#<security-settings>.*?</security-settings>#<security-settings>\n$s\n      </security-settings>#s' "$xml" || return 1
+  grep -q default-address-routing-type "$xml" || \
+    sed -i 's#<address-setting match="\#">#<address-setting match="\#">\n            <default-address-routing-type>ANYCAST</default-address-routing-type>\n            <default-queue-routing-type>ANYCAST</default-queue-routing-type>#' "$xml"
+  printf '%s\n' "admin = bq-artemis-admin-secret" "$ARTEMIS_TLS_USER = $ARTEMIS_TLS_PASS" "bqlim = $ARTEMIS_TLS_LIMITED_PASS" \
+    >"$inst/etc/artemis-users.properties"
+  printf '%s\n' "amq = admin" "bqrole = $ARTEMIS_TLS_USER" "bqlim = bqlim" >"$inst/etc/artemis-roles.properties"
+  grep -q "$ARTEMIS_TLS_PORT?sslEnabled=true" "$xml" || { say "artemis-tls: could not set the TLS acceptor"; return 1; }
+}
+
+artemis-tls_start() {
+  local inst; inst=$(artemis-tls_instance)
+  local javahome=${BQ_ARTEMIS_JAVA_HOME:-${JAVA_HOME:-}}
+  if [ -z "$javahome" ] && [ -n "${BQ_JAVA:-}" ]; then javahome=$(dirname "$(dirname "$BQ_JAVA")"); fi
+  if [ -n "$javahome" ]; then
+    start_bg artemis-tls "$inst" env JAVA_HOME="$javahome" "$inst/bin/artemis" run
+  else
+    start_bg artemis-tls "$inst" "$inst/bin/artemis" run
+  fi
+}
+artemis-tls_stop() { stop_pid artemis-tls; }
