@@ -298,6 +298,10 @@ type certRefused struct{ err error }
 func (c *certRefused) Error() string { return c.err.Error() }
 func (c *certRefused) Unwrap() error { return c.err }
 
+// IsTLSError reports whether err comes from a TLS handshake that failed: a certificate
+// the client refused, an alert from the broker, a broker that does not speak TLS.
+func IsTLSError(err error) bool { return err != nil && tlsReason(err) != "" }
+
 // tlsReason reads a TLS failure in err's chain in a few words, or "" when there is none.
 func tlsReason(err error) string {
 	var unknown x509.UnknownAuthorityError

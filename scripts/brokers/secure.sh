@@ -409,3 +409,90 @@ artemis-tls_start() {
   fi
 }
 artemis-tls_stop() { stop_pid artemis-tls; }
+
+# ---------------------------------------------------------------------------
+# pulsar-tls: a second Pulsar standalone whose only ports are TLS (binary 6661, admin
+# HTTPS 8453), with token authentication (HS256 JWTs signed by a key made here) and
+# authorisation on: role admin is the super user, role bq may produce and consume in
+# public/default. The tokens are files: $STATE/pulsar-tls/{admin,bq}.token.
+
+PULSAR_TLS_PORT=6661
+PULSAR_TLS_HTTP_PORT=8453
+
+pulsar-tls_dir() { echo "$STATE/pulsar-tls"; }
+
+# b64url — base64url without padding, of stdin.
+b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
+
+# pulsar_token SUBJECT — an HS256 JWT {"sub": SUBJECT} signed with the key in secret.key.
+pulsar_token() {
+  local dir hexkey head body sig; dir=$(pulsar-tls_dir)
+  hexkey=$(od -An -tx1 "$dir/secret.key" | tr -d ' \n')
+  head=$(printf '{"alg":"HS256"}' | b64url)
+  body=$(printf '{"sub":"%s"}' "$1" | b64url)
+  sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$hexkey" -binary | b64url)
+  printf '%s.%s.%s' "$head" "$body" "$sig"
+}
+
+pulsar-tls_admin() { # pulsar-tls_admin METHOD PATH [JSON] — the admin REST API as admin
+  local dir d; dir=$(pulsar-tls_dir); d=$(TLS_DIR)
+  curl -fsS -m 5 --cacert "$d/ca.crt" -H "Authorization: Bearer $(cat "$dir/admin.token")" \
+    -X "$1" ${3:+-H 'Content-Type: application/json' -d "$3"} "https://127.0.0.1:$PULSAR_TLS_HTTP_PORT$2"
+}
+
+pulsar-tls_probe() {
+  [ -s "$(pulsar-tls_dir)/admin.token" ] || return 1
+  pulsar-tls_admin GET /admin/v2/clusters 2>/dev/null | grep -q standalone \
+    && tcp_open $PULSAR_TLS_PORT \
+    && pulsar-tls_admin GET /admin/v2/namespaces/public 2>/dev/null | grep -q 'public/default'
+}
+pulsar-tls_died() { ! pid_running pulsar-tls; }
+pulsar-tls_ports() { echo "$PULSAR_TLS_PORT $PULSAR_TLS_HTTP_PORT"; }
+pulsar-tls_url() {
+  echo "BQ_PULSAR_TLS_URL='pulsar+ssl://127.0.0.1:$PULSAR_TLS_PORT?token_file=$(pulsar-tls_dir)/bq.token&admin=https://127.0.0.1:$PULSAR_TLS_HTTP_PORT&$(tls_query)'"
+}
+pulsar-tls_prepare() { pulsar_prepare; }
+
+pulsar-tls_start() {
+  local home dir conf d
+  home=$(pulsar_home); dir=$(pulsar-tls_dir); conf="$dir/standalone.conf"; d=$(TLS_DIR)
+  rm -rf "$dir/data"   # fresh each start, as the plain one
+  mkdir -p "$dir/data" "$dir/logs"
+  [ -s "$dir/secret.key" ] || head -c 32 /dev/urandom >"$dir/secret.key"
+  pulsar_token admin >"$dir/admin.token"
+  pulsar_token bq >"$dir/bq.token"
+  chmod 600 "$dir/secret.key"
+  sed -e "s/^bindAddress=.*/bindAddress=127.0.0.1/" \
+      -e "s/^advertisedAddress=.*/advertisedAddress=127.0.0.1/" \
+      -e "s/^brokerServicePort=.*/brokerServicePort=/" \
+      -e "s/^webServicePort=.*/webServicePort=/" \
+      "$home/conf/standalone.conf" >"$conf"
+  printf '%s\n' "" "# --- scripts/brokers/secure.sh: TLS only, tokens, authorisation ---" \
+    "brokerServicePortTls=$PULSAR_TLS_PORT" "webServicePortTls=$PULSAR_TLS_HTTP_PORT" \
+    "tlsCertificateFilePath=$d/server.crt" "tlsKeyFilePath=$d/server.key" "tlsTrustCertsFilePath=$d/ca.crt" \
+    "brokerClientTlsEnabled=true" "brokerClientTrustCertsFilePath=$d/ca.crt" \
+    "authenticationEnabled=true" \
+    "authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken" \
+    "tokenSecretKey=file://$dir/secret.key" \
+    "authorizationEnabled=true" "superUserRoles=admin" \
+    "brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken" \
+    "brokerClientAuthenticationParameters=file://$dir/admin.token" \
+    "listeningInterface=lo" "allowLoopback=true" \
+    "dbStorage_writeCacheMaxSizeMb=16" "dbStorage_readAheadCacheMaxSizeMb=16" \
+    "dbStorage_rocksDB_blockCacheSize=16777216" "journalSyncData=false" >>"$conf"
+  start_bg pulsar-tls "$dir" env PULSAR_HOME="$home" \
+    PULSAR_MEM="-Xms96m -Xmx${BQ_PULSAR_TLS_HEAP:-384m} -XX:MaxDirectMemorySize=${BQ_PULSAR_TLS_DIRECT:-192m}" \
+    PULSAR_GC="-XX:+UseG1GC -XX:MaxGCPauseMillis=20" \
+    PULSAR_LOG_DIR="$dir/logs" PULSAR_LOG_APPENDER=Console PULSAR_LOG_LEVEL=warn \
+    PULSAR_STANDALONE_CONF="$conf" \
+    "$home/bin/pulsar" standalone --no-functions-worker --no-stream-storage \
+      --advertised-address 127.0.0.1 \
+      --bookkeeper-dir "$dir/data/bookkeeper" \
+      --metadata-dir "$dir/data/metadata"
+}
+
+# Role bq may produce and consume in public/default (idempotent).
+pulsar-tls_setup() {
+  pulsar-tls_admin POST /admin/v2/namespaces/public/default/permissions/bq '["produce","consume"]' >/dev/null
+}
+pulsar-tls_stop() { stop_pid pulsar-tls; }
