@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -218,7 +220,10 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		o(&cfg)
 	}
 	log := cfg.logger.With("transport", "kafka")
-	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))
+	var opening atomic.Bool // franz-go's warnings while Open checks the broker go to Debug: its error says it
+	opening.Store(true)
+	defer opening.Store(false)
+	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(slog.New(openGate{log.Handler(), &opening}))))
 	if cfg.tlsConfig != nil {
 		s.tls = cfg.tlsConfig
 		base = append(base, kgo.DialTLSConfig(cfg.tlsConfig))

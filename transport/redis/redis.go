@@ -147,6 +147,10 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	t := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
 	t.owned = true
 	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), rest.TLSConfig)
+	if err := checkTLS(ctx, rest); err != nil {
+		_ = client.Close()
+		return nil, transport.OpenFailed("redis", transport.RedactURL(u), err)
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
 		return nil, transport.OpenFailed("redis", transport.RedactURL(u), authCause(err))

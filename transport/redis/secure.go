@@ -1,7 +1,12 @@
 package redis
 
 import (
+	"context"
+	"crypto/tls"
+	"net"
 	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -16,4 +21,19 @@ func authCause(err error) error {
 		}
 	}
 	return err
+}
+
+// checkTLS makes one TLS handshake with the server of o, so a certificate the client
+// refuses fails Open with its cause at once: go-redis would retry the dial five times
+// and log each failure on its process-wide logger before Ping returned the same error.
+func checkTLS(ctx context.Context, o *goredis.Options) error {
+	if o.TLSConfig == nil || o.Network == "unix" {
+		return nil
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: o.DialTimeout}, Config: o.TLSConfig}
+	conn, err := d.DialContext(ctx, "tcp", o.Addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
