@@ -445,9 +445,9 @@ cmd_status() {
   for n in "$@"; do
     pid=""; pid_alive "$n" && pid="pid $(cat "$(pidfile "$n")")"
     if "${n}_probe"; then
-      printf '%-9s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
+      printf '%-12s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
     else
-      printf '%-9s down  127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "$pid"; rc=3
+      printf '%-12s down  127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "$pid"; rc=3
     fi
   done
   return $rc

@@ -5,7 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/dlq/dlqtest"
 	"github.com/babelqueue-go/babelqueue/outbox"
 	"github.com/babelqueue-go/babelqueue/outbox/pgstore"
+	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -208,4 +212,75 @@ func testSecret(raw string) string {
 		return p
 	}
 	return u.Query().Get("token")
+}
+
+// TestConsoleCommandServesHTTPS: with -tls-cert and -tls-key the console serves HTTPS
+// with that certificate (a client trusting the test CA reads it; plain HTTP gets
+// nothing), and its session cookie is Secure.
+func TestConsoleCommandServesHTTPS(t *testing.T) {
+	crt, key := transporttest.TLSFile(t, "server.crt"), transporttest.TLSFile(t, "server.key")
+	for _, bad := range [][]string{{"-tls-cert", crt}, {"-tls-key", key}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append(append([]string{"console"}, bad...), "memory://#orders"), &out, &errb); code != 2 || !strings.Contains(errb.String(), "go together") {
+			t.Errorf("%v: exit %d: %s", bad, code, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"console", "-tls-cert", crt, "-tls-key", crt, "memory://#orders"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), crt) {
+		t.Errorf("a certificate given as its own key: exit %d: %s", code, errb.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr transporttest.LogBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "-listen", "127.0.0.1:0", "-token", "t0ken", "-tls-cert", crt, "-tls-key", key, "memory://#orders"}, io.Discard, &stderr)
+	}()
+	addr := regexp.MustCompile(`on https://127\.0\.0\.1:(\d+)/`)
+	deadline := time.Now().Add(10 * time.Second)
+	var port string
+	for port == "" {
+		if m := addr.FindStringSubmatch(stderr.String()); m != nil {
+			port = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the console did not say where it listens: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tlsCfg, err := transport.TLSOptions{CAFile: transporttest.TLSFile(t, "ca.crt")}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	resp, err := hc.Get("https://localhost:" + port + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("login page over HTTPS: %d", resp.StatusCode)
+	}
+	var secure bool
+	for _, c := range resp.Cookies() {
+		secure = secure || (c.Name == "bq_console" && c.Secure && c.HttpOnly)
+	}
+	if !secure {
+		t.Errorf("the session cookie is not Secure over HTTPS: %v", resp.Header.Values("Set-Cookie"))
+	}
+	if resp, err := http.Get("http://127.0.0.1:" + port + "/login"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP on the HTTPS port answered %d", resp.StatusCode)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the console did not stop with its context")
+	}
 }
