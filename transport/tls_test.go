@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 // pki is a CA, and what it signs, written as PEM files in a test's temporary directory.
@@ -400,5 +401,31 @@ func TestClientCertWatch(t *testing.T) {
 	}
 	if c, w := transport.WatchClientCert(nil); c != nil || w != nil || w.Explain(io.EOF) != io.EOF {
 		t.Error("a nil configuration is not left alone")
+	}
+}
+
+// TestTLSTestPKI: the negative server certificates of scripts/certs.sh fail as they
+// should: the expired one as expired, the one for wrong.invalid on the host name.
+func TestTLSTestPKI(t *testing.T) {
+	for _, tc := range []struct{ name, says string }{
+		{"server-expired", "has expired"},
+		{"server-wronghost", "not valid for the host name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pair, err := tls.LoadX509KeyPair(transporttest.TLSFile(t, tc.name+".crt"), transporttest.TLSFile(t, tc.name+".key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := serve(t, pair, nil)
+			_, port, _ := net.SplitHostPort(addr)
+			raw := "rediss://127.0.0.1:" + port + "/0?tls_ca=" + url.QueryEscape(transporttest.TLSFile(t, "ca.crt"))
+			err = roundTrip(t, raw, addr)
+			if err == nil {
+				t.Fatal("exchange succeeded")
+			}
+			if msg := transport.OpenFailed("redis", raw, err).Error(); !strings.Contains(msg, tc.says) {
+				t.Errorf("error %q does not say %q", msg, tc.says)
+			}
+		})
 	}
 }
