@@ -226,3 +226,27 @@ func TestSecureInteropPython(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkSecure: confirmed publish and consume on the plain RabbitMQ and on
+// rabbitmq-tls (TLS with peer verification, a vhost user), timed in turns
+// (transporttest.BenchSecure).
+func BenchmarkSecure(b *testing.B) {
+	plain, secure := brokerURL(b), secureURL(b)
+	opener := func(raw string) func(b *testing.B) transport.Transport {
+		return func(b *testing.B) transport.Transport {
+			tr, err := transport.Open(context.Background(), raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return tr
+		}
+	}
+	transporttest.BenchSecure(b, transporttest.SecureBench{
+		Plain: opener(plain), Secure: opener(secure),
+		NewQueue: func() string {
+			q := secureQueue(b, secure)
+			b.Cleanup(func() { deleteQueues(plain, q) })
+			return q
+		},
+	})
+}

@@ -131,3 +131,22 @@ func TestSecureDeadLetterRefused(t *testing.T) {
 		t.Errorf("after the refused dead-letter write the queue holds %d distinct messages, want 2 (nothing lost): %v", len(got), got)
 	}
 }
+
+// BenchmarkSecure: confirmed publish and consume on the plain Artemis and on
+// artemis-tls (AMQP over TLS, a role user), timed in turns (transporttest.BenchSecure).
+func BenchmarkSecure(b *testing.B) {
+	plain, secure := brokerURL(b), secureURL(b)
+	opener := func(raw string) func(b *testing.B) transport.Transport {
+		return func(b *testing.B) transport.Transport {
+			tr, err := transport.Open(context.Background(), raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return tr
+		}
+	}
+	transporttest.BenchSecure(b, transporttest.SecureBench{
+		Plain: opener(plain), Secure: opener(secure),
+		NewQueue: func() string { return transporttest.UniqueName("bqsec") },
+	})
+}

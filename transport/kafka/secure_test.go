@@ -141,3 +141,16 @@ func ctxT(t testing.TB) context.Context {
 func newSlog(w *transporttest.LogBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// BenchmarkSecure: confirmed publish and consume on the plain Kafka and on kafka-tls
+// (SASL/SCRAM-SHA-512 over TLS, ACLs on), timed in turns (transporttest.BenchSecure).
+func BenchmarkSecure(b *testing.B) {
+	plain, secure := brokerURL(b), secureURL(b)
+	opener := func(raw string) func(b *testing.B) transport.Transport {
+		return func(b *testing.B) transport.Transport { return openSecure(b, raw, "bqsec") }
+	}
+	transporttest.BenchSecure(b, transporttest.SecureBench{
+		Plain: opener(plain), Secure: opener(secure),
+		NewQueue: func() string { return transporttest.UniqueName("bqsec") },
+	})
+}

@@ -70,3 +70,22 @@ func TestSecureRefusals(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSecure: confirmed publish and consume on the plain Pulsar and on pulsar-tls
+// (TLS, token authentication), timed in turns (transporttest.BenchSecure).
+func BenchmarkSecure(b *testing.B) {
+	plain, secure := transporttest.BrokerURL(b, "BQ_PULSAR_URL", "pulsar"), secureURL(b)
+	opener := func(raw string) func(b *testing.B) transport.Transport {
+		return func(b *testing.B) transport.Transport {
+			tr, err := transport.Open(context.Background(), raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return tr
+		}
+	}
+	transporttest.BenchSecure(b, transporttest.SecureBench{
+		Plain: opener(plain), Secure: opener(secure),
+		NewQueue: func() string { return transporttest.UniqueName("bqsec") },
+	})
+}

@@ -132,3 +132,22 @@ func TestSecureInteropPython(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkSecure: confirmed publish and consume on the plain Redis and on redis-tls
+// (TLS with a client certificate, an ACL user), timed in turns (transporttest.BenchSecure).
+func BenchmarkSecure(b *testing.B) {
+	plain, secure := brokerURL(b), secureURL(b)
+	opener := func(raw string) func(b *testing.B) transport.Transport {
+		return func(b *testing.B) transport.Transport {
+			tr, err := transport.Open(context.Background(), raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return tr
+		}
+	}
+	transporttest.BenchSecure(b, transporttest.SecureBench{
+		Plain: opener(plain), Secure: opener(secure),
+		NewQueue: func() string { return transporttest.UniqueName("bqsec") },
+	})
+}
