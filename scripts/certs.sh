@@ -6,14 +6,13 @@
 #
 # Idempotent: a complete set that is still valid for 30 days is left as it is (so the
 # brokers already running on it keep working); otherwise every file is made again.
-# Needs openssl; keytool (the JDK's) for the Java trust store.
+# Needs openssl.
 #
 # What it makes (PEM unless said; every password of a .p12 is "babelqueue"):
 #   ca.crt ca.key                  the test CA ("BabelQueue test CA")
 #   server.crt server.key          signed by the CA; SAN localhost, 127.0.0.1, ::1;
 #                                  server.key is PKCS#8 (Java brokers read it as is)
 #   server.p12                     server.key + server.crt + ca.crt (Java key store)
-#   truststore.p12                 ca.crt as a trusted entry (Java trust store)
 #   client.crt client.key          signed by the CA, CN bq-client (mutual TLS)
 #   client.p12                     client.key + client.crt
 #   client-expired.crt/.key        signed by the CA, valid only in 2020
@@ -34,9 +33,7 @@ say() { printf 'certs.sh: %s\n' "$*" >&2; }
 complete() {
   [ "$(cat "$DIR/.generation" 2>/dev/null)" = "$GENERATION" ] || return 1
   local f
-  local java_store=""
-  command -v keytool >/dev/null && java_store=truststore.p12
-  for f in ca.crt ca.key server.crt server.key server.p12 $java_store client.crt client.key \
+  for f in ca.crt ca.key server.crt server.key server.p12 client.crt client.key \
            client.p12 client-expired.crt client-expired.key client-other.crt client-other.key \
            server-expired.crt server-expired.key server-wronghost.crt server-wronghost.key \
            other-ca.crt other-ca.key; do
@@ -123,12 +120,6 @@ openssl pkcs12 -export -in server.crt -inkey server.key -certfile ca.crt -name s
   -passout "pass:$PASS" -out server.p12
 openssl pkcs12 -export -in client.crt -inkey client.key -certfile ca.crt -name client \
   -passout "pass:$PASS" -out client.p12
-if command -v keytool >/dev/null; then
-  keytool -importcert -noprompt -alias ca -file ca.crt -keystore truststore.p12 \
-    -storetype PKCS12 -storepass "$PASS" >/dev/null 2>&1
-else
-  say "keytool not found: truststore.p12 (for the Java brokers) left out"
-fi
 
 chmod 644 ./*.crt ./*.key ./*.p12 2>/dev/null || true   # test material, read by the broker users
 for f in ./*.crt ./*.key ./*.p12; do mv -f "$f" "$DIR/"; done

@@ -6,7 +6,19 @@
 # Credentials (test-only, loopback): every secret below is a fixed test value.
 
 TLS_DIR() { echo "$STATE/tls"; }
-ensure_certs() { bash "$HERE/certs.sh" "$(TLS_DIR)" >/dev/null; }
+
+# ensure_certs — make the test PKI when it is missing or about to expire. A secure broker
+# still running on certificates made before is stopped, so `up` starts it on the new ones.
+ensure_certs() {
+  local before after n
+  before=$(cat "$(TLS_DIR)/ca.crt" 2>/dev/null | cksum)
+  bash "$HERE/certs.sh" "$(TLS_DIR)" >/dev/null || return 1
+  after=$(cksum <"$(TLS_DIR)/ca.crt")
+  [ "$before" = "$after" ] && return 0
+  for n in $SECURE_NAMES; do
+    if pid_alive "$n"; then say "$n: new test certificates; restarting it"; "${n}_stop"; fi
+  done
+}
 
 # tls_query [client] — the URL query of the shared TLS grammar (docs/security.md): the CA,
 # and with "client" the client certificate.
@@ -118,7 +130,7 @@ rabbit_hash() {
 # Connection.Start frame back.
 rabbitmq-tls_probe() {
   local d r; d=$(TLS_DIR)
-  r=$( (printf 'AMQP\000\000\011\001'; sleep 2) | timeout 4 openssl s_client -quiet -connect 127.0.0.1:$AMQP_TLS_PORT \
+  r=$( (printf 'AMQP\000\000\011\001'; sleep 2) | timeout 4 openssl s_client -quiet -verify_return_error -connect 127.0.0.1:$AMQP_TLS_PORT \
         -CAfile "$d/ca.crt" -cert "$d/client.crt" -key "$d/client.key" 2>/dev/null | head -c 3 | od -An -tx1 | tr -d ' \n')
   [ "$r" = 010000 ]
 }
@@ -346,7 +358,7 @@ artemis-tls_instance() { echo "$STATE/artemis-tls/instance"; }
 # AMQP 1.0 SASL header over TLS: the broker must echo it, and its log say it is live.
 artemis-tls_probe() {
   local d r; d=$(TLS_DIR)
-  r=$( (printf 'AMQP\003\001\000\000'; sleep 2) | timeout 4 openssl s_client -quiet -connect 127.0.0.1:$ARTEMIS_TLS_PORT \
+  r=$( (printf 'AMQP\003\001\000\000'; sleep 2) | timeout 4 openssl s_client -quiet -verify_return_error -connect 127.0.0.1:$ARTEMIS_TLS_PORT \
         -CAfile "$d/ca.crt" 2>/dev/null | head -c 8 | od -An -tx1 | tr -d ' \n')
   [ "$r" = 414d515003010000 ] || return 1
   grep -q 'AMQ221007' "$(logfile artemis-tls)" 2>/dev/null || ! pid_running artemis-tls
