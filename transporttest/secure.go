@@ -75,6 +75,14 @@ func secureRedrive(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	waitFor(t, cfg.ReceiveTimeout, "the failure", func() bool { return failed.Load() == 1 })
+	// The dead-letter write follows the handler's failure: a redrive that browses first
+	// must not look before it landed.
+	waitFor(t, cfg.ReceiveTimeout, "the dead letter", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := transport.Browse(ctx, a.Transport(), a.DeadLetterQueue(), "", 10)
+		return errors.Is(err, transport.ErrCannotPeek) || (err == nil && len(p.Deliveries) == 1)
+	})
 	failing.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cfg.ReceiveTimeout)
 	defer cancel()

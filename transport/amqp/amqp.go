@@ -354,7 +354,7 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		}
 		conn, err := amqp091.DialConfig(raw, cfg)
 		if err != nil {
-			return nil, transport.OpenFailed("amqp", redacted, authCause(certWatch.Explain(scrub(err, u))))
+			return nil, transport.OpenFailed("amqp", redacted, authCause(certWatch.Explain(closedEarly(scrub(err, u)))))
 		}
 		return conn, nil
 	}

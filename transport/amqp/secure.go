@@ -2,6 +2,8 @@ package amqp
 
 import (
 	"errors"
+	"fmt"
+	"io"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -26,6 +28,17 @@ func tlsOptionError(pq driverkit.Query, err error) error {
 	var bad *transport.BadURLError
 	if errors.As(err, &bad) {
 		return pq.Bad(bad.Param, bad.Reason)
+	}
+	return err
+}
+
+// closedEarly reads amqp091's ErrClosed (504) from a dial as what it is, a connection
+// the broker closed before the AMQP handshake ended, so that after a TLS handshake in
+// which the broker asked for a client certificate it is named as the refusal of that
+// certificate (transport.ClientCertWatch).
+func closedEarly(err error) error {
+	if errors.Is(err, amqp091.ErrClosed) {
+		return fmt.Errorf("%w: %w", err, io.ErrUnexpectedEOF)
 	}
 	return err
 }

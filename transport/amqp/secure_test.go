@@ -90,11 +90,11 @@ func TestSecureRefusals(t *testing.T) {
 		{"vhost not allowed", strings.Replace(raw, "/bqsecure?", "/?", 1), transport.ErrAuth, "access to vhost '/' refused"},
 		{"unknown CA", transporttest.EditURL(t, raw, "", map[string]string{"tls_ca": file("other-ca.crt")}), transport.ErrTLS, "unknown authority"},
 		{"wrong host name", transporttest.EditURL(t, raw, "", map[string]string{"tls_server_name": "wrong.invalid"}), transport.ErrTLS, "not valid for the host name"},
-		{"no client certificate", transporttest.EditURL(t, raw, "", map[string]string{"tls_cert": "", "tls_key": ""}), transport.ErrTLS, "refused the handshake"},
+		{"no client certificate", transporttest.EditURL(t, raw, "", map[string]string{"tls_cert": "", "tls_key": ""}), transport.ErrTLS, "client certificate"},
 		{"expired client certificate", transporttest.EditURL(t, raw, "", map[string]string{
-			"tls_cert": file("client-expired.crt"), "tls_key": file("client-expired.key")}), transport.ErrTLS, "refused the handshake"},
+			"tls_cert": file("client-expired.crt"), "tls_key": file("client-expired.key")}), transport.ErrTLS, "client certificate"},
 		{"client certificate of another CA", transporttest.EditURL(t, raw, "", map[string]string{
-			"tls_cert": file("client-other.crt"), "tls_key": file("client-other.key")}), transport.ErrTLS, "refused the handshake"},
+			"tls_cert": file("client-other.crt"), "tls_key": file("client-other.key")}), transport.ErrTLS, "client certificate"},
 		{"plain amqp:// on the TLS port", strings.Replace(transporttest.EditURL(t, raw, "", map[string]string{
 			"tls_ca": "", "tls_cert": "", "tls_key": "", "connection_timeout": "3000"}), "amqps://", "amqp://", 1), nil, ""},
 	}

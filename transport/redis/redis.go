@@ -142,6 +142,8 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	var certWatch *transport.ClientCertWatch
+	rest.TLSConfig, certWatch = transport.WatchClientCert(rest.TLSConfig)
 	client := goredis.NewClient(rest)
 	routeClientLog(transport.LoggerFrom(ctx))
 	t := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
@@ -153,7 +155,7 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, transport.OpenFailed("redis", transport.RedactURL(u), authCause(err))
+		return nil, transport.OpenFailed("redis", transport.RedactURL(u), authCause(certWatch.Explain(err)))
 	}
 	return t, nil
 }

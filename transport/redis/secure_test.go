@@ -51,11 +51,11 @@ func TestSecureRefusals(t *testing.T) {
 		{"no user (default user off)", strings.Replace(raw, "bq:"+pw+"@", "", 1), transport.ErrAuth, "NOAUTH"},
 		{"unknown CA", transporttest.EditURL(t, raw, "", map[string]string{"tls_ca": transporttest.TLSFile(t, "other-ca.crt")}), transport.ErrTLS, "unknown authority"},
 		{"wrong host name", transporttest.EditURL(t, raw, "", map[string]string{"tls_server_name": "wrong.invalid"}), transport.ErrTLS, "not valid for the host name"},
-		{"no client certificate", transporttest.EditURL(t, raw, "", map[string]string{"tls_cert": "", "tls_key": ""}), transport.ErrTLS, "refused the handshake"},
+		{"no client certificate", transporttest.EditURL(t, raw, "", map[string]string{"tls_cert": "", "tls_key": ""}), transport.ErrTLS, "client certificate"},
 		{"expired client certificate", transporttest.EditURL(t, raw, "", map[string]string{
-			"tls_cert": transporttest.TLSFile(t, "client-expired.crt"), "tls_key": transporttest.TLSFile(t, "client-expired.key")}), transport.ErrTLS, "refused the handshake"},
+			"tls_cert": transporttest.TLSFile(t, "client-expired.crt"), "tls_key": transporttest.TLSFile(t, "client-expired.key")}), transport.ErrTLS, "client certificate"},
 		{"client certificate of another CA", transporttest.EditURL(t, raw, "", map[string]string{
-			"tls_cert": transporttest.TLSFile(t, "client-other.crt"), "tls_key": transporttest.TLSFile(t, "client-other.key")}), transport.ErrTLS, "refused the handshake"},
+			"tls_cert": transporttest.TLSFile(t, "client-other.crt"), "tls_key": transporttest.TLSFile(t, "client-other.key")}), transport.ErrTLS, "client certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
