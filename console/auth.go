@@ -132,11 +132,12 @@ func (a *authenticator) login(w http.ResponseWriter, r *http.Request, old *sessi
 	return s, true
 }
 
-func (a *authenticator) logout(w http.ResponseWriter, s *session) {
+func (a *authenticator) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	a.mu.Lock()
 	delete(a.sessions, s.id)
 	a.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 }
 
 // user returns who makes the request, and whether they may see the console.

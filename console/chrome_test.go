@@ -52,11 +52,11 @@ type browser struct {
 	allowed []string
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path := chromiumPath(t)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900), chromedp.Flag("lang", "en-US"))...)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900), chromedp.Flag("lang", "en-US")), extra...)...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	b := &browser{t: t, ctx: ctx}
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,7 @@ type options struct {
 	stale      time.Duration
 	maxIndexed int
 	prewarm    bool
+	tls        *tls.Config // WithTLSConfig (tls.go)
 }
 
 // WithToken requires a login with token (and a name, for the audit log) before any
@@ -282,7 +284,8 @@ func (c *Console) background(f func()) bool {
 	return true
 }
 
-// ListenAndServe serves the console on addr until ctx ends, then closes the console
+// ListenAndServe serves the console on addr, over HTTPS with [WithTLSConfig], until ctx
+// ends, then closes the console
 // (as [Console.Close]: live tails end, a redrive under way settles the message in
 // hand and stops) and shuts the server down. An address beyond loopback is refused
 // with [ErrAuthRequired] unless the console has a token or basic auth. ready, when
@@ -296,12 +299,18 @@ func (c *Console) ListenAndServe(ctx context.Context, addr string, ready func(ne
 		return err
 	}
 	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(c.o.log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(c.o.log.Handler(), slog.LevelWarn), TLSConfig: c.o.tls}
 	if ready != nil {
 		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(ln, "", "") // the certificates are in the configuration
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err

@@ -35,7 +35,8 @@
 // to listen beyond loopback without a login. Every state-changing request needs the
 // session's CSRF token and passes Go's cross-origin protection. Broker URLs are shown
 // with their passwords redacted. [WithReadOnly] refuses every action and hides it.
-// Logins, redrives, deletions and exports are logged with who made them.
+// Logins, redrives, deletions and exports are logged with who made them. With
+// [WithTLSConfig] (see [LoadTLS]) it serves HTTPS, and the session cookie is Secure.
 //
 // The babelqueue command serves it: babelqueue console URL#queue,queue....
 package console

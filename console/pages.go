@@ -673,7 +673,7 @@ func (c *Console) loginPost(w http.ResponseWriter, r *http.Request) (string, any
 
 func (c *Console) logoutPost(w http.ResponseWriter, r *http.Request) (string, any, error) {
 	rq := requestOf(r)
-	c.auth.logout(w, rq.s)
+	c.auth.logout(w, r, rq.s)
 	c.o.log.Info("console: logout", "user", rq.user, "remote", r.RemoteAddr)
 	target := "/login"
 	if c.o.token == "" {

@@ -6,8 +6,10 @@
 #   scripts/brokers.sh status [name…]   one line per broker: up/down
 #   scripts/brokers.sh env    [name…]   `export` lines of the URLs the tests read
 #
-# Names: redis rabbitmq kafka artemis sqs pulsar postgres. No names = the default set.
-# Everything binds to 127.0.0.1. See docs/brokers.md.
+# Names: redis rabbitmq kafka artemis sqs pulsar postgres, and the secure variants
+# redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls (TLS and their own
+# users, beside the plain ones; certificates from scripts/certs.sh). No names = the
+# default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -25,11 +27,12 @@ STATE=${BQ_STATE_DIR:-/tmp/babelqueue-brokers}
 TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
-ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres"
+SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
+ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
-DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar"
+DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
 # Brokers whose failure does not fail `up` when they were not named explicitly (a warning instead).
-SOFT_NAMES="pulsar"
+SOFT_NAMES="pulsar pulsar-tls"
 
 # Versions (all from Maven Central; see docs/brokers.md).
 KAFKA_VERSION=${BQ_KAFKA_VERSION:-4.1.1}
@@ -84,8 +87,8 @@ pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs and is tha
   pid=$(cat "$f")
   kill -0 "$pid" 2>/dev/null || return 1
   case $1 in  # a pid file left from before a reboot may name some other process now
-    redis) pat=redis-server ;; rabbitmq) pat=rabbitmq ;; postgres) pat=postgres ;;
-    kafka) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis) pat=artemis ;; pulsar) pat=pulsar ;;
+    redis|redis-tls) pat=redis-server ;; rabbitmq|rabbitmq-tls) pat=rabbitmq ;; postgres|postgres-tls) pat=postgres ;;
+    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
   esac
   [ -z "${pat:-}" ] || grep -qa "$pat" "/proc/$pid/cmdline" 2>/dev/null || [ ! -r "/proc/$pid/cmdline" ]
 }
@@ -114,7 +117,7 @@ tail_log() {
 # wait_for NAME — poll NAME_probe until it answers, TIMEOUT seconds at most.
 wait_for() {
   local name=$1 start=$SECONDS TIMEOUT=$TIMEOUT
-  [ "$name" = pulsar ] && TIMEOUT=$PULSAR_TIMEOUT
+  [ "${name%-tls}" = pulsar ] && TIMEOUT=$PULSAR_TIMEOUT
   while :; do
     if "${name}_probe"; then return 0; fi
     if [ "$(type -t "${name}_died")" = function ] && "${name}_died"; then
@@ -182,7 +185,8 @@ debian_packages_for() { # the Debian packages the named brokers need
   command -v curl >/dev/null || pk+=(curl)
   command -v flock >/dev/null || pk+=(util-linux)
   for n in "$@"; do
-    case $n in
+    case $n in *-tls) command -v openssl >/dev/null || pk+=(openssl) ;; esac
+    case ${n%-tls} in
       redis) pk+=(redis-server redis-tools) ;;
       rabbitmq) pk+=(rabbitmq-server) ;;
       postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
@@ -345,7 +349,7 @@ postgres_ports() { echo "$PG_PORT"; }
 
 # ---------------------------------------------------------------------------
 # JVM brokers
-for f in kafka sqs artemis pulsar; do . "$ASSETS/$f.sh"; done
+for f in kafka sqs artemis pulsar secure; do . "$ASSETS/$f.sh"; done
 
 # ---------------------------------------------------------------------------
 # commands
@@ -357,7 +361,10 @@ known() { case " $ALL_NAMES " in *" $1 "*) return 0 ;; esac; return 1; }
 # up_one NAME — prepare (download) if needed, start, wait.
 up_one() {
   local name=$1 t0=$SECONDS
-  if "${name}_probe"; then say "$name: already up"; return 0; fi
+  if "${name}_probe"; then
+    if [ "$(type -t "${name}_setup")" = function ] && ! "${name}_setup"; then say "$name: setting it up failed"; return 1; fi
+    say "$name: already up"; return 0
+  fi
   if pid_alive "$name"; then
     say "$name: process running (pid $(cat "$(pidfile "$name")")), waiting for it to answer"
     wait_for "$name" || return 1
@@ -365,7 +372,9 @@ up_one() {
   fi
   [ -s "$(logfile "$name")" ] && mv -f "$(logfile "$name")" "$(logfile "$name").prev"
   if [ "$(type -t "${name}_prepare")" = function ]; then
-    "${name}_prepare" || { say "$name: preparing failed"; tail_log "$name"; return 1; }
+    # One prepare at a time per distribution: a broker and its secure variant share it.
+    ( flock 7; "${name}_prepare" ) 7>"$CACHE/.prepare-${name%-tls}.lock" \
+      || { say "$name: preparing failed"; tail_log "$name"; return 1; }
   fi
   # a listener we do not own on the port?
   local p
@@ -385,6 +394,9 @@ up_one() {
       say "$name: start failed"; tail_log "$name"; pid_running "$name" && "${name}_stop"
     elif ! wait_for "$name"; then
       pid_running "$name" && { say "$name: stopping the failed start"; "${name}_stop" >/dev/null 2>&1; }
+    elif [ "$(type -t "${name}_setup")" = function ] && ! "${name}_setup"; then
+      # users, permissions, ACLs the broker needs once it answers (idempotent)
+      say "$name: setting it up failed"; tail_log "$name"; "${name}_stop" >/dev/null 2>&1
     else
       say "$name: up on 127.0.0.1:$(first_port "$name") ($((SECONDS - t0))s)"
       return 0
@@ -400,6 +412,8 @@ cmd_up() {
   chmod 755 "$STATE" 2>/dev/null
   mapfile -t pk < <(debian_packages_for "${names[@]}")
   [ ${#pk[@]} -gt 0 ] && [ -n "${pk[0]}" ] && apt_install "${pk[@]}"
+  # The secure variants' certificates, once, before they start side by side.
+  if [[ " ${names[*]} " == *-tls\ * ]]; then ensure_certs || die "scripts/certs.sh failed"; fi
   local pids=() rc=0 i
   for n in "${names[@]}"; do
     ( set -o pipefail; up_one "$n" 2>&1 | sed -u "s/^/[$n] /" ) &
@@ -431,21 +445,24 @@ cmd_status() {
   for n in "$@"; do
     pid=""; pid_alive "$n" && pid="pid $(cat "$(pidfile "$n")")"
     if "${n}_probe"; then
-      printf '%-9s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
+      printf '%-12s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
     else
-      printf '%-9s down  127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "$pid"; rc=3
+      printf '%-12s down  127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "$pid"; rc=3
     fi
   done
   return $rc
 }
 
 cmd_env() {
-  local n line any_sqs=0
+  local n line any_sqs=0 any_tls=0
   for n in "$@"; do
     if [ "$n" = pulsar ] && ! pulsar_probe; then continue; fi
+    if [ "$n" = pulsar-tls ] && ! pulsar-tls_probe; then continue; fi
     line=$("${n}_url"); echo "export $line"
     [ "$n" = sqs ] && any_sqs=1
+    case $n in *-tls) any_tls=1 ;; esac
   done
+  [ $any_tls = 1 ] && echo "export BQ_TLS_DIR=$(TLS_DIR)"
   if [ $any_sqs = 1 ]; then
     echo "export AWS_ACCESS_KEY_ID=x"
     echo "export AWS_SECRET_ACCESS_KEY=x"

@@ -3,7 +3,8 @@
 # Debian's prometheus package (the test starts a private Prometheus on a loopback port,
 # lets it scrape a real run and evaluates every panel of docs/grafana-dashboard.json;
 # its promtool unit-tests docs/alerts.yml in scripts/test.sh)
-# and Debian's chromium (headless, for the screenshot of Prometheus's graph page).
+# and Debian's chromium (headless, for the screenshot of Prometheus's graph page; the
+# console's browser tests use it too, and NSS's certutil for its HTTPS test).
 # Nothing is started: the test runs its own processes and stops them.
 #
 # Prints two lines, the paths of the prometheus and chromium binaries; the otel tests
@@ -15,6 +16,8 @@ log() { echo "prometheus.sh: $*" >&2; }
 need=()
 command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || need+=(chromium)
+# certutil, for the console's HTTPS test: it trusts the test CA in a private NSS database.
+command -v certutil >/dev/null 2>&1 || need+=(libnss3-tools)
 
 if [ "${#need[@]}" -gt 0 ]; then
   log "installing ${need[*]} (apt-get)"

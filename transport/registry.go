@@ -179,6 +179,9 @@ func RedactURL(u *url.URL) string {
 
 func isSecretParam(name string) bool {
 	n := strings.ToLower(name)
+	if n == ParamTLSKey || n == "keyfile" || n == "token_file" || n == "sasl" {
+		return false // the path of a key or token file, a SASL mechanism's name: not secrets
+	}
 	for _, s := range []string{"password", "secret", "token", "key", "sas", "signature", "credential"} {
 		if strings.Contains(n, s) {
 			return true

@@ -21,8 +21,9 @@ with depth, in flight and dead-letter depth, each dead-letter queue grouped by
 reason, URN, producing language and error, the messages, redrives and deletions
 with a dry run, exports, a live tail, a search by meta.id or trace_id. Each URL names
 its queues after a #, or takes every -queue. It binds to loopback unless -listen says
-otherwise, which needs -token or -basic. Logins, redrives, deletions and exports are
-logged to stderr with who made them.
+otherwise, which needs -token or -basic. With -tls-cert and -tls-key it serves HTTPS,
+and its session cookie is Secure. Logins, redrives, deletions and exports are logged
+to stderr with who made them.
 
 Flags:
 `
@@ -41,6 +42,8 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var queues queuesFlag
 	fs.Var(&queues, "queue", "a work queue to show on every URL without its own #queue,… (repeatable)")
 	interval := fs.Duration("interval", 5*time.Second, "how often the queues are counted for the rates and charts")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (chain, leaf first); goes with -tls-key")
+	tlsKey := fs.String("tls-key", "", "the PEM private key of -tls-cert")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return o.finish(err)
@@ -66,6 +69,18 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *readOnly {
 		opts = append(opts, console.WithReadOnly())
+	}
+	scheme := "http"
+	switch {
+	case (*tlsCert == "") != (*tlsKey == ""):
+		return o.finish(usageError{"-tls-cert and -tls-key go together"})
+	case *tlsCert != "":
+		cfg, err := console.LoadTLS(*tlsCert, *tlsKey)
+		if err != nil {
+			return o.finish(err)
+		}
+		opts = append(opts, console.WithTLSConfig(cfg))
+		scheme = "https"
 	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.json {
@@ -103,7 +118,7 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer c.Close()
 	err = c.ListenAndServe(ctx, *listen, func(a net.Addr) {
 		if !o.json {
-			fmt.Fprintf(stderr, "babelqueue console on http://%s/ (Ctrl-C to stop)\n", a)
+			fmt.Fprintf(stderr, "babelqueue console on %s://%s/ (Ctrl-C to stop)\n", scheme, a)
 		}
 	})
 	if err != nil {

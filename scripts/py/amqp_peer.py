@@ -18,6 +18,7 @@ Usage:
 import argparse
 import json
 import sys
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from babelqueue import BabelQueue, EnvelopeCodec, headers_from_context
 from babelqueue.pika_transport import PikaTransport
@@ -88,6 +89,20 @@ def drain(args):
         tr.close()
 
 
+def pika_url(url):
+    """pika's form of a Go amqps:// URL: the shared TLS parameters (docs/security.md) become
+    pika's ssl_options; Go's own parameters are dropped."""
+    parts = urlsplit(url)
+    if parts.scheme != "amqps":
+        return url
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    opts = {"server_hostname": query.get("tls_server_name", parts.hostname)}
+    for go, py in (("tls_ca", "ca_certs"), ("tls_cert", "certfile"), ("tls_key", "keyfile")):
+        if go in query:
+            opts[py] = query[go]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode({"ssl_options": repr(opts)}), ""))
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -101,6 +116,7 @@ def main():
             s.add_argument("--max-attempts", type=int, default=3)
             s.add_argument("--urn", action="append")
     args = p.parse_args()
+    args.url = pika_url(args.url)
     {"publish": publish, "consume": consume, "drain": drain}[args.cmd](args)
 
 

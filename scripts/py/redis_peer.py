@@ -2,8 +2,9 @@
 
 Usage: redis_peer.py COMMAND URL QUEUE [ARG]
 
-URL is the Go form: redis://host:port/db[?laravel=1&prefix=...&retry_after=N]. The
-query is turned into RedisTransport keyword arguments here.
+URL is the Go form: redis://host:port/db[?laravel=1&prefix=...&retry_after=N], or
+rediss:// with the shared TLS parameters (tls_ca, tls_cert, tls_key). The query is turned
+into RedisTransport keyword arguments and redis-py's ssl_* parameters here.
 
 Commands:
   produce N          publish N envelopes (URN urn:babel:interop:redis, data {"n": i,
@@ -21,7 +22,7 @@ Commands:
 import json
 import sys
 import time
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from babelqueue import BabelQueue
 from babelqueue.redis_transport import RedisTransport
@@ -38,8 +39,18 @@ def transport(url):
         kwargs["key_prefix"] = query.get("prefix", "queues:")
     if "retry_after" in query:
         kwargs["retry_after"] = int(query["retry_after"])
-    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(tls_query(parts.scheme, query)), ""))
     return RedisTransport(base, **kwargs)
+
+
+def tls_query(scheme, query):
+    """redis-py's TLS query for the shared TLS parameters of a Go URL (docs/security.md)."""
+    if scheme != "rediss":
+        return {}
+    names = {"tls_ca": "ssl_ca_certs", "tls_cert": "ssl_certfile", "tls_key": "ssl_keyfile"}
+    out = {names[k]: v for k, v in query.items() if k in names}
+    out["ssl_cert_reqs"] = "none" if query.get("tls_insecure") in ("1", "true") else "required"
+    return out
 
 
 def emit(obj):

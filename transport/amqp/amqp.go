@@ -158,7 +158,9 @@ func WithMaxMessageSize(n int) Option {
 	}
 }
 
-// WithTLSConfig sets the TLS configuration used for amqps:// URLs.
+// WithTLSConfig sets the TLS configuration used for amqps:// URLs, in place of the one
+// the URL's TLS parameters describe (docs/security.md; [transport.TLSOptions] builds the
+// same configuration in code).
 func WithTLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
 
 // WithDialer replaces the TCP dialer, for proxies, tunnels or tests. It is called for
@@ -184,13 +186,19 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 	return dialURL(ctx, u, opts...)
 }
 
-// ownParams are read here and not passed on; clientParams are RabbitMQ's URI
-// parameters, read by amqp091, of which amqps:// alone takes tlsParams.
-var (
-	ownParams    = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
-	tlsParams    = []string{"certfile", "keyfile", "cacertfile", "server_name_indication"}
-	clientParams = append([]string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}, tlsParams...)
-)
+// ownParams are the query parameters this package reads itself; they are not passed
+// on to amqp091.
+var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
+
+// clientParams are the RabbitMQ URI query parameters amqp091 reads.
+var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}
+
+// tlsAliases are the RabbitMQ URI spec's names of the shared TLS parameters
+// (transport.ParseTLS), still accepted.
+var tlsAliases = map[string]string{
+	"cacertfile": transport.ParamTLSCA, "certfile": transport.ParamTLSCert,
+	"keyfile": transport.ParamTLSKey, "server_name_indication": transport.ParamTLSServerName,
+}
 
 // parseURL checks u and returns the URL handed to amqp091 (without this package's own
 // parameters) and the settings the URL sets.
@@ -205,7 +213,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	pq, err := driverkit.ParseQuery("amqp", u, append(slices.Clone(clientParams), ownParams...)...)
+	known := append(append(append([]string(nil), clientParams...), ownParams...), transport.TLSParams...)
+	for alias := range tlsAliases {
+		known = append(known, alias)
+	}
+	pq, err := driverkit.ParseQuery("amqp", u, known...)
 	if err != nil {
 		return "", err
 	}
@@ -219,13 +231,8 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
 	q := u.Query()
-	if q.Has("certfile") != q.Has("keyfile") {
-		return "", pq.Bad("certfile", "certfile and keyfile go together")
-	}
-	for _, p := range tlsParams {
-		if scheme == "amqp" && q.Has(p) {
-			return "", pq.Bad(p, "only meaningful with amqps://")
-		}
+	if s.tlsConfig, err = pq.TLS(u, scheme == "amqps", tlsAliases); err != nil {
+		return "", err
 	}
 	if m, ok := pq.String("auth_mechanism"); ok && !slices.Contains([]string{"plain", "amqplain", "external"}, strings.ToLower(m)) {
 		return "", pq.Bad("auth_mechanism", "want plain, amqplain or external")
@@ -246,9 +253,13 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		s.connName = name
 	}
 	c := *u
-	c.Scheme, c.Fragment, c.RawFragment = scheme, "", ""
-	for _, p := range ownParams {
+	c.Scheme = scheme
+	c.Fragment, c.RawFragment = "", ""
+	for _, p := range append(ownParams, transport.TLSParams...) {
 		q.Del(p)
+	}
+	for alias := range tlsAliases {
+		q.Del(alias)
 	}
 	c.RawQuery = q.Encode()
 	if _, err := amqp091.ParseURI(c.String()); err != nil {
@@ -292,6 +303,7 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	return open(s, opts, func(t *Transport) (*amqp091.Connection, error) {
 		t.dial = t.dialer(raw, u)
+		transport.WarnInsecureTLS(t.log, "amqp", transport.RedactURL(u), t.s.tlsConfig)
 		return t.dial(ctx)
 	})
 }
@@ -306,10 +318,11 @@ func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp0
 	q.Set("heartbeat", strconv.FormatInt(int64((s.heartbeat+time.Second-1)/time.Second), 10))
 	c.RawQuery = q.Encode()
 	raw, redacted := c.String(), transport.RedactURL(u)
+	tlsConfig, certWatch := transport.WatchClientCert(s.tlsConfig)
 	return func(ctx context.Context) (*amqp091.Connection, error) {
 		cfg := amqp091.Config{Properties: amqp091.NewConnectionProperties()}
-		if s.tlsConfig != nil {
-			cfg.TLSClientConfig = s.tlsConfig.Clone()
+		if tlsConfig != nil {
+			cfg.TLSClientConfig = tlsConfig.Clone()
 		}
 		cfg.Properties.SetClientConnectionName(s.connName)
 		var live *liveConn
@@ -334,7 +347,7 @@ func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp0
 		}
 		conn, err := amqp091.DialConfig(raw, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("amqp: connect to %s: %w", redacted, scrub(err, u))
+			return nil, transport.OpenFailed("amqp", redacted, authCause(certWatch.Explain(closedEarly(scrub(err, u)))))
 		}
 		live.opened(conn.Config.Heartbeat)
 		return conn, nil
@@ -551,7 +564,8 @@ func unsentUnlessFinal(err error) error {
 	switch {
 	case err == nil:
 		return unsent{errNoConnection}
-	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve):
+	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve),
+		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
 		return err
 	}
 	return unsent{err}
@@ -616,7 +630,7 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 		_ = ch.Close()
 	}
 	if err != nil {
-		return lostWith(conn, fmt.Errorf("amqp: declare queue %q: %w", queue, err))
+		return lostWith(conn, fmt.Errorf("amqp: declare queue %q: %w", queue, authCause(err)))
 	}
 	t.mu.Lock()
 	if t.gen == gen {

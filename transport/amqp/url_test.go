@@ -72,7 +72,7 @@ func TestDialUnparseableURLHidesPassword(t *testing.T) {
 }
 
 func TestURLSettings(t *testing.T) {
-	u, _ := url.Parse("amqps://u:p@rabbit.example:5671/prod?heartbeat=15&connection_timeout=2500&publish_confirms=false&confirm_timeout=3s&connection_name=billing&declare=0&cacertfile=/ca.pem")
+	u, _ := url.Parse("amqps://u:p@rabbit.example:5671/prod?heartbeat=15&connection_timeout=2500&publish_confirms=false&confirm_timeout=3s&connection_name=billing&declare=0&server_name_indication=rabbit.internal")
 	s := defaultSettings()
 	raw, err := parseURL(u, &s)
 	if err != nil {
@@ -87,8 +87,16 @@ func TestURLSettings(t *testing.T) {
 			t.Errorf("URL handed to the client still holds %s: %s", own, transport.Redact(raw))
 		}
 	}
-	if !strings.Contains(raw, "cacertfile=") || !strings.Contains(raw, "/prod") {
+	if !strings.Contains(raw, "heartbeat=15") || !strings.Contains(raw, "/prod") {
 		t.Errorf("client URL lost a client parameter or the vhost: %s", transport.Redact(raw))
+	}
+	// TLS parameters become the transport's own *tls.Config (transport.ParseTLS), not
+	// amqp091's; RabbitMQ's URI names are aliases of the shared ones.
+	if strings.Contains(raw, "server_name_indication") {
+		t.Errorf("URL handed to the client still holds a TLS parameter: %s", transport.Redact(raw))
+	}
+	if s.tlsConfig == nil || s.tlsConfig.ServerName != "rabbit.internal" {
+		t.Errorf("TLS configuration from the URL: %+v", s.tlsConfig)
 	}
 }
 

@@ -49,6 +49,7 @@ type options struct {
 	maxSize        int
 	pipeline       bool
 	bad            driverkit.Options // the bad values given to option functions
+	tlsConfig      *tls.Config       // WithTLSConfig (secure.go)
 }
 
 // WithLogger sets the logger (default slog.Default()). A nil l is an error matching
@@ -194,7 +195,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Opaque != "" {
 		return bad("host", "want artemis://host:port")
 	}
-	q, err := driverkit.ParseQuery("artemis", u, "idle_timeout", "container_id", "server_name", "pipeline_settles")
+	q, err := driverkit.ParseQuery("artemis", u, append([]string{"idle_timeout", "container_id", "server_name", "pipeline_settles"}, transport.TLSParams...)...)
 	if err != nil {
 		return Config{}, err
 	}
@@ -235,12 +236,9 @@ func ParseURL(u *url.URL) (Config, error) {
 	} else if ok {
 		c.PipelineSettles = on
 	}
-	serverName, ok, err := q.NonEmpty("server_name")
-	if err != nil {
+	// TLS: the shared grammar (transport.ParseTLS); server_name is tls_server_name.
+	if c.TLS, err = q.TLS(u, secure, map[string]string{"server_name": transport.ParamTLSServerName}); err != nil {
 		return Config{}, err
-	}
-	if ok && !secure {
-		return Config{}, q.Bad("server_name", "only for artemis+ssl://")
 	}
 	if u.User != nil {
 		c.HasCredentials = true
@@ -250,9 +248,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	hostport := net.JoinHostPort(host, port)
 	if secure {
 		c.Addr = "amqps://" + hostport
-		c.TLS = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-		if serverName != "" {
-			c.TLS.ServerName = serverName
+		if c.TLS.ServerName == "" {
+			c.TLS.ServerName = host
 		}
 	} else {
 		c.Addr = "amqp://" + hostport
@@ -320,6 +317,10 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
+	if o.tlsConfig != nil && cfg.TLS != nil {
+		cfg.TLS = o.tlsConfig
+	}
+	transport.WarnInsecureTLS(o.logger, "artemis", transport.RedactURL(u), cfg.TLS)
 	if o.dial == nil {
 		o.dial = func(ctx context.Context) (*amqp.Conn, error) {
 			return amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
@@ -327,7 +328,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	conn, err := o.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("artemis: dial %s: %w", cfg, err)
+		return nil, transport.OpenFailed("artemis", transport.RedactURL(u), authCause(err))
 	}
 	return newTransport(conn, cfg.String(), o), nil
 }
@@ -527,7 +528,7 @@ func (t *Transport) sender(ctx context.Context, queue string) (*amqp.Sender, err
 			t.sess = nil
 		}
 		t.noteErrLocked(err)
-		return nil, fmt.Errorf("artemis: attach sender to %q: %w", queue, err)
+		return nil, fmt.Errorf("artemis: attach sender to %q: %w", queue, authCause(err))
 	}
 	t.senders[queue] = s
 	return s, nil

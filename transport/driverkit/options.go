@@ -1,6 +1,7 @@
 package driverkit
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -131,4 +132,13 @@ func (q Query) Int(name string, lo, hi int) (int, bool, error) {
 func (q Query) Duration(name string, unit, lo, hi time.Duration) (time.Duration, bool, error) {
 	v, ok, err := q.q.Duration(name, unit, lo, hi)
 	return v, ok, q.wrap(err)
+}
+
+// TLS reads the TLS parameters every scheme shares ([transport.TLSParams]) from u, as
+// [transport.ParseTLS] does, with a bad value an [*OptionError] naming it. secure says
+// whether the URL asks for TLS (its scheme, or a parameter of the driver's); aliases
+// maps a driver's own parameter names to the shared ones.
+func (q Query) TLS(u *url.URL, secure bool, aliases map[string]string) (*tls.Config, error) {
+	c, err := transport.ParseTLS(u, secure, aliases)
+	return c, q.wrap(err)
 }

@@ -33,15 +33,19 @@
 //     need are created at Consume through the admin API. Off, such a topic that is
 //     missing is an error from Consume ([MissingTopicError]).
 //   - client_id: the Kafka client id (default "babelqueue-go").
-//   - tls: 1 to dial with TLS (system roots).
+//   - tls: 1 to dial with TLS (the system's roots unless tls_ca names a CA file).
+//   - tls_ca, tls_cert and tls_key (mutual TLS), tls_server_name, tls_insecure: the
+//     TLS parameters every scheme shares (docs/security.md); they need tls=1.
+//     [WithTLSConfig] sets the *tls.Config in code instead.
 //   - sasl: plain, scram-sha-256 or scram-sha-512, with the user and password taken from
-//     the URL's user info (user info alone means plain).
+//     the URL's user info (user info alone means plain). Amazon MSK and Confluent Cloud:
+//     kafka://USER:PASSWORD@broker:9096?tls=1&sasl=scram-sha-512.
 //
 // Durations take a Go duration or a number of seconds; booleans 1/0, true/false,
 // yes/no, on/off ([transport.Query]).
 //
-// For anything else (mutual TLS, OAuth, a custom dialer) build the clients yourself and
-// use [New] with a [ConsumerFactory].
+// For anything else (OAuth, a custom dialer) build the clients yourself and use [New]
+// with a [ConsumerFactory].
 //
 // # Wire format
 //
@@ -125,6 +129,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -202,8 +207,11 @@ func (e *DeliveryError) Error() string {
 // Unwrap returns the underlying error.
 func (e *DeliveryError) Unwrap() error { return e.Err }
 
-// Is makes the error match [ErrDelivery].
-func (e *DeliveryError) Is(target error) bool { return target == ErrDelivery }
+// Is makes the error match [ErrDelivery], and [transport.ErrAuth] when the broker
+// refused the write for the user's ACLs.
+func (e *DeliveryError) Is(target error) bool {
+	return target == ErrDelivery || (target == transport.ErrAuth && isAuth(e.Err))
+}
 
 // ConsumerFactory builds the group-consuming client of one consumer. The transport passes
 // the options it needs (group, topics, callbacks, offsets); a factory adds its own
@@ -237,6 +245,7 @@ type config struct {
 	// txTimeout is the transaction timeout of a transactional consumer's producer
 	// (move.go); tests shorten it.
 	txTimeout time.Duration
+	tlsConfig *tls.Config // WithTLSConfig (secure.go)
 }
 
 // Option configures a [Transport]. A value an option cannot use makes [Open], [OpenURL]

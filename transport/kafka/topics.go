@@ -77,7 +77,7 @@ func (t *Transport) prepareTopics(ctx context.Context, queue string, opts transp
 	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
 	td, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return fmt.Errorf("kafka: checking the topics that settle writes of queue %q go to: %w", queue, err)
+		return fmt.Errorf("kafka: checking the topics that settle writes of queue %q go to: %w", queue, authCause(err))
 	}
 	var missing []string
 	for _, name := range topics {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,6 +38,7 @@ var urlParams = []string{
 
 // settings is what a kafka:// URL says.
 type settings struct {
+	tls   *tls.Config // from tls=1 and the TLS parameters; nil without TLS
 	seeds []string
 	base  []kgo.Opt // client options shared by the producer and the consumers
 	opts  []Option
@@ -54,7 +57,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Opaque != "" {
 		return nil, bad("host", "want kafka://host:port[,host:port]")
 	}
-	q, err := driverkit.ParseQuery("kafka", u, urlParams...)
+	q, err := driverkit.ParseQuery("kafka", u, append(append([]string(nil), urlParams...), transport.TLSParams...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +145,12 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	if on, _, err := q.Bool("tls"); err != nil {
 		return nil, err
-	} else if on {
-		s.base = append(s.base, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	} else if cfg, err := q.TLS(u, on, nil); err != nil {
+		return nil, err
+	} else if cfg != nil {
+		// franz-go sets each connection's ServerName to the broker it dials.
+		s.tls = cfg
+		s.base = append(s.base, kgo.DialTLSConfig(cfg))
 	}
 	mech, _ := q.String("sasl")
 	if q.Has("sasl") && u.User == nil {
@@ -222,7 +229,15 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		return nil, err
 	}
 	log := cfg.logger.With("transport", "kafka")
-	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(log)))
+	var opening atomic.Bool // franz-go's warnings while Open checks the broker go to Debug: its error says it
+	opening.Store(true)
+	defer opening.Store(false)
+	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(slog.New(openGate{log.Handler(), &opening}))))
+	if cfg.tlsConfig != nil {
+		s.tls = cfg.tlsConfig
+		base = append(base, kgo.DialTLSConfig(cfg.tlsConfig))
+	}
+	transport.WarnInsecureTLS(log, "kafka", transport.RedactURL(u), s.tls)
 	popts := slices.Clip(base)
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
@@ -239,7 +254,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		if pctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within the dial timeout (%s): %w", cfg.dialTimeout, err)
 		}
-		return nil, fmt.Errorf("kafka: no broker of %s answers: %w", transport.RedactURL(u), err)
+		return nil, transport.OpenFailed("kafka", transport.RedactURL(u), authCause(err))
 	}
 	t, err := newTransport(prod, true, Factory(append(base, kgo.DialTimeout(cfg.dialTimeout))...), all...)
 	if err != nil {

@@ -177,10 +177,11 @@ func TestOptionsValidated(t *testing.T) {
 // TestOpenUnreachable checks that Open fails, without the password, when no broker
 // answers: at once on a refused connection, and within the dial timeout when the port
 // accepts connections but nothing answers; franz-go's own warnings go to the logger the
-// runtime hands to openers.
+// runtime hands to openers, at Debug while Open checks the broker (its one error says
+// what they say).
 func TestOpenUnreachable(t *testing.T) {
 	var logs transporttest.LogBuffer
-	ctx := transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx := transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := transport.Open(cctx, "kafka://u:s3cr3t@127.0.0.1:1")
@@ -192,6 +193,9 @@ func TestOpenUnreachable(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "client=franz-go") || !strings.Contains(logs.String(), "unable to open connection") {
 		t.Errorf("franz-go's warnings did not reach the context's logger; it holds:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("franz-go's warnings of Open's own check are not at Debug:\n%s", logs.String())
 	}
 	if strings.Contains(logs.String(), "s3cr3t") {
 		t.Errorf("the log echoes the password:\n%s", logs.String())

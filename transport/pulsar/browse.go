@@ -12,8 +12,6 @@ import (
 	"strings"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
@@ -27,8 +25,9 @@ var _ transport.Browser = (*Transport)(nil)
 // reads the subscription's position through. A transport opened from a URL defaults
 // it to port 8080 (8443 for pulsar+ssl://) of the URL's first host; the URL parameter
 // admin sets it. A transport built with [New] has none unless this option gives it,
-// and cannot browse without it (an empty u leaves it so). Only the unauthenticated API
-// is supported. A u that is not an http(s) URL with a host is refused.
+// and cannot browse without it (an empty u leaves it so). The admin client uses the
+// transport's TLS configuration and token ([WithTLSConfig], [WithToken], or the URL's).
+// A u that is not an http(s) URL with a host is refused.
 func WithAdminURL(u string) Option {
 	return func(o *options) {
 		if p, err := url.Parse(u); u != "" && (err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "") {
@@ -91,7 +90,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("pulsar: browse: %w", err)
 	}
-	adm, err := admin.New(&config.Config{WebServiceURL: t.opts.adminURL})
+	adm, err := t.opts.secure.admin(t.opts.adminURL)
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("pulsar: browse: admin client for %s: %w", t.opts.adminURL, err)
 	}

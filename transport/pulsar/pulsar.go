@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,7 @@ type options struct {
 	consumerOptions func(*pc.ConsumerOptions)
 	adminURL        string // the admin REST API, for Browse (browse.go)
 	pipeline        bool   // pipelined settlements (WithPipelinedSettles)
+	secure          access // TLS and token for the broker and the admin API (secure.go)
 	bad             driverkit.Options
 }
 
@@ -292,15 +294,22 @@ type Config struct {
 	// PipelineSettles is the pipeline_settles parameter: true unless it is 0 (see
 	// [WithPipelinedSettles]).
 	PipelineSettles bool
+	// TLS is the TLS configuration of a pulsar+ssl:// URL, from the TLS parameters
+	// every scheme shares (docs/security.md); nil for pulsar://.
+	TLS *tls.Config
+	// Token and TokenFile are the token and token_file parameters: token
+	// authentication with the JWT itself or the file holding it.
+	Token, TokenFile string
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
 var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size",
-	"receiver_queue", "admin", "pipeline_settles"}
+	"receiver_queue", "admin", "pipeline_settles", "token", "token_file"}
 
 // options returns the options the URL's parameters stand for.
 func (c Config) options() []Option {
-	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType), WithPipelinedSettles(c.PipelineSettles)}
+	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType), WithPipelinedSettles(c.PipelineSettles),
+		func(o *options) { o.secure = access{tls: c.TLS, token: c.Token, tokenFile: c.TokenFile} }}
 	if c.ConnectTimeout > 0 {
 		opts = append(opts, WithConnectTimeout(c.ConnectTimeout))
 	}
@@ -342,9 +351,9 @@ func ParseURL(u *url.URL) (Config, error) {
 		return bad("host", "want pulsar://host:port")
 	}
 	if u.User != nil {
-		return bad("user", "pulsar:// URLs carry no credentials; build a client with token or TLS authentication and use pulsar.New")
+		return bad("user", "pulsar:// URLs carry no user: give token_file= (or token=) for token authentication, or build a client and use pulsar.New")
 	}
-	q, err := driverkit.ParseQuery("pulsar", u, urlParams...)
+	q, err := driverkit.ParseQuery("pulsar", u, append(append([]string(nil), urlParams...), transport.TLSParams...)...)
 	if err != nil {
 		return Config{}, err
 	}
@@ -421,6 +430,18 @@ func ParseURL(u *url.URL) (Config, error) {
 	} else if ok {
 		c.PipelineSettles = on
 	}
+	if c.TLS, err = q.TLS(u, scheme == "pulsar+ssl", nil); err != nil {
+		return Config{}, err
+	}
+	if c.Token, _, err = q.NonEmpty("token"); err != nil {
+		return Config{}, err
+	}
+	if c.TokenFile, _, err = q.NonEmpty("token_file"); err != nil {
+		return Config{}, err
+	}
+	if c.Token != "" && c.TokenFile != "" {
+		return Config{}, q.Bad("token", "give token or token_file, not both")
+	}
 	return c, nil
 }
 
@@ -440,17 +461,29 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	if err := probe(ctx, cfg.ServiceURL, o.connectTimeout); err != nil {
-		return nil, err
+	redacted := transport.RedactURL(u)
+	transport.WarnInsecureTLS(o.logger, "pulsar", redacted, o.secure.tls)
+	if err := probe(ctx, cfg.ServiceURL, o.connectTimeout, o.secure.tls); err != nil {
+		return nil, transport.OpenFailed("pulsar", redacted, err)
 	}
-	client, err := pc.NewClient(pc.ClientOptions{
+	refused := make(chan string, 1)
+	copts := pc.ClientOptions{
 		URL:               cfg.ServiceURL,
-		Logger:            pclog.NewLoggerWithSlog(slog.New(quietInfo{o.logger.Handler()}).With("component", "pulsar-client")),
+		Logger:            pclog.NewLoggerWithSlog(slog.New(refusalWatch{quietInfo{o.logger.Handler()}, refused}).With("component", "pulsar-client")),
 		OperationTimeout:  30 * time.Second,
 		ConnectionTimeout: o.connectTimeout,
-	})
+		TLSConfig:         o.secure.tls,
+	}
+	if copts.Authentication, err = o.secure.authentication(); err != nil {
+		return nil, transport.OpenFailed("pulsar", redacted, err)
+	}
+	client, err := pc.NewClient(copts)
 	if err != nil {
-		return nil, fmt.Errorf("pulsar: client for %s: %w", transport.RedactURL(u), err)
+		return nil, fmt.Errorf("pulsar: client for %s: %w", redacted, err)
+	}
+	if err := checkAccess(ctx, client, o.connectTimeout, refused); err != nil {
+		client.Close()
+		return nil, transport.OpenFailed("pulsar", redacted, err)
 	}
 	t := newTransport(client, o)
 	t.ownsClient = true
@@ -461,20 +494,23 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 // connection within the connect timeout.
 var ErrUnreachable = errors.New("pulsar: broker unreachable")
 
-// probe dials the brokers of serviceURL until one accepts a TCP connection, within
-// timeout (and ctx). The Pulsar client itself would retry a missing broker until each
+// probe dials the brokers of serviceURL until one accepts a TCP connection (and, with
+// tlsConfig, completes a TLS handshake), within timeout (and ctx). The Pulsar client
+// itself would retry a missing broker, or one whose certificate it refuses, until each
 // operation's timeout, logging every attempt.
-func probe(ctx context.Context, serviceURL string, timeout time.Duration) error {
+func probe(ctx context.Context, serviceURL string, timeout time.Duration, tlsConfig *tls.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	_, hosts, _ := strings.Cut(serviceURL, "://")
-	d := net.Dialer{}
 	var errs []error
 	for _, hp := range strings.Split(hosts, ",") {
-		conn, err := d.DialContext(ctx, "tcp", hp)
+		conn, err := dialProbe(ctx, hp, tlsConfig)
 		if err == nil {
 			_ = conn.Close()
 			return nil
+		}
+		if isTLSRefusal(err) {
+			return err // the broker answered: its certificate was refused
 		}
 		errs = append(errs, err)
 	}

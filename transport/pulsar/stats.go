@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
@@ -43,7 +41,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if err != nil {
 		return s, fmt.Errorf("pulsar: stats: %w", err)
 	}
-	adm, err := admin.New(&config.Config{WebServiceURL: t.opts.adminURL})
+	adm, err := t.opts.secure.admin(t.opts.adminURL)
 	if err != nil {
 		return s, fmt.Errorf("pulsar: stats: admin client for %s: %w", t.opts.adminURL, err)
 	}

@@ -43,6 +43,9 @@ func TestParseURL(t *testing.T) {
 		{"pulsar://h?pipeline_settles=off", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared}},
 		{"pulsar://h?pipeline_settles=1", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true}},
 		{"pulsar://h?receiver_queue=1", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true, ReceiverQueueSize: 1}},
+		// token authentication: the JWT itself, or the file holding it.
+		{"pulsar+ssl://h?token_file=/etc/bq/pulsar.token", pulsar.Config{ServiceURL: "pulsar+ssl://h:6651", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true, TokenFile: "/etc/bq/pulsar.token"}},
+		{"pulsar://h?token=eyJ.x.y", pulsar.Config{ServiceURL: "pulsar://h:6650", Subscription: "babelqueue", SubscriptionType: pulsar.Shared, PipelineSettles: true, Token: "eyJ.x.y"}},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
@@ -54,6 +57,11 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseURL: %v", err)
 			}
+			// TLS is the shared grammar's *tls.Config (transport.ParseTLS): set exactly for pulsar+ssl://.
+			if secure := strings.HasPrefix(c.raw, "pulsar+ssl://"); (got.TLS != nil) != secure {
+				t.Errorf("ParseURL TLS = %v for %s", got.TLS, c.raw)
+			}
+			got.TLS = nil
 			if got != c.want {
 				t.Errorf("ParseURL = %+v, want %+v", got, c.want)
 			}
@@ -94,6 +102,10 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"pulsar://h:6650?receiver_queue=0", "receiver_queue"},
 		{"pulsar://h:6650?receiver_queue=lots", "receiver_queue"},
 		{"pulsar://h:6650?admin=ftp://h:21", "admin"},
+		{"pulsar://h:6650?tls_ca=/ca.pem", "tls_ca"},
+		{"pulsar+ssl://h:6651?tls_ca=/nonexistent/ca.pem", "tls_ca"},
+		{"pulsar://h:6650?token=", "token"},
+		{"pulsar://h:6650?token=a&token_file=/t", "token"},
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {

@@ -22,6 +22,18 @@
 // pool_size, …) are accepted too. Any other parameter, and a bad value, is an error
 // naming it that matches babelqueue.ErrInvalidOption.
 //
+// rediss:// speaks TLS with the parameters every scheme shares (docs/security.md):
+// tls_ca (the CA file), tls_cert and tls_key (a client certificate: mutual TLS),
+// tls_server_name, tls_insecure=1 (no verification; a warning at Open; go-redis's
+// skip_verify is the same). An ACL user goes in the URL's user info:
+//
+//	rediss://app:secret@redis.internal:6380/0?tls_ca=/etc/bq/ca.pem&tls_cert=/etc/bq/client.pem&tls_key=/etc/bq/client.key
+//
+// With a client of your own, [transport.TLSOptions] builds the same *tls.Config for
+// goredis.Options.TLSConfig. An Open that fails (a refused certificate, a wrong
+// password) returns one [*transport.OpenError] naming the address (password redacted)
+// and the cause; it matches [transport.ErrTLS] or [transport.ErrAuth].
+//
 // # Default layout
 //
 // The list key is the queue name, exactly. Publish is RPUSH <q> with the envelope bytes

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -59,6 +58,8 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	var certWatch *transport.ClientCertWatch
+	rest.TLSConfig, certWatch = transport.WatchClientCert(rest.TLSConfig)
 	client := goredis.NewClient(rest)
 	routeClientLog(transport.LoggerFrom(ctx))
 	t, err := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
@@ -67,9 +68,14 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 		return nil, err
 	}
 	t.owned = true
+	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), rest.TLSConfig)
+	if err := checkTLS(ctx, rest); err != nil {
+		_ = client.Close()
+		return nil, transport.OpenFailed("redis", transport.RedactURL(u), err)
+	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w", transport.RedactURL(u), err)
+		return nil, transport.OpenFailed("redis", transport.RedactURL(u), authCause(certWatch.Explain(err)))
 	}
 	return t, nil
 }
@@ -79,7 +85,12 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	scheme := strings.ToLower(u.Scheme)
 	lu := *u
 	lu.Scheme = scheme
-	pq, err := driverkit.ParseQuery("redis", &lu, append(append([]string{}, ours...), goRedisParams...)...)
+	pq, err := driverkit.ParseQuery("redis", &lu, append(append(append([]string{}, ours...), goRedisParams...), transport.TLSParams...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	// TLS: the shared grammar (transport.ParseTLS); go-redis's skip_verify is tls_insecure.
+	tlsConfig, err := pq.TLS(&lu, scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +122,7 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 		opts = append(opts, WithDeferredAcks(d))
 	}
 	q := u.Query()
-	for _, k := range ours {
+	for _, k := range append(append([]string{"skip_verify"}, ours...), transport.TLSParams...) {
 		q.Del(k)
 	}
 	c := *u
@@ -134,8 +145,11 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 		// go-redis messages name the part at fault; none of them echo the password.
 		return nil, nil, pq.Bad(param, strings.TrimPrefix(msg, "redis: "))
 	}
-	if scheme == "rediss" && ro.TLSConfig == nil {
-		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.Hostname()}
+	if tlsConfig != nil {
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = u.Hostname()
+		}
+		ro.TLSConfig = tlsConfig
 	}
 	return opts, ro, nil
 }

@@ -1,0 +1,170 @@
+package pulsar
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	pc "github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/auth"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// access is how a transport reaches a secure cluster: the TLS configuration of
+// pulsar+ssl:// and of an https admin API, and the token (or the file holding it).
+type access struct {
+	tls              *tls.Config
+	token, tokenFile string
+}
+
+// WithTLSConfig sets the TLS configuration of the broker connections of a transport
+// opened from a pulsar+ssl:// URL, in place of the one the URL's TLS parameters describe
+// (docs/security.md; [transport.TLSOptions] builds the same configuration in code), and
+// of the https admin API that Browse and QueueStats read ([WithAdminURL]), for [New] too.
+func WithTLSConfig(c *tls.Config) Option { return func(o *options) { o.secure.tls = c } }
+
+// WithToken authenticates with a token (a JWT): the broker connections of a transport
+// opened from a URL (the token= parameter), and the admin API ([WithAdminURL]), for
+// [New] too.
+func WithToken(token string) Option {
+	return func(o *options) { o.secure.token, o.secure.tokenFile = token, "" }
+}
+
+// authentication is the client's token authentication, or nil.
+func (a access) authentication() (pc.Authentication, error) {
+	switch {
+	case a.token != "":
+		return pc.NewAuthenticationToken(a.token), nil
+	case a.tokenFile != "":
+		if _, err := os.Stat(a.tokenFile); err != nil {
+			return nil, fmt.Errorf("token_file: %w", err)
+		}
+		return pc.NewAuthenticationTokenFromFile(a.tokenFile), nil
+	}
+	return nil, nil
+}
+
+// admin builds a client of the admin REST API at url with the transport's TLS
+// configuration and token.
+func (a access) admin(url string) (admin.Client, error) {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	if a.tls != nil {
+		base.TLSClientConfig = a.tls.Clone()
+	}
+	var p auth.Provider
+	var err error
+	switch {
+	case a.token != "":
+		p, err = auth.NewAuthenticationToken(a.token, base)
+	case a.tokenFile != "":
+		p, err = auth.NewAuthenticationTokenFromFile(a.tokenFile, base)
+	default:
+		p = auth.NewDefaultProvider(base)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return admin.NewPulsarClientWithAuthProvider(&config.Config{WebServiceURL: url}, p)
+}
+
+// dialProbe opens a TCP connection to hp, and with c a TLS handshake over it.
+func dialProbe(ctx context.Context, hp string, c *tls.Config) (net.Conn, error) {
+	if c == nil {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", hp)
+	}
+	d := tls.Dialer{Config: c}
+	return d.DialContext(ctx, "tcp", hp)
+}
+
+// isTLSRefusal reports a handshake that failed on a certificate, as opposed to a
+// broker that is not there.
+func isTLSRefusal(err error) bool { return transport.IsTLSError(err) }
+
+// accessCheckTopic is the topic whose metadata checkAccess asks for: the lookup needs
+// an authenticated, authorised connection, and creates nothing.
+const accessCheckTopic = "persistent://public/default/babelqueue-access-check"
+
+// checkAccess makes one request that needs the connection's credentials, so a token
+// the broker refuses fails Open instead of the first producer or consumer, which the
+// client would retry until its operation timeout. refused carries the broker's reason
+// for refusing a connection ([refusalWatch]).
+func checkAccess(ctx context.Context, client pc.Client, timeout time.Duration, refused <-chan string) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.TopicPartitions(accessCheckTopic)
+		done <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return authCause(err)
+	case why := <-refused:
+		err := fmt.Errorf("the broker refused the connection: %s", why)
+		if l := strings.ToLower(why); strings.Contains(l, "authenticat") || strings.Contains(l, "authoriz") {
+			return transport.AuthFailure(err)
+		}
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w: no answer to a lookup within %s (connect_timeout)", ErrUnreachable, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// authCause marks the broker's refusals of the token or of a permission so they match
+// [transport.ErrAuth].
+func authCause(err error) error {
+	var pe *pc.Error
+	if errors.As(err, &pe) && (pe.Result() == pc.AuthenticationError || pe.Result() == pc.AuthorizationError) {
+		return transport.AuthFailure(err)
+	}
+	return err
+}
+
+// refusalWatch passes the Pulsar client's log records on and reports, on ch, the
+// reason of a broker that refused a connection's handshake (a token it did not accept):
+// the client gives no error for it, only the warning "Failed to establish connection
+// with broker: '<the broker's reason>'", and retries.
+type refusalWatch struct {
+	slog.Handler
+	ch chan<- string
+}
+
+const refusedPrefix = "Failed to establish connection with broker: "
+
+func (h refusalWatch) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.Handler.Enabled(ctx, l)
+}
+
+func (h refusalWatch) Handle(ctx context.Context, r slog.Record) error {
+	if why, ok := strings.CutPrefix(r.Message, refusedPrefix); ok {
+		select {
+		case h.ch <- strings.Trim(why, "'"):
+		default:
+		}
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h refusalWatch) WithAttrs(as []slog.Attr) slog.Handler {
+	return refusalWatch{h.Handler.WithAttrs(as), h.ch}
+}
+
+func (h refusalWatch) WithGroup(name string) slog.Handler {
+	return refusalWatch{h.Handler.WithGroup(name), h.ch}
+}

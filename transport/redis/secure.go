@@ -1,0 +1,42 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+)
+
+// authCause marks Redis's refusals of the connection's credentials or ACL permissions
+// (WRONGPASS, NOAUTH, NOPERM) so the open error matches [transport.ErrAuth].
+func authCause(err error) error {
+	msg := err.Error()
+	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, code) {
+			return transport.AuthFailure(err)
+		}
+	}
+	return err
+}
+
+// checkTLS makes one TLS handshake with the server of o, so a certificate the client
+// refuses fails Open with its cause at once: go-redis would retry the dial five times
+// and log each failure on its process-wide logger before Ping returned the same error.
+func checkTLS(ctx context.Context, o *goredis.Options) error {
+	if o.TLSConfig == nil || o.Network == "unix" {
+		return nil
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: o.DialTimeout}, Config: o.TLSConfig}
+	conn, err := d.DialContext(ctx, "tcp", o.Addr)
+	if err != nil {
+		return err
+	}
+	// A broker that refuses the client certificate says so after the client's side of a
+	// TLS 1.3 handshake: the first command (Ping) meets it.
+	_ = conn.Close()
+	return nil
+}
