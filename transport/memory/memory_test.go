@@ -4,30 +4,34 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-func TestTransportKit(t *testing.T) {
-	transporttest.Run(t, transporttest.Config{
-		Open:               func(*testing.T) transport.Transport { return memory.New() },
-		NativeRedeliveries: true,
-		BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
-			m := tr.(*memory.Transport)
-			m.FailWrites(func(*transport.Message) error { return errors.New("memory: the test refuses every write") })
-			return func() { m.FailWrites(nil) }
+// TestKit runs every group of the behavioural kit that memory:// supports.
+func TestKit(t *testing.T) {
+	transporttest.RunAll(t, transporttest.Harness{
+		Config: transporttest.Config{
+			Open:               func(*testing.T) transport.Transport { return memory.New() },
+			NativeRedeliveries: true,
+			QuietPeriod:        100 * time.Millisecond,
+			BreakSettleWrites: func(_ *testing.T, tr transport.Transport) func() {
+				m := tr.(*memory.Transport)
+				m.FailWrites(func(*transport.Message) error { return errors.New("memory: the test refuses every write") })
+				return func() { m.FailWrites(nil) }
+			},
 		},
-		PrefetchBound:         true,
-		SettleAfterClose:      true,
-		RefusesBadSettlements: true,
-	})
-}
-
-func TestMaxMessageSize(t *testing.T) {
-	transporttest.RunSizeLimit(t, transporttest.Config{}, "memory", func(_ *testing.T, limit int) transport.Transport {
-		return memory.New(memory.WithMaxMessageSize(limit))
+		Broker: "memory",
+		Stats:  transporttest.StatsOptions{Oldest: transporttest.OldestCreatedAt},
+		OpenWithLimit: func(_ *testing.T, limit int) transport.Transport {
+			return memory.New(memory.WithMaxMessageSize(limit))
+		},
+		Without: map[transporttest.Case]string{
+			transporttest.CasePipelined: "memory's Settle makes its writes before it returns: nothing is pipelined",
+		},
 	})
 }
 
