@@ -16,90 +16,59 @@ func openFake(t *testing.T, b *fakeBroker, opts ...Option) *Transport {
 	return newTransport(b.client(), newConfig(opts))
 }
 
-// TestTransportKit runs the behavioural kit every transport passes, against the fake
-// broker behind the SDK seam (no Service Bus namespace or emulator runs here).
-func TestTransportKit(t *testing.T) {
-	transporttest.Run(t, transporttest.Config{
-		Open: func(t *testing.T) transport.Transport {
-			return openFake(t, newFakeBroker())
-		},
-		NativeRedeliveries: true,
-		ReceiveTimeout:     10 * time.Second,
-		QuietPeriod:        300 * time.Millisecond,
-		// The namespace refuses every send (settle writes and publishes alike) until
-		// restored.
-		BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
-			b := tr.(*Transport).ns.(fakeNamespace).b
-			b.mu.Lock()
-			b.failSend = func(string, *azservicebus.Message) error {
-				return &azservicebus.Error{Code: azservicebus.CodeConnectionLost}
-			}
-			b.mu.Unlock()
-			return func() {
+// TestKit runs every group of the behavioural kit against the fake broker behind the
+// SDK seam (no Service Bus namespace or emulator runs here). The transports of a test
+// share one fake broker (a reader sees what a writer wrote); each queue is declared
+// first, as Service Bus queues are made beforehand: the kit's "queue nobody wrote to" is
+// an empty queue that exists (peeking one that does not exist is CodeNotFound, on Service
+// Bus as on the fake). Counts go through the SDK's administration client (runtime
+// properties over the ATOM management API) and peek: a locked message stays in
+// ActiveMessageCount, so it counts as Ready, and Oldest is the first active message's
+// EnqueuedTime.
+func TestKit(t *testing.T) {
+	b := newFakeBroker()
+	adm := b.adminClient(t)
+	transporttest.RunAll(t, transporttest.Harness{
+		Config: transporttest.Config{
+			Open: func(t *testing.T) transport.Transport { return openFake(t, b, WithAdminClient(adm)) },
+			NewQueue: func(*testing.T) string {
+				q := transporttest.UniqueName("bqtest")
+				b.declare(q)
+				return q
+			},
+			NativeRedeliveries: true,
+			ReceiveTimeout:     10 * time.Second,
+			QuietPeriod:        300 * time.Millisecond,
+			// The namespace refuses every send (settle writes and publishes alike) until
+			// restored.
+			BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
+				b := tr.(*Transport).ns.(fakeNamespace).b
 				b.mu.Lock()
-				b.failSend = nil
+				b.failSend = func(string, *azservicebus.Message) error {
+					return &azservicebus.Error{Code: azservicebus.CodeConnectionLost}
+				}
 				b.mu.Unlock()
+				return func() {
+					b.mu.Lock()
+					b.failSend = nil
+					b.mu.Unlock()
+				}
+			},
+		},
+		Broker: "servicebus",
+		Stats:  transporttest.StatsOptions{ReadyCountsInFlight: true, Oldest: transporttest.OldestWritten},
+		// The size check with a limit set low in code (the URL's max_message_size
+		// starts at 1024).
+		OpenWithLimit: func(t *testing.T, limit int) transport.Transport { return openFake(t, b, WithMaxMessageSize(limit)) },
+		Adjust: func(c transporttest.Case, cfg *transporttest.Config) {
+			if c == transporttest.CaseStats {
+				cfg.Prefetch = 1 // exact in-flight counts
+				// A queue nobody wrote to must not exist here: not declared first.
+				cfg.NewQueue = func(*testing.T) string { return transporttest.UniqueName("bqtest") }
 			}
 		},
-		PrefetchBound:         true,
-		SettleAfterClose:      true,
-		RefusesBadSettlements: true,
-	})
-}
-
-// The other entry points of the kit run on one fake broker per test, shared by the
-// transports a case opens (a reader sees what a writer wrote). RunStats is in
-// stats_test.go. RunPipelinedClose and RunRuntimeShutdownWithPipelinedWrites are for
-// drivers whose Settle returns before their writes are confirmed: Service Bus's settle
-// writes are not pipelined (SendMessage returns after the broker's disposition, and
-// Settle waits for it).
-
-// TestPublishConfirmedKit: Publish returns once the broker accepted the message
-// (Capabilities.PublishConfirmed), so transport.PublishConfirmed publishes one by one.
-func TestPublishConfirmedKit(t *testing.T) {
-	b := newFakeBroker()
-	transporttest.RunPublishConfirmed(t, transporttest.Config{
-		Open:           func(t *testing.T) transport.Transport { return openFake(t, b) },
-		ReceiveTimeout: 10 * time.Second,
-		QuietPeriod:    300 * time.Millisecond,
-	})
-}
-
-// TestBrowseKit pages through queues with the fake's peek (the SDK's PeekMessages from
-// a sequence number). Each queue is declared first, as Service Bus queues are made
-// beforehand: the kit's "queue nobody wrote to" is an empty queue that exists (peeking
-// one that does not exist is CodeNotFound, on Service Bus as on the fake).
-func TestBrowseKit(t *testing.T) {
-	b := newFakeBroker()
-	transporttest.RunBrowse(t, transporttest.Config{
-		NewQueue: func(*testing.T) string {
-			q := transporttest.UniqueName("bqtest")
-			b.declare(q)
-			return q
+		Without: map[transporttest.Case]string{
+			transporttest.CasePipelined: "Service Bus's settle writes are not pipelined: SendMessage returns after the broker's disposition, and Settle waits for it",
 		},
-		Open:           func(t *testing.T) transport.Transport { return openFake(t, b) },
-		ReceiveTimeout: 10 * time.Second,
-		QuietPeriod:    300 * time.Millisecond,
-	}, transporttest.BrowseOptions{})
-}
-
-// TestSizeLimitKit checks the size check with a limit set low in code (the URL's
-// max_message_size starts at 1024).
-func TestSizeLimitKit(t *testing.T) {
-	b := newFakeBroker()
-	transporttest.RunSizeLimit(t, transporttest.Config{ReceiveTimeout: 10 * time.Second, QuietPeriod: 300 * time.Millisecond}, "servicebus",
-		func(t *testing.T, limit int) transport.Transport { return openFake(t, b, WithMaxMessageSize(limit)) })
-}
-
-// TestRuntimeKit runs the runtime's settlement cases end to end through the transport
-// and the fake broker.
-func TestRuntimeKit(t *testing.T) {
-	transporttest.RunRuntime(t, transporttest.Config{
-		Open: func(t *testing.T) transport.Transport {
-			return openFake(t, newFakeBroker())
-		},
-		NativeRedeliveries: true,
-		ReceiveTimeout:     10 * time.Second,
-		QuietPeriod:        300 * time.Millisecond,
 	})
 }
