@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -15,7 +16,8 @@ import (
 //
 // net/url wants a port on the last node when several are listed. An empty host part gives "localhost:defaultPort". A node that is empty, or whose
 // port is not a number, is an error naming it. IPv6 literals cannot be listed
-// (net/url refuses "[::1]:1,[::1]:2"); give such nodes by name.
+// (net/url refuses "[::1]:1,[::1]:2"); give such nodes by name. A node without a host
+// (":9092") or with a port outside 1-65535 is an error too.
 func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 	if u.Host == "" {
 		return []string{net.JoinHostPort("localhost", defaultPort)}, nil
@@ -32,13 +34,11 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 			// No port: the whole part is the host.
 			host, port = strings.Trim(p, "[]"), defaultPort
 		}
-		for _, c := range port {
-			if c < '0' || c > '9' {
-				return nil, fmt.Errorf("%w: node %q has a port that is not a number", ErrBadHosts, p)
-			}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+			return nil, fmt.Errorf("%w: node %q has no port number (1-65535)", ErrBadHosts, p)
 		}
 		if host == "" {
-			host = "localhost"
+			return nil, fmt.Errorf("%w: node %q has no host", ErrBadHosts, p)
 		}
 		hosts = append(hosts, net.JoinHostPort(host, port))
 	}

@@ -21,6 +21,10 @@ func TestHosts(t *testing.T) {
 		{"amqp://node-a,node-b:1/", []string{"node-a:5672", "node-b:1"}, false},
 		{"amqp://a:1,,b:2/", nil, true},
 		{"amqp://a:x1,b:2/", nil, true},
+		{"amqp://:5672/", nil, true},
+		{"amqp://a:0/", nil, true},
+		{"amqp://a:99999/", nil, true},
+		{"amqp://a:1,:2/", nil, true},
 	}
 	for _, c := range cases {
 		u, err := url.Parse(c.url)
