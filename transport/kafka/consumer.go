@@ -275,7 +275,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		buffer:    max(t.cfg.buffer, opts.Prefetch),
 	}
 	c.depth = pipeDepth * c.buffer
-	cl, err := t.factory(
+	cl, err := t.factory(append(clientOpts(t.log),
 		kgo.ConsumerGroup(t.cfg.group),
 		kgo.ConsumeRegex(),
 		kgo.ConsumeTopics(c.pattern.String()),
@@ -286,7 +286,6 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.MetadataMaxAge(t.cfg.metadataMaxAge),
-		kgo.MetadataMinAge(250*time.Millisecond),
 		kgo.FetchMaxWait(fetchMaxWait),
 		// A topic just created (the queue's first publish auto-creates it) can drop out
 		// of a metadata answer for a while on a busy broker; a regex consumer purges a
@@ -295,9 +294,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.ConsiderMissingTopicDeletedAfter(time.Minute),
 		kgo.SessionTimeout(t.cfg.sessionTimeout),
 		kgo.HeartbeatInterval(t.cfg.heartbeatInterval),
-		kgo.RetryBackoffFn(retryBackoff),
-		kgo.WithLogger(clientLogger(t.log)),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

@@ -100,15 +100,12 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "babelqueue-tx-" + c.t.cfg.group + "-" + hex.EncodeToString(b[:])
-	o := []kgo.Opt{
+	o := append(clientOpts(c.t.log),
 		kgo.TransactionalID(id),
 		kgo.TransactionTimeout(c.t.cfg.txTimeout),
 		kgo.MaxVersions(txVersions()),
 		kgo.ProducerLinger(0), // a move's writes are all produced at once: nothing to wait for
-		kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.RetryBackoffFn(retryBackoff),
-		kgo.WithLogger(clientLogger(c.t.log)),
-	}
+	)
 	if c.t.cfg.autoCreate {
 		o = append(o, kgo.AllowAutoTopicCreation())
 	}
