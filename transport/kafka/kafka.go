@@ -206,17 +206,17 @@ func (cfg *config) check() error {
 	if cfg.group == "" {
 		bad.Invalid("WithGroup", "the consumer group name is empty")
 	}
+	bad.AtLeast("WithDeliveryTimeout", cfg.deliveryTimeout, 1)
+	bad.AtLeast("WithSessionTimeout", cfg.sessionTimeout, time.Second)
 	if cfg.heartbeatInterval <= 0 || cfg.heartbeatInterval >= cfg.sessionTimeout {
 		bad.Invalid("WithHeartbeatInterval", "want a duration above zero and shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval)
 	}
-	bad.AtLeast("WithDeliveryTimeout", cfg.deliveryTimeout, 1)
-	bad.AtLeast("WithSessionTimeout", cfg.sessionTimeout, time.Second)
 	bad.AtLeast("WithDialTimeout", cfg.dialTimeout, 1)
 	bad.AtLeast("WithMetadataRefresh", cfg.metadataMaxAge, time.Second)
-	bad.AtLeast("WithCommitInterval", cfg.commitInterval, 0)
-	bad.AtLeast("WithMaxUncommittedTime", cfg.maxUncommittedTime, 1)
 	bad.AtLeastN("WithBuffer", cfg.buffer, 1)
+	bad.AtLeast("WithCommitInterval", cfg.commitInterval, 0)
 	bad.AtLeastN("WithMaxUncommitted", cfg.maxUncommitted, 1)
+	bad.AtLeast("WithMaxUncommittedTime", cfg.maxUncommittedTime, 1)
 	return bad.Err()
 }
 
