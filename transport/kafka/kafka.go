@@ -200,6 +200,15 @@ func defaults() config {
 		dialTimeout: DefaultDialTimeout, pipelineSettles: true, txTimeout: defaultTxTimeout}
 }
 
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
 // check refuses the option values the transport cannot use, each a *driverkit.OptionError.
 func (cfg *config) check() error {
 	bad := driverkit.Options{Broker: "kafka"}
@@ -281,10 +290,7 @@ func New(producer *kgo.Client, factory ConsumerFactory, opts ...Option) (*Transp
 }
 
 func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts ...Option) (*Transport, error) {
-	cfg := defaults()
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}

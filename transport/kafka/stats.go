@@ -60,9 +60,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 const firstWait = 3 * time.Second
 
 // firstRecords reads the timestamp of the first committed record at or after the
-// offset of each partition in from, with a consumer of its own (no group, nothing
-// committed). A partition whose record does not come within firstWait (an open
-// transaction holds it back, the transport has no consumer factory) is left out.
+// offset of each partition in from; one that does not come within firstWait is left out.
 func (t *Transport) firstRecords(ctx context.Context, topic string, from map[int32]kgo.Offset) map[int32]time.Time {
 	out := map[int32]time.Time{}
 	if len(from) == 0 || t.factory == nil {

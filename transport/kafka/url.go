@@ -119,11 +119,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	} else if ok {
 		s.opts = append(s.opts, WithMaxUncommitted(n))
 	}
-	cfg := defaults()
-	for _, o := range s.opts {
-		o(&cfg)
-	}
-	if cfg.heartbeatInterval >= cfg.sessionTimeout {
+	if cfg := newConfig(s.opts); cfg.heartbeatInterval >= cfg.sessionTimeout {
 		return nil, q.Bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
 	}
 	bools := []struct {
@@ -210,10 +206,7 @@ func saslMechanism(q driverkit.Query, ui *url.Userinfo, mech string) (sasl.Mecha
 }
 
 // OpenURL builds a transport from a parsed kafka:// URL: it creates the producer, checks
-// that a broker answers within the dial timeout (and ctx), reads the broker's
-// message.max.bytes, and returns the transport. [transport.Open] calls it for kafka://
-// URLs; the transport then logs through the logger of [transport.LoggerFrom] unless an
-// option says otherwise.
+// that a broker answers within the dial timeout and reads the broker's message.max.bytes.
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	s, err := parseURL(u)
 	if err != nil {
@@ -221,10 +214,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
 	all = append(all, opts...)
-	cfg := defaults()
-	for _, o := range all {
-		o(&cfg)
-	}
+	cfg := newConfig(all)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
