@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,20 +46,15 @@ func (e *MissingTopicError) Unwrap() error { return e.Err }
 // settleTopics are the topics the settle writes of a consumer of queue go to, besides
 // the queue itself.
 func settleTopics(queue string, opts transport.ConsumeOptions) ([]string, error) {
-	var topics []string
-	for _, q := range opts.SettleQueues {
-		if err := checkTopic(q); err != nil {
-			return nil, err
-		}
-		topics = append(topics, q)
-	}
+	topics := slices.Clone(opts.SettleQueues)
 	for _, d := range opts.SettleDelays {
 		if d >= time.Millisecond {
-			name := delayTopic(queue, d)
-			if err := checkTopic(name); err != nil {
-				return nil, err
-			}
-			topics = append(topics, name)
+			topics = append(topics, delayTopic(queue, d))
+		}
+	}
+	for _, name := range topics {
+		if err := checkTopic(name); err != nil {
+			return nil, err
 		}
 	}
 	return topics, nil
