@@ -17,13 +17,11 @@ type Backoff struct {
 
 // Delay returns the wait after the n-th failure in a row (n below 1 counts as 1).
 func (b Backoff) Delay(n int) time.Duration {
-	d := b.Max
-	if n < 1 {
-		n = 1
+	d := max(b.Min, 0)
+	for i := 1; i < n && d > 0 && d < b.Max; i++ {
+		d *= 2 // at most 63 doublings: d stops once it reaches Max
 	}
-	if n <= 32 && b.Min<<(n-1) > 0 {
-		d = min(b.Min<<(n-1), b.Max)
-	}
+	d = min(d, b.Max)
 	if b.Jitter > 0 {
 		d = time.Duration(float64(d) * (1 - b.Jitter + 2*b.Jitter*rand.Float64()))
 	}

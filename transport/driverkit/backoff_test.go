@@ -13,10 +13,14 @@ import (
 func TestBackoffDelay(t *testing.T) {
 	exact := driverkit.Backoff{Min: 250 * time.Millisecond, Max: 2 * time.Second}
 	for n, want := range map[int]time.Duration{0: 250 * time.Millisecond, 1: 250 * time.Millisecond,
-		2: 500 * time.Millisecond, 4: 2 * time.Second, 40: 2 * time.Second, 1 << 20: 2 * time.Second} {
+		2: 500 * time.Millisecond, 4: 2 * time.Second, 40: 2 * time.Second, 1 << 40: 2 * time.Second} {
 		if got := exact.Delay(n); got != want {
 			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
 		}
+	}
+	// A long Min doubled many times never overflows into a short delay.
+	if d := (driverkit.Backoff{Min: time.Hour, Max: 1 << 62}).Delay(100); d != 1<<62 {
+		t.Errorf("Delay(100) of an hour doubling = %s, want the max", d)
 	}
 	jittered := driverkit.Backoff{Min: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}
 	want := 250 * time.Millisecond
