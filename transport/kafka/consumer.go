@@ -850,45 +850,13 @@ var commitRetry = driverkit.Backoff{Min: 250 * time.Millisecond, Max: 2 * time.S
 // commit_interval apart unless the uncommitted window is half full.
 func (c *consumer) commitLoop() {
 	defer c.wg.Done()
-	failures := 0
-	for {
-		select {
-		case <-c.commitSig:
-		case <-c.ctx.Done():
-			return
-		}
-		for {
+	driverkit.RunCoalesced(c.ctx, c.commitSig, c.urgentSig, c.t.cfg.commitInterval, commitRetry, c.log, "kafka: offset commit",
+		func(ctx context.Context) error {
 			c.mu.Lock()
 			c.commitQueued = false // a settle from now on signals again
 			c.mu.Unlock()
-			err := c.commit(c.ctx, nil)
-			if c.ctx.Err() != nil {
-				return
-			}
-			if err == nil {
-				break
-			}
-			if failures++; failures&(failures-1) == 0 {
-				c.log.Warn("kafka: offset commit failed; retrying after a backoff", "failures", failures, "backoff", commitRetry.Delay(failures), "err", err)
-			}
-			if commitRetry.Wait(c.ctx, failures) != nil {
-				return
-			}
-		}
-		if failures > 0 {
-			c.log.Info("kafka: committing again", "failed_before", failures)
-			failures = 0
-		}
-		// Settles during the pause are coalesced into the next commit.
-		if iv := c.t.cfg.commitInterval; iv > 0 {
-			select {
-			case <-time.After(iv):
-			case <-c.urgentSig:
-			case <-c.ctx.Done():
-				return
-			}
-		}
-	}
+			return c.commit(ctx, nil)
+		})
 }
 
 // commit commits the marks of the given partitions (all when only is nil) that moved
