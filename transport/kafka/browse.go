@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,22 +20,13 @@ import (
 var _ transport.Browser = (*Transport)(nil)
 
 // browseIdle is how long a browse waits on a partition for a record it knows exists
-// before it takes the rest of the partition for gone (transaction markers and
-// compaction leave offsets without records).
+// before it takes the rest of the partition for gone (transaction markers, compaction).
 const browseIdle = 2 * time.Second
 
 // Browse reads up to limit records of the queue's topic from the cursor from without
-// consuming them: a consumer of its own reads the partitions directly, joins no group
-// and commits nothing. A topic is a log, so "what waits on the queue" is what the
-// transport's consumer group has not committed yet: the zero cursor starts each
-// partition at the group's committed offset (the log start when the group has none,
-// as a new consumer would), and the browse ends at the end offsets it finds. The
-// cursor holds an offset per partition, so paging is exact however far into the topic
-// it goes; partitions are read in order, the first one to its end, then the next.
-// Delay topics are not shown. A topic that does not exist is empty. Like the
-// transport's consumers, a browse reads committed records only: it ends at the last
-// stable offset, so the write of a transaction still open (a move in progress) or
-// aborted is not shown.
+// consuming them (a client of its own, no group, no commit). The zero cursor starts each
+// partition at the group's committed offset; the cursor holds an offset per partition.
+// It reads committed records only and shows no delay topic; a missing topic is empty.
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
 	if err := checkTopic(queue); err != nil {
 		return transport.Page{}, err
@@ -50,85 +42,104 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		return transport.Page{}, errors.New("kafka: this transport was built without a consumer factory, so it cannot browse")
 	}
 	limit = max(limit, 1)
-	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
-	// The last stable offsets: a browse reads committed records only.
-	ends, err := adm.ListCommittedOffsets(ctx, queue)
+	offs, exists, err := t.offsets(ctx, "browse", queue, true, from == "")
 	if err != nil {
-		return transport.Page{}, fmt.Errorf("kafka: browse %q: end offsets: %w", queue, err)
-	}
-	if missing(ends, queue) {
+		return transport.Page{}, err
+	} else if !exists {
 		return transport.Page{Next: from, End: true}, nil
 	}
-	if err := ends.Error(); err != nil {
-		return transport.Page{}, fmt.Errorf("kafka: browse %q: end offsets: %w", queue, err)
+	parts := make([]int32, len(offs))
+	for i, o := range offs {
+		parts[i] = o.part
+		at, known := pos[o.part]
+		if !known && o.committed >= 0 {
+			at = o.committed
+		}
+		pos[o.part] = min(max(at, o.start), o.end) // retention may have moved the start on
+	}
+	var out []*transport.Delivery
+	end := true
+	for _, o := range offs {
+		if len(out) < limit && pos[o.part] < o.end {
+			ds, next, err := t.readPartition(ctx, queue, o.part, pos[o.part], o.end, limit-len(out))
+			if err != nil {
+				return transport.Page{}, err
+			}
+			out = append(out, ds...)
+			pos[o.part] = next
+		}
+		end = end && pos[o.part] >= o.end
+	}
+	return transport.Page{Deliveries: out, Next: formatCursor(pos, parts), End: end}, nil
+}
+
+// partOffsets are one partition's offsets: its log start, its end and the group's
+// committed offset (-1: none).
+type partOffsets struct {
+	part                  int32
+	start, end, committed int64
+}
+
+// offsets lists the queue's partitions in order with their offsets: the end is the last
+// stable offset when stable, the committed offset is read when group. exists is false
+// for a topic that does not exist.
+func (t *Transport) offsets(ctx context.Context, op, queue string, stable, group bool) ([]partOffsets, bool, error) {
+	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
+	list := adm.ListEndOffsets
+	if stable {
+		list = adm.ListCommittedOffsets
+	}
+	ends, err := list(ctx, queue)
+	if err == nil && missing(ends, queue) {
+		return nil, false, nil
+	}
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("kafka: %s %q: end offsets: %w", op, queue, err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, queue)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return transport.Page{}, fmt.Errorf("kafka: browse %q: start offsets: %w", queue, err)
+		return nil, false, fmt.Errorf("kafka: %s %q: start offsets: %w", op, queue, err)
 	}
 	var committed kadm.OffsetResponses
-	if from == "" {
+	if group {
 		if committed, err = committedOffsets(ctx, adm, t.cfg.group); err != nil {
-			return transport.Page{}, fmt.Errorf("kafka: browse %q: offsets of group %q: %w", queue, t.cfg.group, err)
+			return nil, false, fmt.Errorf("kafka: %s %q: offsets of group %q: %w", op, queue, t.cfg.group, err)
 		}
 	}
-	var parts []int32
-	end := map[int32]int64{}
+	var out []partOffsets
 	ends.Each(func(o kadm.ListedOffset) {
-		parts = append(parts, o.Partition)
-		end[o.Partition] = o.Offset
+		p := partOffsets{part: o.Partition, end: o.Offset, committed: -1}
+		if s, ok := starts.Lookup(queue, o.Partition); ok && s.Offset > 0 {
+			p.start = s.Offset
+		}
+		if c, ok := committed.Lookup(queue, o.Partition); ok && c.Err == nil && c.At >= 0 {
+			p.committed = c.At
+		}
+		out = append(out, p)
 	})
-	slices.Sort(parts)
-	for _, p := range parts {
-		start := int64(0)
-		if s, ok := starts.Lookup(queue, p); ok && s.Offset > 0 {
-			start = s.Offset
-		}
-		at, known := pos[p]
-		if !known && from == "" {
-			if c, ok := committed.Lookup(queue, p); ok && c.Err == nil && c.At >= 0 {
-				at = c.At
-			}
-		}
-		pos[p] = min(max(at, start), end[p]) // retention may have moved the start on
-	}
-	var out []*transport.Delivery
-	for _, p := range parts {
-		if len(out) == limit {
-			break
-		}
-		if pos[p] >= end[p] {
-			continue
-		}
-		ds, next, err := t.readPartition(ctx, queue, p, pos[p], end[p], limit-len(out))
-		if err != nil {
-			return transport.Page{}, err
-		}
-		out = append(out, ds...)
-		pos[p] = next
-	}
-	p := transport.Page{Deliveries: out, Next: formatCursor(pos, parts), End: true}
-	for _, part := range parts {
-		if pos[part] < end[part] {
-			p.End = false
-		}
-	}
-	return p, nil
+	slices.SortFunc(out, func(a, b partOffsets) int { return cmp.Compare(a.part, b.part) })
+	return out, true, nil
+}
+
+// reader is a client of its own (no group, nothing committed) that reads committed
+// records of topic's partitions from the offsets given.
+func (t *Transport) reader(topic string, from map[int32]kgo.Offset, opts ...kgo.Opt) (*kgo.Client, error) {
+	return t.factory(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchMaxWait(250*time.Millisecond), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.WithLogger(clientLogger(t.log)))...)
 }
 
 // readPartition reads up to n records of one partition from offset at, below end. It
 // returns them and the offset to read next.
 func (t *Transport) readPartition(ctx context.Context, topic string, part int32, at, end int64, n int) ([]*transport.Delivery, int64, error) {
-	cl, err := t.factory(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().At(at)}}),
-		kgo.FetchMaxWait(250*time.Millisecond),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // transaction markers, skipped below, so a browse need not wait at them
-		kgo.WithLogger(clientLogger(t.log)),
-	)
+	// Transaction markers are kept (and skipped below), so a browse need not wait at them.
+	cl, err := t.reader(topic, map[int32]kgo.Offset{part: kgo.NewOffset().At(at)}, kgo.KeepControlRecords())
 	if err != nil {
 		return nil, at, fmt.Errorf("kafka: browse %q: %w", topic, err)
 	}

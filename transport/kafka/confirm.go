@@ -11,17 +11,9 @@ import (
 
 var _ transport.ConfirmedPublisher = (*Transport)(nil)
 
-// PublishConfirmed produces every message with a delivery promise and waits until Kafka
-// acknowledged each one (with the producer's acks setting, all in-sync replicas by
-// default), up to the delivery timeout ([WithDeliveryTimeout]). Unlike [Transport.Publish]
-// it is not fire-and-forget: a nil return means every record is written. When some
-// records were not acknowledged the error is a *[transport.BatchError] whose entries are
-// [DeliveryError] values. Records of one key go to one partition in the order given, and
-// the idempotent producer keeps that order through its retries. A record whose wait ended
-// at the timeout stays in the producer's buffer and may still be written later: reported
-// as failed, it may then arrive twice, never not at all. The call does not wait out the
-// producer's linger: the producer flushes while the batch is in flight (records other
-// goroutines produce meanwhile are sent without lingering too).
+// PublishConfirmed produces every message and waits until Kafka acknowledged each one,
+// up to the delivery timeout; the failures are a *[transport.BatchError] of
+// [DeliveryError] values. A record whose wait timed out may still be written later.
 func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
 	if len(msgs) == 0 {
 		return nil

@@ -18,21 +18,12 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// The consumer is the kit's ([driverkit.Consumer]): it owns the prefetch slots,
-// settle-once, the pipelining of settle writes and Close. This file is Kafka's side:
-// one poll loop per consumer fetches the records of the queue's partitions into a ready
-// list, the kit's Receive takes them from it in offset order, and a settled record's
-// offset is committed once every record before it on its partition is settled.
-//
-// How a partition's log maps onto the kit's per-message settlement: Ack marks a record
-// settled and moves its partition's commit mark past the settled records at its head
-// (a background loop commits the marks); a give-back (Rewind, a failed settle write)
-// seeks the partition back to the record, so the record and every record after it are
-// delivered again, and the deliveries after it that were handed out are taken back
-// ([driverkit.Consumer.TakeBack]: their Settle is a [*transport.TakenBackError]
-// wrapping [ErrRevoked]); a partition revoked in a rebalance takes back its deliveries
-// the same way. A give-back on Close needs nothing: what is not committed is delivered
-// again to the group.
+// The consumer is the kit's ([driverkit.Consumer]); this file is Kafka's side: a poll
+// loop fetches the records of the queue's partitions into a ready list, Receive hands
+// them out in offset order, Ack moves the partition's commit mark past the settled
+// records at its head (a commit loop commits it), a give-back seeks the partition back
+// to the record, and the deliveries a seek or a revoke supersedes are taken back
+// (docs/transports/kafka.md, Consuming and committing).
 
 // record states.
 const (
@@ -59,9 +50,9 @@ type tp struct {
 // partition is the bookkeeping of one assigned partition.
 type partition struct {
 	tp       tp
-	tier     time.Duration // the delay of a delay topic; zero for the queue itself
-	pending  queue         // tracked records in offset order, the first one unsettled
-	next     int64         // the lowest offset accepted next; -1 before the first record
+	tier     time.Duration           // the delay of a delay topic; zero for the queue itself
+	pending  driverkit.FIFO[*record] // tracked records in offset order, the first one unsettled
+	next     int64                   // the lowest offset accepted next; -1 before the first record
 	commitAt kgo.EpochOffset
 	hasMark  bool  // commitAt is set
 	sent     int64 // the last offset committed
@@ -80,9 +71,7 @@ type partition struct {
 	from, to int64
 }
 
-// record is one fetched record and its state: the kit's raw message. It lives in a slab
-// of slabSize records; what only some records need (a parked record's due time) or what
-// all share (the consumer, reached through p) is kept out of it.
+// record is one fetched record and its state: the kit's raw message (in slabs of slabSize).
 type record struct {
 	r     *kgo.Record
 	p     *partition // nil for a record never admitted (already fetched)
@@ -102,83 +91,28 @@ type span struct {
 }
 
 // readyList is the FIFO of records waiting for Receive: spans of slabs rather than a
-// pointer per record, so admitting and handing out a record writes no pointer for it.
-// Records in a span whose state is no longer stBuffered are skipped by Receive.
+// pointer per record. Receive skips records whose state is no longer stBuffered.
 type readyList struct {
-	s    []span
-	head int
-	n    int // records in s[head:] not yet taken
+	s driverkit.FIFO[span]
+	n int // records not yet taken
 }
 
 func (q *readyList) len() int { return q.n }
 
 func (q *readyList) push(recs []record) {
-	if len(q.s) == cap(q.s) && q.head >= len(q.s)/2 {
-		n := copy(q.s, q.s[q.head:])
-		clear(q.s[n:])
-		q.s, q.head = q.s[:n], 0
-	}
-	q.s = append(q.s, span{recs: recs})
+	q.s.Push(span{recs: recs})
 	q.n += len(recs)
 }
 
 func (q *readyList) pop() *record {
-	sp := &q.s[q.head]
+	sp := q.s.Front()
 	r := &sp.recs[sp.i]
 	sp.i++
 	q.n--
 	if sp.i == len(sp.recs) {
-		q.s[q.head] = span{}
-		q.head++
-		if q.head == len(q.s) {
-			q.s, q.head = q.s[:0], 0
-		}
+		q.s.Pop()
 	}
 	return r
-}
-
-// queue is a FIFO of record pointers that reuses its backing array, so a steady flow of
-// records through it allocates nothing.
-type queue struct {
-	s    []*record
-	head int // s[head:] are the queued records
-}
-
-func (q *queue) len() int { return len(q.s) - q.head }
-
-// items returns the queued records, oldest first; they stay valid until the next push.
-func (q *queue) items() []*record { return q.s[q.head:] }
-
-func (q *queue) front() *record { return q.s[q.head] }
-
-func (q *queue) push(r *record) {
-	if len(q.s) == cap(q.s) && q.head >= len(q.s)/2 {
-		// At least half the array is popped: move the queued records down instead of
-		// growing it.
-		n := copy(q.s, q.s[q.head:])
-		clear(q.s[n:])
-		q.s, q.head = q.s[:n], 0
-	}
-	q.s = append(q.s, r)
-}
-
-func (q *queue) pop() *record {
-	r := q.s[q.head]
-	q.s[q.head] = nil
-	q.head++
-	if q.head == len(q.s) {
-		q.s, q.head = q.s[:0], 0
-	}
-	return r
-}
-
-// truncate keeps the n oldest records.
-func (q *queue) truncate(n int) {
-	clear(q.s[q.head+n:])
-	q.s = q.s[:q.head+n]
-	if n == 0 {
-		q.s, q.head = q.s[:0], 0
-	}
 }
 
 // consumer is Kafka's side of one consumer: the group member's client, its poll, commit
@@ -237,11 +171,9 @@ var (
 	_ transport.AtomicSettler = kitConsumer{}
 )
 
-// Consume opens a consumer on queue: one member of the transport's consumer group,
-// consuming the queue's topic and its delay topics. It returns before the group is
-// joined; records arrive once partitions are assigned. The topics the consumer's settle
-// writes need (opts.SettleQueues, and the delay topics of opts.SettleDelays) are created
-// first when missing, or, with auto-creation off, are a [*MissingTopicError].
+// Consume opens a consumer on queue and its delay topics: one member of the transport's
+// consumer group. It first creates the topics its settle writes need, or returns a
+// [*MissingTopicError]. It returns before the group is joined.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if err := checkTopic(queue); err != nil {
 		return nil, err
@@ -275,7 +207,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		buffer:    max(t.cfg.buffer, opts.Prefetch),
 	}
 	c.depth = pipeDepth * c.buffer
-	cl, err := t.factory(
+	cl, err := t.factory(append(clientOpts(t.log),
 		kgo.ConsumerGroup(t.cfg.group),
 		kgo.ConsumeRegex(),
 		kgo.ConsumeTopics(c.pattern.String()),
@@ -286,7 +218,6 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.MetadataMaxAge(t.cfg.metadataMaxAge),
-		kgo.MetadataMinAge(250*time.Millisecond),
 		kgo.FetchMaxWait(fetchMaxWait),
 		// A topic just created (the queue's first publish auto-creates it) can drop out
 		// of a metadata answer for a while on a busy broker; a regex consumer purges a
@@ -295,9 +226,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		kgo.ConsiderMissingTopicDeletedAfter(time.Minute),
 		kgo.SessionTimeout(t.cfg.sessionTimeout),
 		kgo.HeartbeatInterval(t.cfg.heartbeatInterval),
-		kgo.RetryBackoffFn(retryBackoff),
-		kgo.WithLogger(clientLogger(t.log)),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}
@@ -340,13 +269,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	return kitConsumer{Consumer: k, c: c}, nil
 }
 
-// fetchMaxWait is how long the broker may hold a consumer's fetch while its partitions
-// have no new records (Kafka's fetch.max.wait.ms; the Java client's default, where
-// franz-go's is 5 s). A partition the consumer is newly assigned (the first delay
-// topic of a delay, a queue topic created by the first record moved back to it) is
-// read only from the next fetch on, so it waited up to that long behind a fetch already
-// waiting on the others; twice on the way of one delayed message (issue 37). An idle
-// consumer asks twice a second instead of once every 5 s.
+// fetchMaxWait is Kafka's fetch.max.wait.ms (franz-go's 5 s held a newly assigned
+// delay or queue topic behind a fetch already waiting: issue 37).
 const fetchMaxWait = 500 * time.Millisecond
 
 func signal(ch chan struct{}) {
@@ -356,9 +280,8 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// pollLoop is the only goroutine that polls. Rebalances are blocked from the return of a
-// poll until AllowRebalance, so records are admitted, and seeks applied, against a
-// stable assignment.
+// pollLoop is the only goroutine that polls; rebalances are blocked from a poll until
+// AllowRebalance, so records are admitted and seeks applied on a stable assignment.
 func (c *consumer) pollLoop() {
 	defer c.wg.Done()
 	for {
@@ -430,9 +353,8 @@ func (c *consumer) pollLoop() {
 	}
 }
 
-// apply makes the pauses and seeks of a poll: it pauses the delay partitions that hold
-// too many parked records (when records were parked) and seeks the partitions whose
-// rewind is due, resuming those that were held.
+// apply pauses the delay partitions that hold too many parked records and seeks the
+// partitions whose rewind is due, resuming those that were held.
 func (c *consumer) apply(delayed bool) {
 	c.mu.Lock()
 	if !delayed && !c.seekWanted {
@@ -488,9 +410,8 @@ func (c *consumer) apply(delayed bool) {
 	}
 }
 
-// seekPlanLocked reports whether a rewind's seek is due, and returns the partitions
-// whose seek waits for the end of a hold and whose fetching is not paused yet (it marks
-// them held: the caller pauses them).
+// seekPlanLocked reports whether a seek is due, and marks held and returns the partitions
+// whose seek waits for the end of a hold, for the caller to pause.
 func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]int32) {
 	if !c.seekWanted {
 		return false, nil
@@ -511,9 +432,7 @@ func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]in
 	return due, hold
 }
 
-// pauseHeld pauses fetching the partitions in hold. A partition revoked meanwhile (a
-// rebalance may run between the plan and the pause) is resumed again, so that it is
-// not left paused should it come back to this consumer.
+// pauseHeld pauses the partitions in hold, resuming again one revoked meanwhile.
 func (c *consumer) pauseHeld(hold map[string][]int32) {
 	c.cl.PauseFetchPartitions(hold)
 	stale := map[string][]int32{}
@@ -535,10 +454,9 @@ func (c *consumer) pauseHeld(hold map[string][]int32) {
 // bounds what one record still referenced by the application keeps reachable.
 const slabSize = 128
 
-// admitLocked starts tracking up to slabSize fetched records of one partition: those of
-// a delay topic are parked, the others join the ready list. Records fetched before a
-// pending seek, or already fetched, are dropped. It reports whether any record was
-// parked.
+// admitLocked tracks up to slabSize fetched records of one partition: a delay topic's
+// are parked, the others join the ready list; those fetched before a pending seek, or
+// already, are dropped. It reports whether any record was parked.
 func (c *consumer) admitLocked(key tp, tier time.Duration, rs []*kgo.Record) bool {
 	p := c.parts[key]
 	if p == nil {
@@ -565,7 +483,7 @@ func (c *consumer) admitLocked(key tp, tier time.Duration, rs []*kgo.Record) boo
 		}
 		p.next = r.Offset + 1
 		rec.p = p
-		p.pending.push(rec)
+		p.pending.Push(rec)
 		if p.tier > 0 {
 			if now.IsZero() {
 				now = time.Now()
@@ -628,9 +546,8 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 	return due
 }
 
-// Receive waits for the next record of the ready list, in offset order per partition,
-// and hands it out (the kit holds a prefetch slot for it). It waits too while the
-// consumer is as far ahead of its commits as it may be (overLocked).
+// Receive hands out the next record of the ready list; it waits too while the consumer
+// is as far ahead of its commits as it may be (overLocked).
 func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	c.mu.Lock()
 	for {
@@ -666,9 +583,8 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	}
 }
 
-// nextLocked takes the next record of the ready list and counts it in the uncommitted
-// window; nil when none is ready, or when the consumer may not work further ahead of
-// its commits.
+// nextLocked takes the next record and counts it in the uncommitted window; nil when
+// none is ready or the window is full.
 func (c *consumer) nextLocked() *record {
 	if c.overLocked() {
 		return nil
@@ -695,13 +611,9 @@ func (c *consumer) nextLocked() *record {
 	return nil
 }
 
-// overLocked reports whether the consumer is as far ahead of its commits as it may be
-// (WithMaxUncommitted, WithMaxUncommittedTime): as many records handed out and not
-// committed as the bound allows, or a commit failing (or hanging) for as long as it
-// allows. Receive then hands out nothing until a commit succeeds (or a rewind or a
-// revoke shrinks the window), so that a crash or a network fault redelivers at most that
-// window. It logs when commits that fail (or hang) stop the consumer and when it goes
-// on; the short waits of a consumer at its bound for a commit in flight are not logged.
+// overLocked reports whether the consumer is as far ahead of its commits as
+// WithMaxUncommitted and WithMaxUncommittedTime allow, logging when failing commits
+// stop it and when it goes on.
 func (c *consumer) overLocked() bool {
 	cfg := &c.t.cfg
 	late := !c.commitFrom.IsZero() && time.Since(c.commitFrom) >= cfg.maxUncommittedTime
@@ -760,9 +672,9 @@ func isReserved(name string) bool {
 	return false
 }
 
-// Decode builds what the runtime sees of a record: its value (a tombstone's is empty),
-// its key as it is (nil stays nil), the first bq-schema-version and bq-attempts headers,
-// and the other headers but the binding's own (the first of a name wins).
+// Decode gives the record's value (never nil), its key as it is, the first
+// bq-schema-version and bq-attempts headers, and the other headers but the binding's
+// own (the first of a name wins).
 func (c *consumer) Decode(rec *record, d *transport.Delivery) {
 	r := rec.r
 	d.Body, d.Key = r.Value, r.Key
@@ -824,9 +736,8 @@ func (c *consumer) setLocked(rec *record, st uint8) {
 	rec.state = st
 }
 
-// Ack marks rec settled and moves its partition's commit mark past every settled
-// record at its head; the commit loop commits it. A record dropped by a revoke or a
-// rewind is a TakenBackError.
+// Ack marks rec settled and moves its partition's commit mark; a record dropped by a
+// revoke or a rewind is a TakenBackError.
 func (c *consumer) Ack(_ context.Context, rec *record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -837,9 +748,8 @@ func (c *consumer) Ack(_ context.Context, rec *record) error {
 	return nil
 }
 
-// GiveBack rewinds the records (Rewound, SettleFailed): each one's partition is sought
-// back to it, after the partition's hold when a settle write failed. On Close nothing
-// is needed: a record not settled is not committed, so the group delivers it again.
+// GiveBack rewinds the records (after the partition's hold when a settle write
+// failed); on Close nothing is needed: what is not committed is delivered again.
 func (c *consumer) GiveBack(_ context.Context, recs []*record, why driverkit.Reason) error {
 	if why == driverkit.Closing {
 		return nil
@@ -855,9 +765,7 @@ func (c *consumer) GiveBack(_ context.Context, recs []*record, why driverkit.Rea
 	return nil
 }
 
-// takeBackLocked tells the kit that the records dropped (by a rewind or a revoke) are
-// taken back: their prefetch slots are freed and their Settle returns the consumer's
-// TakenBackError.
+// takeBackLocked tells the kit that the records dropped are taken back.
 func (c *consumer) takeBackLocked() {
 	c.kit.TakeBack(func(r *record) bool { return r.state == stDropped }, c.takenBack)
 }
@@ -868,8 +776,8 @@ func (c *consumer) ackLocked(rec *record) {
 	c.setLocked(rec, stSettled)
 	p := rec.p
 	moved := false
-	for p.pending.len() > 0 && p.pending.front().state == stSettled {
-		h := p.pending.pop()
+	for p.pending.Len() > 0 && (*p.pending.Front()).state == stSettled {
+		h := p.pending.Pop()
 		p.commitAt = kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset + 1}
 		p.hasMark = true
 		moved = true
@@ -884,7 +792,7 @@ func (c *consumer) ackLocked(rec *record) {
 // to seek the partition back to rec.
 func (c *consumer) rewindLocked(rec *record) {
 	p := rec.p
-	pending := p.pending.items()
+	pending := p.pending.Items()
 	i := len(pending) - 1
 	for i >= 0 && pending[i] != rec {
 		i--
@@ -902,7 +810,7 @@ func (c *consumer) rewindLocked(rec *record) {
 	if dropped {
 		c.takeBackLocked()
 	}
-	p.pending.truncate(i)
+	p.pending.Truncate(i)
 	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
 	if p.to > at.Offset { // the records from at on come again
 		lo := max(at.Offset, p.from)
@@ -934,62 +842,21 @@ func (c *consumer) kickPoll() {
 	signal(c.pollSig)
 }
 
-// Failed commits are tried again after a backoff that doubles from commitRetryMin to
-// commitRetryMax while they fail, whether or not more records are settled meanwhile:
-// a consumer stopped by its uncommitted window waits for them.
-const (
-	commitRetryMin = 250 * time.Millisecond
-	commitRetryMax = 2 * time.Second
-)
+// commitRetry is the backoff of failed commits (whether or not records are settled
+// meanwhile: a consumer stopped by its uncommitted window waits for them).
+var commitRetry = driverkit.Backoff{Min: 250 * time.Millisecond, Max: 2 * time.Second}
 
-// commitLoop commits settled offsets in the background, coalescing settles that happen
-// while a commit is in flight, and at least commit_interval apart unless the uncommitted
-// window is half full.
+// commitLoop commits settled offsets in the background, coalescing settles, at least
+// commit_interval apart unless the uncommitted window is half full.
 func (c *consumer) commitLoop() {
 	defer c.wg.Done()
-	failures := 0
-	for {
-		select {
-		case <-c.commitSig:
-		case <-c.ctx.Done():
-			return
-		}
-		for {
+	driverkit.RunCoalesced(c.ctx, c.commitSig, c.urgentSig, c.t.cfg.commitInterval, commitRetry, c.log, "kafka: offset commit",
+		func(ctx context.Context) error {
 			c.mu.Lock()
 			c.commitQueued = false // a settle from now on signals again
 			c.mu.Unlock()
-			err := c.commit(c.ctx, nil)
-			if c.ctx.Err() != nil {
-				return
-			}
-			if err == nil {
-				break
-			}
-			failures++
-			backoff := min(commitRetryMin<<min(failures-1, 8), commitRetryMax)
-			if failures&(failures-1) == 0 {
-				c.log.Warn("kafka: offset commit failed; retrying after a backoff", "failures", failures, "backoff", backoff, "err", err)
-			}
-			select {
-			case <-time.After(backoff):
-			case <-c.ctx.Done():
-				return
-			}
-		}
-		if failures > 0 {
-			c.log.Info("kafka: committing again", "failed_before", failures)
-			failures = 0
-		}
-		// Settles during the pause are coalesced into the next commit.
-		if iv := c.t.cfg.commitInterval; iv > 0 {
-			select {
-			case <-time.After(iv):
-			case <-c.urgentSig:
-			case <-c.ctx.Done():
-				return
-			}
-		}
-	}
+			return c.commit(ctx, nil)
+		})
 }
 
 // commit commits the marks of the given partitions (all when only is nil) that moved
@@ -1060,11 +927,9 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 // revoked partitions to be settled.
 const revokeGrace = 5 * time.Second
 
-// revoked commits what was settled on the revoked partitions and forgets them: records
-// handed out from them and not settled within revokeGrace are taken back (their Settle
-// returns ErrRevoked) and the new owner resumes from the committed offset. The wait keeps
-// a record acknowledged out of order, behind one still being handled, from being
-// redelivered and settled again by the new owner.
+// revoked waits up to revokeGrace for the deliveries handed out from the revoked
+// partitions (so that one acknowledged out of order is not settled again by the new
+// owner), commits what was settled and forgets them.
 func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	only := partsOf(revoked)
 	c.awaitHanded(only, revokeGrace)
@@ -1129,7 +994,7 @@ func (c *consumer) closing() bool {
 func (c *consumer) handedLocked(parts map[tp]bool) bool {
 	for k := range parts {
 		if p := c.parts[k]; p != nil {
-			for _, r := range p.pending.items() {
+			for _, r := range p.pending.Items() {
 				if inHand(r) {
 					return true
 				}
@@ -1150,7 +1015,7 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		if p == nil {
 			continue
 		}
-		for _, r := range p.pending.items() {
+		for _, r := range p.pending.Items() {
 			if r.state != stSettled {
 				c.setLocked(r, stDropped)
 				dropped++
@@ -1180,10 +1045,8 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 	signal(c.delaySig)
 }
 
-// Close stops the loops, commits what was settled and leaves the group; the kit calls
-// it once the deliveries held were given back and the pipelined settlements finished.
-// The deliveries not settled are delivered again to the group. An error is the final
-// commit's: settled records may then be delivered again.
+// Close stops the loops, commits what was settled and leaves the group. An error is the
+// final commit's: settled records may then be delivered again.
 func (c *consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.stopped = true
@@ -1208,11 +1071,8 @@ func (c *consumer) Close(ctx context.Context) error {
 // errFinalCommit heads the error of a Close whose final commit failed.
 var errFinalCommit = errors.New("kafka: final commit failed; settled records may be redelivered")
 
-// SyncAcks waits for the settle writes still in flight (a settle with writes returns
-// once they are handed to the producer, see [WithPipelinedSettles]), then commits, and
-// waits for, the offsets of every record acknowledged so far (the background commit
-// makes them durable up to 100ms later, [WithCommitInterval]). A record whose write
-// failed meanwhile was rewound by the transport: it is not committed and comes again.
+// SyncAcks waits for the settle writes in flight, then commits, and waits for, the
+// offsets of every record acknowledged so far.
 func (k kitConsumer) SyncAcks(ctx context.Context) error {
 	c := k.c
 	c.mu.Lock()

@@ -5,66 +5,40 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // maxReinject bounds the parked records re-produced in one pass.
 const maxReinject = 500
 
-// delayLoop moves parked records back to the queue when they are due. A parked record is
-// committed only after its copy on the queue is confirmed; a failed write is retried.
+// delayLoop moves parked records back to the queue when they are due; a failed write is
+// retried a second later.
 func (c *consumer) delayLoop() {
 	defer c.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	backoff := time.Duration(0)
-	for {
-		now := time.Now()
-		var due []*record
-		next := time.Time{}
-		c.mu.Lock()
-		for _, p := range c.parts {
-			for _, pk := range p.delayed {
-				if pk.due.After(now) {
-					if next.IsZero() || pk.due.Before(next) {
-						next = pk.due
-					}
-					break
+	driverkit.RunDue(c.ctx, c.delaySig, time.Second, c.due, c.reinject)
+}
+
+// due returns the parked records due at now (at most maxReinject, each partition's in due
+// order) and when the next one is due.
+func (c *consumer) due(now time.Time) (due []*record, next time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.parts {
+		for _, pk := range p.delayed {
+			if pk.due.After(now) {
+				if next.IsZero() || pk.due.Before(next) {
+					next = pk.due
 				}
-				if len(due) >= maxReinject {
-					next = now
-					break
-				}
-				due = append(due, pk.rec)
+				break
 			}
-		}
-		c.mu.Unlock()
-		if len(due) > 0 && backoff == 0 {
-			if c.reinject(due) {
-				continue
+			if len(due) >= maxReinject {
+				return due, now
 			}
-			backoff = time.Second
-		}
-		wait := time.Hour
-		if backoff > 0 {
-			wait = backoff
-		} else if !next.IsZero() {
-			wait = time.Until(next)
-		}
-		timer.Reset(max(wait, 0))
-		select {
-		case <-timer.C:
-			backoff = 0
-		case <-c.delaySig:
-		case <-c.ctx.Done():
-			return
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+			due = append(due, pk.rec)
 		}
 	}
+	return due, next
 }
 
 // reinject re-produces due parked records to the queue and settles those confirmed. It

@@ -18,48 +18,31 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // A consumer opened with [transport.ConsumeOptions.Transactional] settles every Ack
-// with writes in one Kafka transaction of its own: a transactional producer of the
-// consumer's (transactional id "babelqueue-tx-<group>-<random>") produces the writes,
-// commits the consumed record's offset for the consumer group inside the same
-// transaction (AddOffsetsToTxn, then TxnOffsetCommit with the member's generation, so a
-// member the group has moved on from cannot commit), and ends it with a commit. Either
-// the writes become visible and the record's offset is committed, or neither happens: a
-// process killed before the end leaves a transaction the broker aborts at its timeout.
-// Every consumer of the transport reads committed records only, so an aborted write, or
-// one in a transaction still open, is never delivered.
-//
-// A transactional consumer hands out one record at a time (its prefetch is 1), so the
-// offset a transaction commits is always the one right after the record it settles.
-// Each settlement costs a transaction (a few round trips and the broker's commit
-// markers), so the runtime's consumers do not use it; a DLQ redrive does.
+// with writes in one Kafka transaction of its own producer's, which also commits the
+// record's offset for the group (AddOffsetsToTxn, TxnOffsetCommit with the member's
+// generation): the writes and the commit happen together or not at all. It hands out
+// one record at a time (docs/transports/kafka.md, Transactional moves).
 
-// defaultTxTimeout is the transaction timeout of a transactional consumer's producer:
-// how long the broker lets a transaction stay open before it aborts it. A process killed
-// in the middle of a move leaves its transaction open that long (plus the broker's check
-// interval, transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by
-// default): meanwhile the consumers of the target topic, reading committed records only,
-// wait at the open transaction, and a consumer of the dead-letter topic that joins
-// waits for the offset it holds.
+// defaultTxTimeout is how long the broker lets a transaction stay open (a process killed
+// mid-move holds the target's read_committed consumers that long).
 const defaultTxTimeout = 15 * time.Second
 
-// txBeforeCommit, set by tests, runs between the transactional offset commit and the
-// end of the transaction with the consumer's queue; an error from it aborts the
-// transaction instead.
+// txBeforeCommit, set by tests, runs before the end of the transaction; an error aborts it.
 var txBeforeCommit atomic.Pointer[func(queue string) error]
 
-// txAttempts bounds the transactions one settlement makes when they are aborted for a
-// reason that passes (a rebalance of the group, a coordinator moving).
+// txAttempts bounds the transactions one settlement makes when they abort for a reason
+// that passes (a rebalance, a coordinator moving).
 const txAttempts = 5
 
-// errTxOrder refuses a transactional settlement while an earlier record of the same
-// partition is unsettled: its offset cannot be committed without skipping that record.
+// errTxOrder refuses a transactional settlement while an earlier record of its partition
+// is unsettled.
 var errTxOrder = errors.New("kafka: a transactional settlement must come after every earlier record of its partition is settled")
 
-// errTxUnresolved is the cause of a failed settlement whose transaction ended with a
-// commit attempt of unknown outcome that could not be looked up.
+// errTxUnresolved is the cause of a settlement whose transaction's outcome is unknown.
 var errTxUnresolved = errors.New("kafka: the move's transaction may or may not have committed and its outcome could not be read; the record is not delivered again by this consumer (a new consumer resumes from the group's committed offset)")
 
 // txSettle is the transaction state of a transactional consumer.
@@ -81,11 +64,8 @@ const (
 	txUnknown                    // a commit was attempted and its outcome is unknown
 )
 
-// txVersions caps the transactional producer at TxnOffsetCommit v4, so that it uses the
-// transaction protocol before KIP-890 part 2 (partitions and the group's offsets added
-// to the transaction by explicit requests) whatever the cluster's transaction.version:
-// the offset commit this file makes itself (franz-go keeps its own for
-// GroupTransactSession) then needs no knowledge of which protocol the producer chose.
+// txVersions caps TxnOffsetCommit at v4: the protocol before KIP-890 part 2, whatever the
+// cluster's transaction.version, which the offset commit made here relies on.
 func txVersions() *kversion.Versions {
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(int16(kmsg.TxnOffsetCommit), 4)
@@ -100,15 +80,12 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := "babelqueue-tx-" + c.t.cfg.group + "-" + hex.EncodeToString(b[:])
-	o := []kgo.Opt{
+	o := append(clientOpts(c.t.log),
 		kgo.TransactionalID(id),
 		kgo.TransactionTimeout(c.t.cfg.txTimeout),
 		kgo.MaxVersions(txVersions()),
 		kgo.ProducerLinger(0), // a move's writes are all produced at once: nothing to wait for
-		kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.RetryBackoffFn(retryBackoff),
-		kgo.WithLogger(clientLogger(c.t.log)),
-	}
+	)
 	if c.t.cfg.autoCreate {
 		o = append(o, kgo.AllowAutoTopicCreation())
 	}
@@ -119,12 +96,9 @@ func (c *consumer) newTxSettle(opts transport.ConsumeOptions) (*txSettle, error)
 	return &txSettle{cl: cl, id: id, build: func() (*kgo.Client, error) { return c.t.factory(o...) }}, nil
 }
 
-// renew replaces a transactional producer whose transaction could not be ended (its
-// abort was refused, for one, because the broker fenced the producer): franz-go keeps
-// such a producer in its transaction and refuses every later BeginTransaction. The new
-// producer has the same transactional id, so when it initializes the coordinator
-// aborts whatever transaction of the old one is still open, at once rather than at
-// the transaction timeout. The caller holds x.mu.
+// renew replaces a transactional producer whose transaction could not be ended (franz-go
+// then refuses every BeginTransaction) with one of the same id, whose initialization
+// aborts the old one's transaction. The caller holds x.mu.
 func (x *txSettle) renew(log *slog.Logger, cause error) error {
 	cl, err := x.build()
 	if err == nil {
@@ -153,8 +127,7 @@ func (x *txSettle) close() {
 }
 
 // AckWrites settles rec with the writes ws in a transaction that also commits rec's
-// offset for the group: the kit calls it for every Ack with writes of a transactional
-// consumer (Config.AtomicAcks).
+// offset for the group (driverkit.Config.AtomicAcks).
 func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.Message) error {
 	recs, err := c.t.settleRecords(ws)
 	if err != nil {
@@ -168,7 +141,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 	case !inHand(rec): // revoked meanwhile
 		c.mu.Unlock()
 		return c.takenBack
-	case p.pending.len() == 0 || p.pending.front() != rec:
+	case p.pending.Len() == 0 || *p.pending.Front() != rec:
 		c.mu.Unlock()
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: errTxOrder}
 	}
@@ -219,9 +192,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 		}
 		c.log.Info("kafka: a move's transaction was aborted; trying again", "attempt", attempt, "err", err)
-		select {
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
-		case <-ctx.Done():
+		if txRetry.Wait(ctx, attempt) != nil {
 			c.unsettle(rec)
 			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 		}
@@ -237,9 +208,10 @@ func (c *consumer) unsettle(rec *record) {
 	c.mu.Unlock()
 }
 
-// txRetriable reports whether a transaction aborted for err may commit when tried
-// again: the group was rebalancing, the coordinator moved or was loading, or the
-// previous transaction was still being completed.
+// txRetry is the backoff between the attempts of a move's transaction.
+var txRetry = driverkit.Backoff{Min: 200 * time.Millisecond, Max: time.Second}
+
+// txRetriable reports whether a transaction aborted for err may commit when tried again.
 func txRetriable(err error) bool {
 	for _, e := range []error{
 		kerr.IllegalGeneration, kerr.RebalanceInProgress, kerr.UnknownMemberID,
@@ -253,10 +225,9 @@ func txRetriable(err error) bool {
 	return false
 }
 
-// moveTx makes one transaction: begin, produce recs, add the group's offsets to the
-// transaction, commit off for the partition at, end with a commit. It holds the
-// consumer's commit lock from the offset commit to the end, so that no plain commit of
-// an older offset, sent before, lands after the transaction's.
+// moveTx makes one transaction: begin, produce recs, commit off for the partition at in
+// it, end with a commit. It holds the commit lock from the offset commit to the end, so
+// that no plain commit of an older offset lands after the transaction's.
 func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kgo.EpochOffset) (txOutcome, error) {
 	cl := c.tx.cl
 	if err := cl.BeginTransaction(); err != nil {
@@ -270,8 +241,7 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 			return txAborted, fmt.Errorf("kafka: begin transaction: %w", err)
 		}
 	}
-	// Ending a transaction is not cancelled with the caller's ctx: franz-go cannot tell
-	// what a cancelled end did.
+	// Not cancelled with ctx: franz-go cannot tell what a cancelled end did.
 	end := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), c.t.cfg.deliveryTimeout)
 	}
@@ -285,33 +255,8 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 
 	pctx, cancel := context.WithTimeout(ctx, c.t.cfg.deliveryTimeout)
 	defer cancel()
-	done := make(chan error, len(recs))
-	for _, r := range recs {
-		cl.Produce(pctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				err = &DeliveryError{Topic: r.Topic, Err: err}
-			}
-			done <- err
-		})
-	}
-	var perr error
-	for range recs {
-		select {
-		case err := <-done:
-			if err != nil && perr == nil {
-				perr = err
-			}
-		case <-pctx.Done():
-			if perr == nil {
-				perr = &DeliveryError{Topic: recs[0].Topic, Err: pctx.Err()}
-			}
-		}
-		if pctx.Err() != nil {
-			break
-		}
-	}
-	if perr != nil {
-		return abort(perr)
+	if r, err := cl.ProduceSync(pctx, recs...).First(); err != nil {
+		return abort(&DeliveryError{Topic: r.Topic, Err: err})
 	}
 
 	c.commitMu.Lock()
@@ -330,10 +275,8 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 	if err == nil {
 		return txCommitted, nil
 	}
-	// The commit was refused, not attempted, or its answer lost. Abort what may still
-	// be open (franz-go reloads the producer id, which fences the transaction off),
-	// then read the group's offset, waiting while the transaction is pending: it says
-	// whether the commit happened.
+	// Refused, not attempted or its answer lost: abort what may be open, then read the
+	// group's offset (waiting while the transaction is pending) to learn the outcome.
 	c.endAborted(ectx, cl)
 	committed, rerr := c.txResolve(ectx, at, off.Offset)
 	switch {
@@ -345,10 +288,8 @@ func (c *consumer) moveTx(ctx context.Context, recs []*kgo.Record, at tp, off kg
 	return txAborted, fmt.Errorf("kafka: end transaction: %w", err)
 }
 
-// endAborted ends cl's transaction with an abort. franz-go's documented remedy for an
-// abort that fails is one more (it heals an end whose outcome was unconfirmed); when
-// that fails too, the producer is replaced (txSettle.renew), which aborts the
-// transaction on the broker. Either way the next move can begin.
+// endAborted aborts cl's transaction, twice if need be (franz-go's remedy), else renews
+// the producer, so that the next move can begin.
 func (c *consumer) endAborted(ctx context.Context, cl *kgo.Client) {
 	err := cl.EndTransaction(ctx, kgo.TryAbort)
 	if err == nil {
@@ -360,8 +301,8 @@ func (c *consumer) endAborted(ctx context.Context, cl *kgo.Client) {
 	_ = c.tx.renew(c.log, fmt.Errorf("kafka: aborting a move's transaction: %w", err))
 }
 
-// commitTxOffset adds the group's offsets to the open transaction and commits off for
-// the partition at inside it, as the group member the consumer is now.
+// commitTxOffset adds the group to the open transaction and commits off for the partition
+// at in it, as the group member the consumer is now.
 func (c *consumer) commitTxOffset(ctx context.Context, at tp, off kgo.EpochOffset) error {
 	cl := c.tx.cl
 	id, epoch, err := cl.ProducerID(ctx)
@@ -371,7 +312,7 @@ func (c *consumer) commitTxOffset(ctx context.Context, at tp, off kgo.EpochOffse
 	member, gen := c.cl.GroupMetadata()
 	add := kmsg.NewPtrAddOffsetsToTxnRequest()
 	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = c.tx.id, id, epoch, c.t.cfg.group
-	if err := retryConcurrent(ctx, func() error {
+	if err := concurrentRetry.Retry(ctx, isConcurrent, func() error {
 		resp, err := add.RequestWith(ctx, cl)
 		if err != nil {
 			return err
@@ -389,7 +330,7 @@ func (c *consumer) commitTxOffset(ctx context.Context, at tp, off kgo.EpochOffse
 	rp.Partition, rp.Offset, rp.LeaderEpoch = at.partition, off.Offset, off.Epoch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	return retryConcurrent(ctx, func() error {
+	return concurrentRetry.Retry(ctx, isConcurrent, func() error {
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
 			return err
@@ -412,44 +353,28 @@ func (c *consumer) commitTxOffset(ctx context.Context, at tp, off kgo.EpochOffse
 	})
 }
 
-// retryConcurrent runs fn again while the broker answers CONCURRENT_TRANSACTIONS (the
-// previous transaction of the producer is still being completed), until ctx ends.
-func retryConcurrent(ctx context.Context, fn func() error) error {
-	wait := 10 * time.Millisecond
-	for {
-		err := fn()
-		if !errors.Is(err, kerr.ConcurrentTransactions) {
-			return err
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return err
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
-}
+// concurrentRetry is the backoff of a request the broker answers with
+// CONCURRENT_TRANSACTIONS (the producer's previous transaction is still completing).
+var concurrentRetry = driverkit.Backoff{Min: 10 * time.Millisecond, Max: 500 * time.Millisecond}
+
+func isConcurrent(err error) bool { return errors.Is(err, kerr.ConcurrentTransactions) }
 
 // txResolve reads the group's committed offset of the partition at, waiting while a
 // transaction holds it pending, and reports whether it reached off.
 func (c *consumer) txResolve(ctx context.Context, at tp, off int64) (bool, error) {
 	adm := kadm.NewClient(c.tx.cl) // not closed: that would close the producer
-	for {
+	var reached bool
+	err := driverkit.Backoff{Min: 250 * time.Millisecond, Max: 250 * time.Millisecond}.Retry(ctx, func(error) bool { return true }, func() error {
 		resp, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), c.t.cfg.group, at.topic)
-		if err == nil {
-			o, ok := resp.Lookup(at.topic, at.partition)
-			switch {
-			case !ok:
-				return false, nil
-			case o.Err == nil:
-				return o.At >= off, nil
-			}
-			err = o.Err
+		if err != nil {
+			return err
 		}
-		select {
-		case <-time.After(250 * time.Millisecond):
-		case <-ctx.Done():
-			return false, err
+		o, ok := resp.Lookup(at.topic, at.partition)
+		if ok && o.Err != nil {
+			return o.Err
 		}
-	}
+		reached = ok && o.At >= off
+		return nil
+	})
+	return reached, err
 }

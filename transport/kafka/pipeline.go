@@ -2,8 +2,6 @@ package kafka
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -12,171 +10,63 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// Settle writes. The kit's Settle of an Ack with writes hands them to the producer
-// (Write, WriteAsync) and acknowledges the record (moves its partition's commit mark)
-// once every write is confirmed. A write that fails, or is not confirmed within the
-// delivery timeout, holds the record's partition back (topics.go) and the kit gives the
-// record back, which rewinds it once the hold is over.
-//
-// Pipelined (the default; WithPipelinedSettles, ?pipeline_settles=0 to turn off), the
-// kit's Settle returns once WriteAsync handed the writes over, and their delivery
-// promises tell the kit the outcome (driverkit.AsyncWriter: no goroutine waits per
-// settlement): the record stays uncommitted (its partition's commit mark stops at it)
-// until then, and the worker is free for the next delivery meanwhile, so the writes of
-// many deliveries share the producer's batches instead of each worker waiting for its
-// own. The settlements in flight are those made during the producer's linger (franz-go's
-// default is 10 ms) and a produce round trip: at the pace of the runtime with half its
-// handlers failing that is a few thousand, so a consumer holds up to pipeDepth × its
-// buffer of them (8192 by default; one buffer's worth, 1024, capped a consumer at about
-// 80 thousand writes a second). When they are all taken, when the consumer has nothing
-// left to hand out, or when a worker waits for its own writes (not pipelined: Write and
-// its Confirm), the producer is hurried (flushed) rather than left to linger: nothing
-// more is coming to batch with, and the consumer may be waiting for these very records
-// (a retry goes back to its own queue).
+// Settle writes: the kit hands them over with Write (awaited) or WriteAsync (pipelined)
+// and acknowledges the record once every write is confirmed. A write that fails holds
+// the record's partition back (topics.go) before the give-back rewinds it. The producer
+// is hurried (flushed) when a worker waits for its writes, when pipeDepth × the buffer
+// of settlements are in flight, and when the consumer has nothing to hand out while
+// writes are in flight (docs/transports/kafka.md, Settle writes).
 
 // pipeDepth is how many buffers' worth of pipelined settlements a consumer holds in
 // flight.
 const pipeDepth = 8
 
-// Write hands the settle writes of rec to the producer and returns the wait for their
-// delivery reports: the kit uses it for settle writes that are not pipelined, so a
-// worker waits, and the producer is hurried. A write that cannot be projected (a bad
-// topic name, a record over the size limit) is a *transport.SettleWriteError and
-// nothing is written; a record dropped meanwhile by a revoke or a rewind is a
-// TakenBackError.
+// Write hands the settle writes of rec to the producer, hurries it and returns the wait
+// for their delivery reports. A write that cannot be projected is a
+// *transport.SettleWriteError; a record dropped meanwhile is a TakenBackError.
 func (c *consumer) Write(ctx context.Context, rec *record, ws []*transport.Message) (driverkit.Confirm, error) {
-	w, _, err := c.newWrite(rec, ws)
+	w, _, err := c.startWrite(ctx, rec, ws, nil)
 	if err != nil {
 		return nil, err
 	}
-	w.done = make(chan struct{})
-	w.produce(ctx)
 	c.t.hurry()
-	return w.wait, nil
+	return w.Wait, nil
 }
 
-// WriteAsync hands the settle writes of a pipelined settlement to the producer, as
-// Write does, and calls done once from their delivery promises (on a goroutine of its
-// own after a failure), or with context.DeadlineExceeded when they are not all
-// confirmed within the delivery timeout.
+// WriteAsync is Write for a pipelined settlement: done gets the outcome.
 func (c *consumer) WriteAsync(ctx context.Context, rec *record, ws []*transport.Message, done func(error)) error {
-	w, crowded, err := c.newWrite(rec, ws)
-	if err != nil {
-		return err
-	}
-	w.notify = done
-	w.timer = time.AfterFunc(c.t.cfg.deliveryTimeout, func() { w.finish(0, context.DeadlineExceeded) })
-	w.produce(ctx)
+	_, crowded, err := c.startWrite(ctx, rec, ws, done)
 	if crowded {
 		c.t.hurry()
 	}
-	return nil
+	return err
 }
 
-// newWrite projects ws and marks rec as settling; crowded reports that the pipelined
-// writes in flight fill the pipeline.
-func (c *consumer) newWrite(rec *record, ws []*transport.Message) (w *settleWrite, crowded bool, err error) {
+// startWrite projects ws, marks rec as settling and produces the records; crowded
+// reports that the pipelined writes in flight fill the pipeline.
+func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.Message, done func(error)) (*driverkit.Confirmations, bool, error) {
 	recs, err := c.t.settleRecords(ws)
 	if err != nil {
 		return nil, false, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !inHand(rec) {
+		c.mu.Unlock()
 		return nil, false, c.takenBack
 	}
 	c.setLocked(rec, stSettling)
-	w = &settleWrite{c: c, rec: rec, ws: ws, recs: recs}
-	w.left.Store(int32(len(recs)))
-	return w, c.writing >= c.depth, nil
-}
-
-// settleWrite is the settle writes of one delivery, produced together.
-type settleWrite struct {
-	c    *consumer
-	rec  *record
-	ws   []*transport.Message
-	recs []*kgo.Record // ws projected
-	left atomic.Int32  // records not confirmed yet
-	once sync.Once
-	err  error // the first failure, a *DeliveryError
-	i    int   // the index of the write that failed
-	// Write's: closed once finished. WriteAsync's: the kit's callback, and the timer
-	// that gives up at the delivery timeout.
-	done   chan struct{}
-	notify func(error)
-	timer  *time.Timer
-}
-
-// produce hands the records to the producer (Transport.produce).
-func (w *settleWrite) produce(ctx context.Context) {
-	w.c.t.produce(ctx, w.recs, func(i int, err error) {
-		switch {
-		case err != nil:
-			w.finish(i, err)
-		case w.left.Add(-1) == 0:
-			w.finish(0, nil)
-		}
-	})
-}
-
-// finish ends the write once: with err nil when every record is confirmed, else with
-// the failure of record i, after writeFailed held the record's partition back (on a
-// goroutine of its own: it may repair the topic through the admin API).
-func (w *settleWrite) finish(i int, err error) {
-	w.once.Do(func() {
-		if w.timer != nil {
-			w.timer.Stop()
-		}
-		if err == nil {
-			w.end()
-			return
-		}
-		w.err, w.i = &DeliveryError{Topic: w.recs[i].Topic, Err: err}, i
-		go func() {
-			w.c.writeFailed(w.rec, w.recs[i].Topic, err)
-			w.end()
-		}()
-	})
-}
-
-// end tells the writer's waiter that the write finished.
-func (w *settleWrite) end() {
-	if w.notify != nil {
-		w.notify(w.result())
-		return
-	}
-	close(w.done)
-}
-
-// result is the write's outcome: nil, or the first failure as a
-// *transport.SettleWriteError wrapping a *DeliveryError.
-func (w *settleWrite) result() error {
-	if w.err == nil {
-		return nil
-	}
-	return &transport.SettleWriteError{Queue: w.ws[w.i].Queue, Err: w.err}
-}
-
-// wait is Write's Confirm: it waits for the delivery reports, up to the delivery
-// timeout. A record given up on at the timeout stays buffered and may still be
-// written: its record is delivered again meanwhile, so the outcome is a duplicate,
-// never a loss.
-func (w *settleWrite) wait(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, w.c.t.cfg.deliveryTimeout)
-	defer cancel()
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-		w.finish(0, ctx.Err())
-		<-w.done
-	}
-	return w.result()
+	crowded := c.writing >= c.depth
+	c.mu.Unlock()
+	w := driverkit.NewConfirmations(len(recs), c.t.cfg.deliveryTimeout, func(i int, err error) error {
+		c.writeFailed(rec, recs[i].Topic, err)
+		return &transport.SettleWriteError{Queue: ws[i].Queue, Err: &DeliveryError{Topic: recs[i].Topic, Err: err}}
+	}, done)
+	c.t.produce(ctx, recs, w.Report)
+	return w, crowded, nil
 }
 
 // writeFailed hands rec back to its worker after a failed settle write and holds its
-// partition back: the give-back that follows rewinds the record only once the hold is
-// over, longer with each write to the same topic that fails in a row.
+// partition back, longer with each write to the same topic that fails in a row.
 func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
 	hold := holdAfter(n)
@@ -196,8 +86,8 @@ func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	}
 }
 
-// settleRecords projects the writes of a settlement; a write that cannot be projected
-// (a bad topic name, a record over the size limit) is a *transport.SettleWriteError.
+// settleRecords projects the writes of a settlement; one that cannot be projected is a
+// *transport.SettleWriteError.
 func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error) {
 	recs := make([]*kgo.Record, len(ws))
 	now := time.Now()
@@ -211,10 +101,9 @@ func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error
 	return recs, nil
 }
 
-// hurry has the producer send what it holds without waiting out its linger: it
-// flushes the producer in the background (no record lingers while a flush is under
-// way), unless a hurry is under way already or the transport is closed. The flush
-// waits at most the delivery timeout.
+// hurry flushes the producer in the background (no record lingers meanwhile), unless a
+// hurry is under way or the transport is closed; the flush waits at most the delivery
+// timeout.
 func (t *Transport) hurry() {
 	if !t.hurrying.CompareAndSwap(false, true) {
 		return

@@ -8,25 +8,17 @@ import (
 )
 
 // producerRoom admits the transport's records into the producer's buffer, so that
-// franz-go never has to block a Produce for room: a record admitted is handed over
-// with a context that never ends (franz-go fails every record buffered behind one whose
-// context ends, and those include other callers' records), and a record that must wait
-// for room waits here, where the caller's context can end the wait. Every record
-// admitted gives its room back in its delivery promise.
-//
-// franz-go counts its buffered records down just after a record's promise returns, so
-// the room here is a little smaller than its MaxBufferedRecords (by an eighth) and a
-// record admitted never finds that buffer full. Records produced on the same client
-// outside the transport (a client passed to [New] that is used elsewhere too) are not
-// counted; each admission of several records checks franz-go's own count as well.
+// franz-go never blocks a Produce for room (it fails every record buffered behind one
+// whose context ends): a record waits for room here, where its caller's context can end
+// the wait, and gives it back in its delivery promise. The room is an eighth smaller
+// than MaxBufferedRecords (franz-go counts a record down after its promise returns).
 type producerRoom struct {
 	sem *semaphore.Weighted
 	max int64 // franz-go's MaxBufferedRecords
 }
 
-// newProducerRoom returns the room of cl's buffer, or nil when cl bounds its buffer in
-// bytes too (MaxBufferedBytes): records are then handed over one at a time with a
-// context that ends with the caller's while franz-go blocks (produceUncancelled).
+// newProducerRoom returns the room of cl's buffer, or nil when cl bounds it in bytes too
+// (records are then handed over with produceUncancelled).
 func newProducerRoom(cl *kgo.Client) *producerRoom {
 	if cl == nil {
 		return nil

@@ -12,11 +12,9 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-// WithTLSConfig dials the brokers with c (TLS, mutual TLS), in place of the configuration
-// the URL's tls and TLS parameters describe (docs/security.md; [transport.TLSOptions]
-// builds the same configuration in code). Leave c.ServerName empty: each connection
-// verifies the broker it dials. [Open] and [OpenURL] only; with [New], give the clients
-// kgo.DialTLSConfig yourself.
+// WithTLSConfig dials the brokers with c, in place of the URL's TLS parameters
+// (docs/security.md); leave c.ServerName empty. [Open] and [OpenURL] only: with [New],
+// give the clients kgo.DialTLSConfig yourself.
 func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tlsConfig = c } }
 
 // authCause marks Kafka's refusals of the SASL credentials or of an ACL so they match

@@ -10,14 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// recordBatchOverhead is the size of a record batch (magic 2) without its records: base
-// offset, length, leader epoch, magic, CRC, attributes, last offset delta, first and max
-// timestamps, producer id and epoch, base sequence and record count.
+// recordBatchOverhead is the size of a record batch (magic 2) without its records.
 const recordBatchOverhead = 8 + 4 + 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4 + 4
 
 // batchSize is the size of a record batch holding r alone, uncompressed: what franz-go
-// holds against ProducerBatchMaxBytes before it buffers r, and an upper bound of what the
-// broker holds against message.max.bytes (which counts the batch after compression).
+// holds against ProducerBatchMaxBytes, and at least what the broker holds against
+// message.max.bytes.
 func batchSize(r *kgo.Record) int {
 	n := 1 + 1 + 1 // attributes, timestamp delta, offset delta (each zero)
 	n += bytesLen(r.Key) + bytesLen(r.Value)
@@ -114,7 +112,5 @@ func (t *Transport) lowerLimit(n int) {
 }
 
 // MaxRecordBytes returns the largest record batch the transport produces: the lower of
-// the producer's ProducerBatchMaxBytes and the brokers' message.max.bytes (once read). A
-// message whose record would not fit is refused by Publish with a
-// [*transport.TooLargeError]. A topic's own max.message.bytes is not read.
+// the producer's ProducerBatchMaxBytes and the brokers' message.max.bytes (once read).
 func (t *Transport) MaxRecordBytes() int { return int(t.limit.Load()) }

@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -12,23 +10,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.QueueStatter = (*Transport)(nil)
 
-// QueueStats counts the queue's topic from its offsets, without reading a record:
-// Ready is what the transport's consumer group has not committed yet, partition by
-// partition (from the log start where the group has committed nothing, as a new
-// consumer would read), and Appended is the sum of the end offsets, which only grows
-// and so gives the rate of arrivals. Partitions has each partition's lag (what the
-// group has not committed) and the timestamp of its first uncommitted record (read with
-// a consumer of its own that joins no group, one record per lagging partition; the
-// record timestamp is the envelope's meta.created_at, as the binding writes it); Oldest
-// is the earliest of those. InFlight and Delayed are
-// [transport.UnknownCount]: Kafka does not know what a consumer holds between its
-// commits, and delayed messages wait on delay topics of their own. Offsets of
-// transaction markers and compacted records count as messages. A topic that does not
-// exist has Exists false.
+// QueueStats counts the queue's topic from its offsets: Ready is what the group has not
+// committed (from the log start where it has committed nothing), Appended the sum of the
+// end offsets, Partitions each partition's lag and the timestamp of its first
+// uncommitted record, Oldest the earliest of those. InFlight and Delayed are
+// [transport.UnknownCount]. A missing topic has Exists false.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	if err := checkTopic(queue); err != nil {
 		return transport.QueueStats{}, err
@@ -37,47 +28,22 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 		return transport.QueueStats{}, transport.ErrClosed
 	}
 	s := transport.QueueStats{InFlight: transport.UnknownCount, Delayed: transport.UnknownCount}
-	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
-	ends, err := adm.ListEndOffsets(ctx, queue)
-	if err != nil {
-		return s, fmt.Errorf("kafka: stats %q: end offsets: %w", queue, err)
-	}
-	if missing(ends, queue) {
-		return s, nil
-	}
-	if err := ends.Error(); err != nil {
-		return s, fmt.Errorf("kafka: stats %q: end offsets: %w", queue, err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, queue)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return s, fmt.Errorf("kafka: stats %q: start offsets: %w", queue, err)
-	}
-	committed, err := committedOffsets(ctx, adm, t.cfg.group)
-	if err != nil {
-		return s, fmt.Errorf("kafka: stats %q: offsets of group %q: %w", queue, t.cfg.group, err)
+	offs, exists, err := t.offsets(ctx, "stats", queue, false, true)
+	if err != nil || !exists {
+		return s, err
 	}
 	s.Exists = true
 	from := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		s.Appended += o.Offset
-		at := int64(0)
-		if st, ok := starts.Lookup(queue, o.Partition); ok && st.Offset > 0 {
-			at = st.Offset
-		}
-		if c, ok := committed.Lookup(queue, o.Partition); ok && c.Err == nil && c.At > at {
-			at = c.At
-		}
-		lag := max(o.Offset-at, 0)
+	for _, o := range offs {
+		s.Appended += o.end
+		at := max(o.start, o.committed)
+		lag := max(o.end-at, 0)
 		s.Ready += lag
-		s.Partitions = append(s.Partitions, transport.PartitionStats{Partition: o.Partition, Lag: lag})
+		s.Partitions = append(s.Partitions, transport.PartitionStats{Partition: o.part, Lag: lag})
 		if lag > 0 {
-			from[o.Partition] = kgo.NewOffset().At(at)
+			from[o.part] = kgo.NewOffset().At(at)
 		}
-	})
-	slices.SortFunc(s.Partitions, func(a, b transport.PartitionStats) int { return int(a.Partition - b.Partition) })
+	}
 	firsts := t.firstRecords(ctx, queue, from)
 	for i, p := range s.Partitions {
 		if ts, ok := firsts[p.Partition]; ok {
@@ -94,20 +60,13 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 const firstWait = 3 * time.Second
 
 // firstRecords reads the timestamp of the first committed record at or after the
-// offset of each partition in from, with a consumer of its own (no group, nothing
-// committed). A partition whose record does not come within firstWait (an open
-// transaction holds it back, the transport has no consumer factory) is left out.
+// offset of each partition in from; one that does not come within firstWait is left out.
 func (t *Transport) firstRecords(ctx context.Context, topic string, from map[int32]kgo.Offset) map[int32]time.Time {
 	out := map[int32]time.Time{}
 	if len(from) == 0 || t.factory == nil {
 		return out
 	}
-	cl, err := t.factory(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-		kgo.FetchMaxWait(250*time.Millisecond),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.WithLogger(clientLogger(t.log)),
-	)
+	cl, err := t.reader(topic, from)
 	if err != nil {
 		return out
 	}
@@ -128,15 +87,9 @@ func (t *Transport) firstRecords(ctx context.Context, topic string, from map[int
 // commits.
 const stableWait = 5 * time.Second
 
-// committedOffsets reads the group's committed offsets, waiting for pending
-// transactional offset commits to be resolved (RequireStable, KIP-447): right after a
-// transactional move (a DLQ redrive) commits, its offset commit may still be pending on
-// the broker for a moment, and the record it moved would be shown as waiting. While a
-// transaction stays open longer (a move killed in its middle, until the broker aborts
-// it at its timeout) the stable read is refused; after stableWait the offsets as they
-// stand are read instead. A group's coordinator that is moving or loading (the first
-// read of a new group, a broker restart) answers with a retriable error for a moment:
-// the read is tried again, backing off, for up to coordinatorWait.
+// committedOffsets reads the group's committed offsets, waiting up to stableWait for
+// pending transactional offset commits (RequireStable) before it reads them as they
+// stand (a transaction left open by a killed move).
 func committedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
 	sctx, cancel := context.WithTimeout(ctx, stableWait)
 	resp, err := fetchOffsets(kadm.RequireStable(sctx), adm, group)
@@ -156,34 +109,25 @@ func committedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm
 	return fetchOffsets(ctx, adm, group)
 }
 
-// coordinatorWait bounds how long fetchOffsets retries a group coordinator's
-// transient errors.
+// coordinatorWait bounds how long fetchOffsets retries a group coordinator's transient
+// errors.
 const coordinatorWait = 15 * time.Second
 
-// fetchOffsets is adm.FetchOffsets, tried again while the group's coordinator is not
-// available, not loaded yet or has moved (errors kgo gives back rather than retrying
-// for an admin request), with a backoff from 50 ms doubling to 1 s, for up to
-// coordinatorWait or until ctx ends. A group the broker does not know has committed
-// nothing: GROUP_ID_NOT_FOUND (the answer of brokers that speak of groups as KIP-848
-// does) reads as no offsets.
+// fetchOffsets is adm.FetchOffsets, tried again while the group's coordinator is moving
+// or loading (kgo does not retry those for an admin request). An unknown group has
+// committed nothing.
 func fetchOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
-	deadline := time.Now().Add(coordinatorWait)
-	wait := 50 * time.Millisecond
-	for {
-		resp, err := adm.FetchOffsets(ctx, group)
-		if errors.Is(err, kerr.GroupIDNotFound) {
-			return kadm.OffsetResponses{}, nil
-		}
-		if err == nil || !coordinatorMoving(err) || time.Now().Add(wait).After(deadline) {
-			return resp, err
-		}
-		select {
-		case <-ctx.Done():
-			return resp, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
+	wctx, cancel := context.WithTimeout(ctx, coordinatorWait)
+	defer cancel()
+	var resp kadm.OffsetResponses
+	err := driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}.Retry(wctx, coordinatorMoving, func() (err error) {
+		resp, err = adm.FetchOffsets(ctx, group)
+		return err
+	})
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return kadm.OffsetResponses{}, nil
 	}
+	return resp, err
 }
 
 // coordinatorMoving reports whether err is a group coordinator's transient state.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,15 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // ErrMissingTopic matches every [MissingTopicError].
 var ErrMissingTopic = errors.New("kafka: topic missing")
 
 // MissingTopicError is returned by Consume when a topic the consumer's settle writes need
-// (its dead-letter topic, the delay topics of its retry tiers; see
-// [transport.ConsumeOptions]) does not exist and the transport may not create it
-// (auto_create_topics=false) or could not. It matches [ErrMissingTopic].
+// (its dead-letter and retry-tier delay topics) does not exist and the transport may not,
+// or could not, create it. It matches [ErrMissingTopic].
 type MissingTopicError struct {
 	Queue  string   // the queue being consumed
 	Topics []string // the missing topics
@@ -45,28 +46,22 @@ func (e *MissingTopicError) Unwrap() error { return e.Err }
 // settleTopics are the topics the settle writes of a consumer of queue go to, besides
 // the queue itself.
 func settleTopics(queue string, opts transport.ConsumeOptions) ([]string, error) {
-	var topics []string
-	for _, q := range opts.SettleQueues {
-		if err := checkTopic(q); err != nil {
-			return nil, err
-		}
-		topics = append(topics, q)
-	}
+	topics := slices.Clone(opts.SettleQueues)
 	for _, d := range opts.SettleDelays {
 		if d >= time.Millisecond {
-			name := delayTopic(queue, d)
-			if err := checkTopic(name); err != nil {
-				return nil, err
-			}
-			topics = append(topics, name)
+			topics = append(topics, delayTopic(queue, d))
+		}
+	}
+	for _, name := range topics {
+		if err := checkTopic(name); err != nil {
+			return nil, err
 		}
 	}
 	return topics, nil
 }
 
-// prepareTopics makes sure the topics the settle writes of a consumer of queue go to
-// exist: it creates the missing ones (with the broker's default partitions and
-// replication) when auto-creation is on, and otherwise returns a [*MissingTopicError].
+// prepareTopics creates the missing topics the settle writes of a consumer of queue go
+// to when auto-creation is on, else returns a [*MissingTopicError].
 func (t *Transport) prepareTopics(ctx context.Context, queue string, opts transport.ConsumeOptions) error {
 	topics, err := settleTopics(queue, opts)
 	if err != nil || len(topics) == 0 {
@@ -114,27 +109,21 @@ func (t *Transport) createTopics(ctx context.Context, topics ...string) error {
 	return errors.Join(errs...)
 }
 
-// Settle writes that keep failing hold their partition back: minHold after the first
-// failure to a topic, doubling with each further one up to maxHold, until a write to that
-// topic is confirmed again.
-const (
-	minHold = 250 * time.Millisecond
-	maxHold = 10 * time.Second
-)
+// writeHold is how long a settle write that failed holds its record's partition back,
+// by the failures to its topic in a row.
+var writeHold = driverkit.Backoff{Min: 250 * time.Millisecond, Max: 10 * time.Second}
 
 // holdAfter is the pause after the n-th failed settle write in a row.
 func holdAfter(n int) time.Duration {
 	if n < 1 {
 		return 0
 	}
-	return min(minHold<<min(n-1, 16), maxHold)
+	return writeHold.Delay(n)
 }
 
-// settleWriteFailed counts a failed settle write to topic, repairs what a client can
-// repair about it (a deleted topic's stale metadata, a missing topic) and returns how
-// many writes to topic failed in a row.
-// The second result is false for a failure that counted for nothing new (one during the
-// hold the streak's last failure started).
+// settleWriteFailed counts a failed settle write to topic, repairs what can be repaired
+// (repair) and returns how many writes to topic failed in a row, and false for a failure
+// during the hold the last one started (it counts for nothing new).
 func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err error) (int, bool) {
 	v, _ := t.streaks.LoadOrStore(topic, &streak{})
 	n, counted := v.(*streak).fail(time.Now())
@@ -144,9 +133,7 @@ func (t *Transport) settleWriteFailed(ctx context.Context, topic string, err err
 	return n, counted
 }
 
-// streak counts the settle writes to one topic that failed in a row. Failures during
-// the hold the last one started (the other deliveries in flight when a topic goes away)
-// count once.
+// streak counts the settle writes to one topic that failed in a row.
 type streak struct {
 	mu   sync.Mutex
 	n    int
@@ -176,20 +163,12 @@ func needsRepair(err error) bool {
 	return errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition)
 }
 
-// repairEvery bounds how often one topic is repaired: a repair forgets the producer's
-// buffered records of the topic, which must not hit the writes made just after the last
-// one.
+// repairEvery bounds how often one topic is repaired (a repair drops its buffered records).
 const repairEvery = time.Second
 
-// repair acts on a write that failed because its topic is gone or unknown:
-//
-//   - UNKNOWN_TOPIC_ID: the topic was deleted (and maybe re-created by now). franz-go
-//     keeps the old topic's id and fails every write to the name until the topic is
-//     purged from the producer; after the purge the next write loads the topic afresh,
-//     and asks the broker to create it when auto-creation is on.
-//   - UNKNOWN_TOPIC_OR_PARTITION: with auto-creation on, the topic is created through the
-//     admin API (the broker may not auto-create topics, or the producer, built by the
-//     user for [New], may not ask it to).
+// repair acts on a write that failed because its topic is gone (UNKNOWN_TOPIC_ID: purge
+// the deleted topic's id from the producer, then create it) or unknown
+// (UNKNOWN_TOPIC_OR_PARTITION: create it), creating only with auto-creation on.
 func (t *Transport) repair(ctx context.Context, topic string, err error) {
 	t.repairMu.Lock()
 	if time.Since(t.repaired[topic]) < repairEvery {
@@ -202,7 +181,7 @@ func (t *Transport) repair(ctx context.Context, topic string, err error) {
 	case errors.Is(err, kerr.UnknownTopicID):
 		t.log.Warn("kafka: a topic written to was deleted; forgetting its metadata so that the next write finds the topic again (or creates it)", "topic", topic, "err", err)
 		t.prod.PurgeTopicsFromProducing(topic)
-		t.forgetTopic(topic)
+		t.seen.Delete(topic) // consumers refresh their metadata once it is written again
 		if t.cfg.autoCreate {
 			t.createMissing(ctx, topic)
 		}
@@ -220,13 +199,4 @@ func (t *Transport) createMissing(ctx context.Context, topic string) {
 		return
 	}
 	t.log.Info("kafka: created a missing topic", "topic", topic)
-}
-
-// forgetTopic drops topic from the topics known to be written, so consumers that consume
-// it refresh their metadata once it is written again.
-func (t *Transport) forgetTopic(topic string) {
-	t.seen.Delete(topic)
-	t.mu.Lock()
-	delete(t.known, topic)
-	t.mu.Unlock()
 }

@@ -29,12 +29,22 @@ func init() {
 	})
 }
 
-// urlParams are the query parameters a kafka:// URL accepts.
-var urlParams = []string{
-	"group", "delivery_timeout", "auto_create_topics", "client_id", "tls", "sasl",
-	"session_timeout", "heartbeat_interval", "dial_timeout", "confirm", "pipeline_settles",
-	"max_uncommitted", "max_uncommitted_time",
+// urlOptions are the query parameters of a kafka:// URL that set an [Option].
+var urlOptions = driverkit.Params[Option]{
+	{Name: "group", String: WithGroup},
+	{Name: "delivery_timeout", Duration: WithDeliveryTimeout, Lo: time.Millisecond, Hi: 24 * time.Hour},
+	{Name: "session_timeout", Duration: WithSessionTimeout, Lo: time.Second, Hi: time.Hour},
+	{Name: "heartbeat_interval", Duration: WithHeartbeatInterval, Lo: time.Millisecond, Hi: time.Hour},
+	{Name: "dial_timeout", Duration: WithDialTimeout, Lo: time.Millisecond, Hi: time.Hour},
+	{Name: "max_uncommitted_time", Duration: WithMaxUncommittedTime, Lo: time.Millisecond, Hi: time.Hour},
+	{Name: "max_uncommitted", Int: WithMaxUncommitted, Min: 1, Max: math.MaxInt32},
+	{Name: "auto_create_topics", Bool: WithAutoCreateTopics},
+	{Name: "confirm", Bool: WithConfirmedPublish},
+	{Name: "pipeline_settles", Bool: WithPipelinedSettles},
 }
+
+// urlParams are the query parameters a kafka:// URL accepts.
+var urlParams = slices.Concat(urlOptions.Names(), []string{"client_id", "tls", "sasl"}, transport.TLSParams)
 
 // settings is what a kafka:// URL says.
 type settings struct {
@@ -57,7 +67,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Opaque != "" {
 		return nil, bad("host", "want kafka://host:port[,host:port]")
 	}
-	q, err := driverkit.ParseQuery("kafka", u, append(append([]string(nil), urlParams...), transport.TLSParams...)...)
+	q, err := driverkit.ParseQuery("kafka", u, urlParams...)
 	if err != nil {
 		return nil, err
 	}
@@ -86,62 +96,11 @@ func parseURL(u *url.URL) (*settings, error) {
 		clientID = "babelqueue-go"
 	}
 	s.base = append(s.base, kgo.SeedBrokers(s.seeds...), kgo.ClientID(clientID))
-	if g, ok, err := q.NonEmpty("group"); err != nil {
-		return nil, q.Bad("group", "empty consumer group name")
-	} else if ok {
-		s.opts = append(s.opts, WithGroup(g))
-	}
-	durations := []struct {
-		name   string
-		lo, hi time.Duration
-		opt    func(time.Duration) Option
-	}{
-		{"delivery_timeout", time.Millisecond, 24 * time.Hour, WithDeliveryTimeout},
-		{"session_timeout", time.Second, time.Hour, WithSessionTimeout},
-		{"heartbeat_interval", time.Millisecond, time.Hour, WithHeartbeatInterval},
-		{"dial_timeout", time.Millisecond, time.Hour, WithDialTimeout},
-		{"max_uncommitted_time", time.Millisecond, time.Hour, WithMaxUncommittedTime},
-	}
-	for _, p := range durations {
-		d, ok, err := q.Duration(p.name, time.Second, p.lo, p.hi)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			s.opts = append(s.opts, p.opt(d))
-			if p.name == "dial_timeout" {
-				s.base = append(s.base, kgo.DialTimeout(d))
-			}
-		}
-	}
-	if n, ok, err := q.Int("max_uncommitted", 1, math.MaxInt32); err != nil {
+	if s.opts, err = urlOptions.Read(q); err != nil {
 		return nil, err
-	} else if ok {
-		s.opts = append(s.opts, WithMaxUncommitted(n))
 	}
-	cfg := defaults()
-	for _, o := range s.opts {
-		o(&cfg)
-	}
-	if cfg.heartbeatInterval >= cfg.sessionTimeout {
+	if cfg := newConfig(s.opts); cfg.heartbeatInterval >= cfg.sessionTimeout {
 		return nil, q.Bad("heartbeat_interval", fmt.Sprintf("must be shorter than the session timeout (%s), got %s", cfg.sessionTimeout, cfg.heartbeatInterval))
-	}
-	bools := []struct {
-		name string
-		opt  func(bool) Option
-	}{
-		{"auto_create_topics", WithAutoCreateTopics},
-		{"confirm", WithConfirmedPublish},
-		{"pipeline_settles", WithPipelinedSettles},
-	}
-	for _, p := range bools {
-		on, ok, err := q.Bool(p.name)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			s.opts = append(s.opts, p.opt(on))
-		}
 	}
 	if on, _, err := q.Bool("tls"); err != nil {
 		return nil, err
@@ -210,10 +169,7 @@ func saslMechanism(q driverkit.Query, ui *url.Userinfo, mech string) (sasl.Mecha
 }
 
 // OpenURL builds a transport from a parsed kafka:// URL: it creates the producer, checks
-// that a broker answers within the dial timeout (and ctx), reads the broker's
-// message.max.bytes, and returns the transport. [transport.Open] calls it for kafka://
-// URLs; the transport then logs through the logger of [transport.LoggerFrom] unless an
-// option says otherwise.
+// that a broker answers within the dial timeout and reads the broker's message.max.bytes.
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	s, err := parseURL(u)
 	if err != nil {
@@ -221,10 +177,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
 	all = append(all, opts...)
-	cfg := defaults()
-	for _, o := range all {
-		o(&cfg)
-	}
+	cfg := newConfig(all)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}

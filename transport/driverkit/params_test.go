@@ -1,0 +1,48 @@
+package driverkit_test
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
+)
+
+var testParams = driverkit.Params[string]{
+	{Name: "timeout", Duration: func(d time.Duration) string { return "timeout=" + d.String() }, Lo: time.Millisecond, Hi: time.Hour},
+	{Name: "confirm", Bool: func(b bool) string { return fmt.Sprint("confirm=", b) }},
+	{Name: "batch", Int: func(n int) string { return fmt.Sprint("batch=", n) }, Min: 1, Max: 100},
+	{Name: "group", String: func(s string) string { return "group=" + s }},
+}
+
+// Read gives the options of the parameters present, in the table's order, and the
+// OptionError naming a parameter whose value is bad.
+func TestParamsRead(t *testing.T) {
+	read := func(query string) ([]string, error) {
+		u, _ := url.Parse("x://h/?" + query)
+		q, err := driverkit.ParseQuery("x", u, testParams.Names()...)
+		if err != nil {
+			return nil, err
+		}
+		return testParams.Read(q)
+	}
+	got, err := read("group=g&batch=7&confirm=off&timeout=2.5")
+	if want := []string{"timeout=2.5s", "confirm=false", "batch=7", "group=g"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Read = %v, %v; want %v", got, err, want)
+	}
+	if got, err := read(""); err != nil || len(got) != 0 {
+		t.Fatalf("no parameters: %v, %v", got, err)
+	}
+	for _, bad := range []string{"timeout=soon", "timeout=2h", "confirm=maybe", "batch=0", "batch=x", "group=", "other=1"} {
+		_, err := read(bad)
+		var oe *driverkit.OptionError
+		name := bad[:len(bad)-len(bad[slices.Index([]byte(bad), '='):])]
+		if !errors.As(err, &oe) || !errors.Is(err, transport.ErrInvalidOption) || !errors.Is(err, transport.ErrBadURL) || oe.Option != name {
+			t.Errorf("%s: %v, want an OptionError naming %s", bad, err, name)
+		}
+	}
+}
