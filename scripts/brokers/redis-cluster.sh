@@ -12,11 +12,16 @@
 # nodes that are not running and waits until the whole set is formed and healthy; `node
 # <name> kill|stop|start N` controls one node; `node <name> leader [KEY]` prints the node
 # number of the primary (of KEY's slot in the cluster).
+#
+# A test that kills nodes runs a set of its own: BQ_STATE_DIR elsewhere and other ports,
+# BQ_REDIS_SENTINEL_PORTS="<data 1> <data 2> <sentinel 1> <sentinel 2> <sentinel 3>" and
+# BQ_REDIS_CLUSTER_PORTS="<six ports>" (a cluster node also listens on its port + 10000).
 
 REDIS_SENTINEL_MASTER=bq
-REDIS_SENTINEL_DATA_PORTS=(16379 16380)
-REDIS_SENTINEL_SENTINEL_PORTS=(26379 26380 26381)
-REDIS_CLUSTER_PORTS=(17000 17001 17002 17003 17004 17005)
+read -r -a _rs_ports <<<"${BQ_REDIS_SENTINEL_PORTS:-16379 16380 26379 26380 26381}"
+REDIS_SENTINEL_DATA_PORTS=("${_rs_ports[@]:0:2}")
+REDIS_SENTINEL_SENTINEL_PORTS=("${_rs_ports[@]:2:3}")
+read -r -a REDIS_CLUSTER_PORTS <<<"${BQ_REDIS_CLUSTER_PORTS:-17000 17001 17002 17003 17004 17005}"
 
 rc_ports() { # rc_ports NAME -> every node's port, node 1 first
   case $1 in
@@ -173,7 +178,9 @@ redis-sentinel_stop() { rc_down redis-sentinel; }
 redis-sentinel_running() { rc_running redis-sentinel; }
 redis-sentinel_ports() { rc_ports redis-sentinel; }
 redis-sentinel_url() {
-  echo "BQ_REDIS_SENTINEL_URL=redis://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/0?sentinel=$REDIS_SENTINEL_MASTER"
+  local p hosts=()
+  for p in "${REDIS_SENTINEL_SENTINEL_PORTS[@]}"; do hosts+=("127.0.0.1:$p"); done
+  echo "BQ_REDIS_SENTINEL_URL=redis://$(IFS=,; echo "${hosts[*]}")/0?sentinel=$REDIS_SENTINEL_MASTER"
 }
 redis-sentinel_node_kill() { rc_node_kill redis-sentinel "$1"; }
 redis-sentinel_node_stop() { rc_node_stop redis-sentinel "$1"; }
@@ -218,19 +225,25 @@ redis-cluster_stop() { rc_down redis-cluster; }
 redis-cluster_running() { rc_running redis-cluster; }
 redis-cluster_ports() { rc_ports redis-cluster; }
 redis-cluster_url() {
-  echo "BQ_REDIS_CLUSTER_URL=redis://127.0.0.1:17000,127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003,127.0.0.1:17004,127.0.0.1:17005?cluster=1"
+  local p hosts=()
+  for p in "${REDIS_CLUSTER_PORTS[@]}"; do hosts+=("127.0.0.1:$p"); done
+  echo "BQ_REDIS_CLUSTER_URL=redis://$(IFS=,; echo "${hosts[*]}")?cluster=1"
 }
 redis-cluster_node_kill() { rc_node_kill redis-cluster "$1"; }
 redis-cluster_node_stop() { rc_node_stop redis-cluster "$1"; }
 redis-cluster_node_start() { rc_node_start redis-cluster "$1"; }
 redis-cluster_leader() { # the node number of the primary that owns KEY's slot (default: slot 0)
   local slot=0 port n p
-  [ -n "${1:-}" ] && slot=$(rc_cli "${REDIS_CLUSTER_PORTS[0]}" cluster keyslot "$1")
+  if [ -n "${1:-}" ]; then
+    slot=""
+    for p in "${REDIS_CLUSTER_PORTS[@]}"; do slot=$(rc_cli "$p" cluster keyslot "$1") && [ -n "$slot" ] && break; done
+    [ -n "$slot" ] || return 1
+  fi
   for p in "${REDIS_CLUSTER_PORTS[@]}"; do
     port=$(rc_cli "$p" cluster nodes | awk -v s="$slot" '$3 ~ /master/ && $3 !~ /fail/ {
       for (i = 9; i <= NF; i++) { split($i, r, "-"); if (r[2] == "") r[2] = r[1]; if (s >= r[1] && s <= r[2]) { split($2, a, "[:@]"); print a[2]; exit } } }')
     [ -n "$port" ] && break
   done
-  for n in $(seq 1 6); do [ "$(rc_port redis-cluster "$n")" = "$port" ] && { echo "$n"; return 0; }; done
+  for n in $(seq 1 "$(rc_count redis-cluster)"); do [ "$(rc_port redis-cluster "$n")" = "$port" ] && { echo "$n"; return 0; }; done
   return 1
 }

@@ -184,13 +184,19 @@ func (t *Transport) checkSlot(queue string) error {
 func (t *Transport) writer(ctx context.Context, key string) (goredis.UniversalClient, error) {
 	if cc, ok := t.client.(*goredis.ClusterClient); ok {
 		c, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			cc.ReloadState(ctx)
-			return nil, err
-		}
-		return c, nil
+		t.reload(ctx, err)
+		return c, err
 	}
 	return t.client, nil
+}
+
+// reload makes the cluster client read the slots again after a write sent to a node
+// it chose failed (a node gone, MOVED after a failover): go-redis sees none of those
+// errors, and would otherwise keep its view of the slots for 10 s.
+func (t *Transport) reload(ctx context.Context, err error) {
+	if cc, ok := t.client.(*goredis.ClusterClient); ok && err != nil && !errors.Is(err, ErrNotReplicated) {
+		cc.ReloadState(ctx)
+	}
 }
 
 // waitCmd queues WAIT on pipe (the pipeline's read timeout bounds it too: keep
@@ -239,6 +245,7 @@ func (t *Transport) runScript(ctx context.Context, s *goredis.Script, keys []str
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		cmd, w = run(true)
 	}
+	t.reload(ctx, cmd.Err())
 	if cmd.Err() == nil {
 		if err := t.replicated(w); err != nil {
 			cmd.SetErr(err)

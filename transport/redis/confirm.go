@@ -93,6 +93,7 @@ func (t *Transport) store(ctx context.Context, ws []write) []error {
 		}
 		for j, err := range t.storeOn(ctx, c, sub) {
 			errs[idx[j]] = err
+			t.reload(ctx, err)
 		}
 	}
 	return errs
