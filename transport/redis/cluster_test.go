@@ -175,6 +175,9 @@ func TestWaitCountsReplicas(t *testing.T) {
 			}
 			defer tr.Close(context.Background())
 			q := tagged("bqtest-wait")
+			t.Cleanup(func() {
+				tr.(*bqredis.Transport).Client().Del(context.Background(), q, q+".dlq", q+":delayed", q+":processing", q+":processing:deadlines")
+			})
 			check := func(what string, err error) {
 				t.Helper()
 				switch {
