@@ -5,11 +5,15 @@
 #   scripts/brokers.sh down   [name…]   stop what this script started (pid files)
 #   scripts/brokers.sh status [name…]   one line per broker: up/down
 #   scripts/brokers.sh env    [name…]   `export` lines of the URLs the tests read
+#   scripts/brokers.sh node NAME kill|stop|start N   one node of a cluster (kill: SIGKILL)
+#   scripts/brokers.sh node NAME leader [ARG]         the node number that leads (ARG: a key, a queue)
 #
 # Names: redis rabbitmq kafka artemis sqs pulsar postgres, and the secure variants
 # redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls (TLS and their own
 # users, beside the plain ones; certificates from scripts/certs.sh). No names = the
 # default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
+# Clusters (issue 35; never in the default set, each node its own process under
+# $STATE/NAME/nodeN): redis-sentinel redis-cluster.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -28,7 +32,8 @@ TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
 SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
-ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES"
+CLUSTER_NAMES="redis-sentinel redis-cluster"
+ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES $CLUSTER_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
 DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
 # Brokers whose failure does not fail `up` when they were not named explicitly (a warning instead).
@@ -187,7 +192,7 @@ debian_packages_for() { # the Debian packages the named brokers need
   for n in "$@"; do
     case $n in *-tls) command -v openssl >/dev/null || pk+=(openssl) ;; esac
     case ${n%-tls} in
-      redis) pk+=(redis-server redis-tools) ;;
+      redis|redis-sentinel|redis-cluster) pk+=(redis-server redis-tools) ;;
       rabbitmq) pk+=(rabbitmq-server) ;;
       postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
       kafka|artemis|sqs|pulsar)
@@ -350,6 +355,9 @@ postgres_ports() { echo "$PG_PORT"; }
 # ---------------------------------------------------------------------------
 # JVM brokers
 for f in kafka sqs artemis pulsar secure; do . "$ASSETS/$f.sh"; done
+# Clusters: one file each, defining NAME_up (start what is missing, form, wait), NAME_stop,
+# NAME_running, NAME_probe, NAME_url, NAME_ports and the node control NAME_node_ACTION.
+for f in "$ASSETS"/*-cluster.sh; do . "$f"; done
 
 # ---------------------------------------------------------------------------
 # commands
@@ -358,9 +366,16 @@ first_port() { local p; p=$("${1}_ports"); echo "${p%% *}"; }
 
 known() { case " $ALL_NAMES " in *" $1 "*) return 0 ;; esac; return 1; }
 
-# up_one NAME — prepare (download) if needed, start, wait.
+# running NAME — a process of NAME runs: a cluster says so itself (NAME_running), a
+# broker of one process by its pid file.
+running() {
+  if [ "$(type -t "${1}_running")" = function ]; then "${1}_running"; else pid_alive "$1"; fi
+}
+
+# up_one NAME — prepare (download) if needed, start, wait. A cluster does it all in NAME_up.
 up_one() {
   local name=$1 t0=$SECONDS
+  if [ "$(type -t "${name}_up")" = function ]; then "${name}_up"; return; fi
   if "${name}_probe"; then
     if [ "$(type -t "${name}_setup")" = function ] && ! "${name}_setup"; then say "$name: setting it up failed"; return 1; fi
     say "$name: already up"; return 0
@@ -435,7 +450,7 @@ cmd_up() {
 cmd_down() {
   local n
   for n in "$@"; do
-    if pid_alive "$n"; then say "$n: stopping"; "${n}_stop"; say "$n: stopped"
+    if running "$n"; then say "$n: stopping"; "${n}_stop"; say "$n: stopped"
     else rm -f "$(pidfile "$n")"; say "$n: not running (from this script)"; fi
   done
 }
@@ -444,6 +459,7 @@ cmd_status() {
   local n rc=0 pid
   for n in "$@"; do
     pid=""; pid_alive "$n" && pid="pid $(cat "$(pidfile "$n")")"
+    [ -z "$pid" ] && running "$n" && pid="(nodes under $STATE/$n)"
     if "${n}_probe"; then
       printf '%-12s up    127.0.0.1:%-6s %s\n' "$n" "$(first_port "$n")" "${pid:-(not started by this script)}"
     else
@@ -481,8 +497,23 @@ take_lock() {
   fi
 }
 
+# cmd_node NAME ACTION [ARG] — one node of a cluster: NAME_node_ACTION N (kill, stop,
+# start), or NAME_leader [ARG] (the node number leading ARG, or the cluster).
+cmd_node() {
+  local name=${1:-} action=${2:-}
+  known "$name" || die "unknown broker '$name' (known: $ALL_NAMES)"
+  case $action in
+    leader) [ "$(type -t "${name}_leader")" = function ] || die "$name cannot say which node leads"
+      "${name}_leader" "${@:3}" ;;
+    *) [ "$(type -t "${name}_node_${action}")" = function ] || die "$name has no node action '$action'"
+      [ -n "${3:-}" ] || die "node $name $action: which node (a number)?"
+      "${name}_node_${action}" "$3" ;;
+  esac
+}
+
 main() {
   local cmd=${1:-}; shift || true
+  if [ "$cmd" = node ]; then cmd_node "$@"; return; fi
   local names=() explicit=0 n
   if [ $# -gt 0 ]; then
     explicit=1
@@ -499,7 +530,7 @@ main() {
     down) take_lock; cmd_down "${names[@]}" ;;
     status) cmd_status "${names[@]}" ;;
     env) cmd_env "${names[@]}" ;;
-    *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
+    *) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || [ "$cmd" = help ] || [ "$cmd" = -h ] || exit 2 ;;
   esac
 }
 

@@ -23,7 +23,7 @@ export BQ_FAULTS_LOGS="${BQ_FAULTS_LOGS:-/tmp/babelqueue-faults}"
 rm -rf "$BQ_FAULTS_LOGS"
 mkdir -p "$BQ_FAULTS_LOGS"
 
-go test -count=1 -timeout 120m -run '^TestFaults$' -v ./faults/ 2>&1 | tee "$BQ_FAULTS_LOGS/go-test.log" \
+go test -count=1 -timeout 120m -run '^(TestFaults|TestClusterFaults.*)$' -v ./faults/ 2>&1 | tee "$BQ_FAULTS_LOGS/go-test.log" \
   | grep -E '^\s+faults_test.go|^(---|    ---|        ---|ok|FAIL|PASS)'
 status=${PIPESTATUS[0]}
 

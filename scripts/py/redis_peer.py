@@ -40,7 +40,33 @@ def transport(url):
     if "retry_after" in query:
         kwargs["retry_after"] = int(query["retry_after"])
     base = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(tls_query(parts.scheme, query)), ""))
+    client = cluster_client(parts, query)
+    if client is not None:
+        return RedisTransport(base, client=client, **kwargs)
     return RedisTransport(base, **kwargs)
+
+
+def cluster_client(parts, query):
+    """The redis-py client of a Go cluster URL (docs/transports/redis.md): the nodes of
+    the host part as the Sentinels of master `sentinel=NAME`, or as the seed nodes of a
+    Redis Cluster (`cluster=1`); None for a URL of one Redis. The RedisTransport then
+    works on it, the keys unchanged (a queue named with a hash tag, {orders}, keeps them
+    in one slot)."""
+    nodes = []
+    for node in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = node.rpartition(":")
+        nodes.append((host, int(port)))
+    opts = {"decode_responses": True, "encoding_errors": "surrogateescape"}
+    if query.get("sentinel"):
+        from redis.sentinel import Sentinel
+
+        db = int(parts.path.strip("/") or 0)
+        return Sentinel(nodes).master_for(query["sentinel"], db=db, **opts)
+    if query.get("cluster") in ("1", "true"):
+        from redis.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], **opts)
+    return None
 
 
 def tls_query(scheme, query):

@@ -50,6 +50,9 @@ func (t *Transport) prepare(m *transport.Message, now time.Time) (w write) {
 		return w
 	}
 	w.queue = m.Queue
+	if w.err = t.checkSlot(m.Queue); w.err != nil {
+		return w
+	}
 	w.op, w.score, w.value, w.hdr, w.keys = t.writeOp(m, now)
 	w.err = t.checkSize(m.Queue, w.value)
 	return w
@@ -57,8 +60,47 @@ func (t *Transport) prepare(m *transport.Message, now time.Time) (w write) {
 
 // store makes ws (but those with an error already) in one pipeline, in order, and
 // returns each one's error. Consecutive plain writes to one list go as one RPUSH; a
-// Laravel write is the push script, which also stores the job's headers.
+// Laravel write is the push script, which also stores the job's headers. With
+// [WithWait] the pipeline ends with WAIT; on a Redis Cluster there is then one pipeline
+// per primary, sent to it (see [Transport.writer]).
 func (t *Transport) store(ctx context.Context, ws []write) []error {
+	if t.waitN == 0 || !t.cluster {
+		return t.storeOn(ctx, t.client, ws)
+	}
+	errs := make([]error, len(ws))
+	var nodes []goredis.UniversalClient
+	byNode := map[goredis.UniversalClient][]int{}
+	for i, w := range ws {
+		if w.err != nil {
+			errs[i] = w.err
+			continue
+		}
+		c, err := t.writer(ctx, w.keys[0])
+		if err != nil {
+			errs[i] = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
+			continue
+		}
+		if byNode[c] == nil {
+			nodes = append(nodes, c)
+		}
+		byNode[c] = append(byNode[c], i)
+	}
+	for _, c := range nodes {
+		idx := byNode[c]
+		sub := make([]write, len(idx))
+		for j, i := range idx {
+			sub[j] = ws[i]
+		}
+		for j, err := range t.storeOn(ctx, c, sub) {
+			errs[idx[j]] = err
+			t.reload(ctx, err)
+		}
+	}
+	return errs
+}
+
+// storeOn is store's pipeline on client c.
+func (t *Transport) storeOn(ctx context.Context, c goredis.UniversalClient, ws []write) []error {
 	errs := make([]error, len(ws))
 	cmds := make([]goredis.Cmder, len(ws)) // the command whose reply decides write i
 	type scripted struct {
@@ -66,7 +108,7 @@ func (t *Transport) store(ctx context.Context, ws []write) []error {
 		keys []string
 	}
 	var laravel []scripted // the writes made by the push script
-	pipe := t.client.Pipeline()
+	pipe := c.Pipeline()
 	for i := 0; i < len(ws); i++ {
 		w := ws[i]
 		switch {
@@ -95,20 +137,35 @@ func (t *Transport) store(ctx context.Context, ws []write) []error {
 			if len(keys) == 2 {
 				keys = append(keys, headersKey(t.ready(w.queue)))
 			}
+			if t.waitN > 0 { // EVAL: a NOSCRIPT made again after the pipeline would miss its WAIT
+				cmds[i] = pushLaravel.Eval(ctx, pipe, keys, w.op, w.value, w.score, w.hdr)
+				continue
+			}
 			cmds[i] = pipe.EvalSha(ctx, pushLaravel.Hash(), keys, w.op, w.value, w.score, w.hdr)
 			laravel = append(laravel, scripted{i, keys})
 		default:
 			cmds[i] = pipe.Do(ctx, "zadd", w.keys[0], w.score, w.value)
 		}
 	}
+	var wait *goredis.Cmd
+	if t.waitN > 0 {
+		wait = t.waitCmd(ctx, pipe)
+	}
 	_, _ = pipe.Exec(ctx)
 	for _, l := range laravel { // Redis lost its script cache (a restart): EVAL instead
 		w := ws[l.i]
-		cmds[l.i] = evalAgain(ctx, t.client, pushLaravel, cmds[l.i].(*goredis.Cmd), l.keys, []any{w.op, w.value, w.score, w.hdr})
+		cmds[l.i] = evalAgain(ctx, c, pushLaravel, cmds[l.i].(*goredis.Cmd), l.keys, []any{w.op, w.value, w.score, w.hdr})
+	}
+	var notReplicated error
+	if wait != nil {
+		notReplicated = t.replicated(wait)
 	}
 	for i, cmd := range cmds {
-		if cmd != nil && cmd.Err() != nil {
+		switch {
+		case cmd != nil && cmd.Err() != nil:
 			errs[i] = fmt.Errorf("redis: publish to %q: %w", ws[i].queue, cmd.Err())
+		case cmd != nil && notReplicated != nil:
+			errs[i] = fmt.Errorf("redis: publish to %q: %w", ws[i].queue, notReplicated)
 		}
 	}
 	return errs

@@ -36,6 +36,9 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 	if t.isClosed() {
 		return nil, transport.ErrClosed
 	}
+	if err := t.checkSlot(queue); err != nil {
+		return nil, err
+	}
 	c := &consumer{t: t, queue: queue, readyKey: t.ready(queue)}
 	if ready := c.readyKey; t.laravel {
 		c.rkeys = []string{ready, reservedKey(ready), notifyKey(ready), delayedKey(ready), headersKey(ready)}
@@ -482,7 +485,7 @@ func (c *consumer) runSettle(ctx context.Context, items []settleItem) ([]bool, e
 	if err != nil {
 		return nil, err
 	}
-	ok, err := gates(settle.Run(ctx, c.t.client, keys, args...).Int64Slice())
+	ok, err := gates(c.t.runScript(ctx, settle, keys, args...).Int64Slice())
 	if err == nil && len(ok) != len(items) {
 		err = fmt.Errorf("settle script answered %d results for %d reservations", len(ok), len(items))
 	}

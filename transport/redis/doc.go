@@ -34,6 +34,20 @@
 // password) returns one [*transport.OpenError] naming the address (password redacted)
 // and the cause; it matches [transport.ErrTLS] or [transport.ErrAuth].
 //
+// # Sentinel and Redis Cluster
+//
+//	redis://s1:26379,s2:26379,s3:26379/0?sentinel=mymaster   (the nodes are Sentinels)
+//	redis://n1:6379,n2:6379,n3:6379?cluster=1                 (seeds of a Redis Cluster)
+//
+// Several nodes go in the host part ([driverkit.Hosts]). sentinel=<master name> opens a
+// go-redis failover client, which finds the primary through the Sentinels and follows
+// it through a failover; cluster=1 a cluster client. In a cluster every key of a queue
+// must hash to one slot, so a queue's name needs a hash tag, as Laravel asks
+// ('queue' => '{default}'): {orders} (else [ErrNoHashTag]); the key layout is
+// unchanged. wait=N (with wait_timeout, default 1s) waits after every publish and settle
+// script for N replicas (Redis's WAIT; [WithWait], [ErrNotReplicated]), so that a
+// failover does not lose what was acknowledged. docs/transports/redis.md has the details.
+//
 // # Default layout
 //
 // The list key is the queue name, exactly. Publish is RPUSH <q> with the envelope bytes

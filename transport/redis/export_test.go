@@ -69,3 +69,24 @@ func URLOptionsForTest(raw string) (retryAfter, linger time.Duration, laravel bo
 
 // LogForTest logs msg through the logger of tr, a *Transport.
 func LogForTest(tr transport.Transport, msg string) { tr.(*Transport).log.Warn(msg) }
+
+// NodesForTest returns the client a redis:// URL asks for: "plain", "sentinel" or
+// "cluster", the addresses (the Sentinels' for "sentinel"), the master name, and the
+// data nodes' user name and password.
+func NodesForTest(raw string) (mode string, addrs []string, master, user, pass string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", nil, "", "", "", err
+	}
+	_, cfg, err := parseURL(u)
+	switch {
+	case err != nil:
+		return "", nil, "", "", "", err
+	case cfg.failover != nil:
+		o := cfg.failover
+		return "sentinel", o.SentinelAddrs, o.MasterName, o.Username, o.Password, nil
+	case cfg.cluster != nil:
+		return "cluster", cfg.cluster.Addrs, "", cfg.cluster.Username, cfg.cluster.Password, nil
+	}
+	return "plain", []string{cfg.plain.Addr}, "", cfg.plain.Username, cfg.plain.Password, nil
+}

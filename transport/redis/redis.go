@@ -42,7 +42,7 @@ const DefaultPrefix = "queues:"
 var ErrReservationLost = errors.New("redis: reservation lapsed before it was settled")
 
 // ours lists the query parameters this package reads itself.
-var ours = []string{"deferred_acks", "laravel", "prefix", "retry_after"}
+var ours = []string{"cluster", "deferred_acks", "laravel", "prefix", "retry_after", "sentinel", "wait", "wait_timeout"}
 
 // goRedisParams lists the go-redis connection parameters accepted in a URL.
 var goRedisParams = []string{
@@ -54,13 +54,14 @@ var goRedisParams = []string{
 }
 
 func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
-	opts, rest, err := parseURL(u)
+	opts, cfg, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
+	tlsConfig := cfg.tlsConfig()
 	var certWatch *transport.ClientCertWatch
-	rest.TLSConfig, certWatch = transport.WatchClientCert(rest.TLSConfig)
-	client := goredis.NewClient(rest)
+	*tlsConfig, certWatch = transport.WatchClientCert(*tlsConfig)
+	client := cfg.newClient()
 	routeClientLog(transport.LoggerFrom(ctx))
 	t, err := New(client, append([]Option{WithLogger(transport.LoggerFrom(ctx))}, opts...)...)
 	if err != nil {
@@ -68,8 +69,8 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 		return nil, err
 	}
 	t.owned = true
-	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), rest.TLSConfig)
-	if err := checkTLS(ctx, rest); err != nil {
+	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), *tlsConfig)
+	if err := checkTLS(ctx, cfg.plain); err != nil {
 		_ = client.Close()
 		return nil, transport.OpenFailed("redis", transport.RedactURL(u), err)
 	}
@@ -81,7 +82,7 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 }
 
 // parseURL splits u into this package's options and the go-redis client options.
-func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
+func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
 	scheme := strings.ToLower(u.Scheme)
 	lu := *u
 	lu.Scheme = scheme
@@ -121,6 +122,11 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	} else if ok {
 		opts = append(opts, WithDeferredAcks(d))
 	}
+	if o, err := parseWait(pq); err != nil {
+		return nil, nil, err
+	} else if o != nil {
+		opts = append(opts, o)
+	}
 	q := u.Query()
 	for _, k := range append(append([]string{"skip_verify"}, ours...), transport.TLSParams...) {
 		q.Del(k)
@@ -128,30 +134,36 @@ func parseURL(u *url.URL) ([]Option, *goredis.Options, error) {
 	c := *u
 	c.Scheme = scheme
 	c.RawQuery = q.Encode()
-	ro, err := goredis.ParseURL(c.String())
+	cfg, err := parseNodes(pq, &c)
 	if err != nil {
-		param := "url"
-		msg := err.Error()
-		switch {
-		case strings.Contains(msg, "database"), strings.Contains(msg, "path"):
-			param = "db"
-		default:
-			for _, p := range goRedisParams {
-				if strings.Contains(msg, " "+p+" ") {
-					param = p
-				}
-			}
-		}
-		// go-redis messages name the part at fault; none of them echo the password.
-		return nil, nil, pq.Bad(param, strings.TrimPrefix(msg, "redis: "))
+		return nil, nil, err
 	}
 	if tlsConfig != nil {
-		if tlsConfig.ServerName == "" {
-			tlsConfig.ServerName = u.Hostname()
+		if tlsConfig.ServerName == "" && cfg.plain != nil {
+			tlsConfig.ServerName = u.Hostname() // several nodes: each dial names its own host
 		}
-		ro.TLSConfig = tlsConfig
+		*cfg.tlsConfig() = tlsConfig
 	}
-	return opts, ro, nil
+	return opts, cfg, nil
+}
+
+// goRedisError is the URL error of a go-redis URL parser's message, naming the parameter
+// at fault when the message does.
+func goRedisError(pq driverkit.Query, err error) error {
+	param := "url"
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "database"), strings.Contains(msg, "path"):
+		param = "db"
+	default:
+		for _, p := range goRedisParams {
+			if strings.Contains(msg+" ", " "+p+" ") {
+				param = p
+			}
+		}
+	}
+	// go-redis messages name the part at fault; none of them echo the password.
+	return pq.Bad(param, strings.TrimPrefix(msg, "redis: "))
 }
 
 // Option configures a [Transport]. An option given a value it cannot use makes [New]
@@ -276,6 +288,9 @@ type Transport struct {
 	log        *slog.Logger
 	bad        driverkit.Options
 	waitCap    time.Duration // the longest blocking look a pipeline's read timeout allows; 0: no bound
+	cluster    bool          // a Redis Cluster: a queue's keys need a hash tag
+	waitN      int           // WAIT for this many replicas after each write (0: no WAIT)
+	waitFor    time.Duration // WAIT's timeout
 
 	mu        sync.Mutex
 	closed    bool
@@ -317,6 +332,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 		readTimeout = c.Options().ReadTimeout
 	case *goredis.ClusterClient:
 		readTimeout = c.Options().ReadTimeout
+		t.cluster = true
 	}
 	if readTimeout > 0 {
 		t.waitCap = readTimeout / 2
@@ -461,7 +477,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 // pushGroup writes a group of plain publishes: one RPUSH per run of publishes to the
 // same list, in the order they were made, pipelined when there is more than one run.
 func (t *Transport) pushGroup(ctx context.Context, calls []*call[write]) {
-	if w := calls[0].arg; len(calls) == 1 { // a lone publish, as is
+	if w := calls[0].arg; len(calls) == 1 && t.waitN == 0 { // a lone publish, as is
 		if err := t.client.RPush(ctx, w.keys[0], w.value).Err(); err != nil {
 			calls[0].err = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
 		}

@@ -26,8 +26,9 @@ func authCause(err error) error {
 // checkTLS makes one TLS handshake with the server of o, so a certificate the client
 // refuses fails Open with its cause at once: go-redis would retry the dial five times
 // and log each failure on its process-wide logger before Ping returned the same error.
+// A client of several nodes (nil: Sentinel, Redis Cluster) is left to Ping.
 func checkTLS(ctx context.Context, o *goredis.Options) error {
-	if o.TLSConfig == nil || o.Network == "unix" {
+	if o == nil || o.TLSConfig == nil || o.Network == "unix" {
 		return nil
 	}
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: o.DialTimeout}, Config: o.TLSConfig}
