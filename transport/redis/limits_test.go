@@ -48,16 +48,11 @@ func TestURLDurationGrammar(t *testing.T) {
 	}
 }
 
-// A message longer than Redis stores fails before it is sent, with the limit in the
-// error; an oversized settle write acknowledges nothing.
-func TestSizeLimit(t *testing.T) {
+// What Redis stores is the header frame around a body: it counts (the kit's size cases
+// run in TestKit).
+func TestSizeLimitCountsTheFrame(t *testing.T) {
 	c := client(t)
 	cleanKeys(t, c, "*bqtest-size-*")
-	cfg := transporttest.Config{NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqtest-size") }}
-	transporttest.RunSizeLimit(t, cfg, "redis", func(_ *testing.T, limit int) transport.Transport {
-		return newTransport(t, c, bqredis.WithMaxMessageSize(limit))
-	})
-	// What Redis stores is the header frame around a body: it counts.
 	tr := newTransport(t, c, bqredis.WithMaxMessageSize(transporttest.SizeLimit))
 	err := tr.Publish(ctxT(t), &transport.Message{Queue: transporttest.UniqueName("bqtest-size"), Body: []byte(`{}`),
 		Headers: map[string]string{"traceparent": strings.Repeat("0", transporttest.SizeLimit)}})

@@ -66,12 +66,20 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func TestTransportKit(t *testing.T) {
-	for i, layout := range []struct{ name, query string }{
-		{"default", ""},
-		{"laravel", "?laravel=1&prefix=bqtest:"},
-		{"default-deferred-acks", "?deferred_acks=2ms"},
-		{"laravel-deferred-acks", "?laravel=1&prefix=bqtest:&deferred_acks=2ms"},
+// TestKit runs every group of the behavioural kit in each layout, with and without
+// deferred acks, each on queues of its own: frames unwrapped with their headers
+// (default), headers from the header hash (Laravel); the processing list and the
+// reserved set are what workers hold in the counts.
+func TestKit(t *testing.T) {
+	for i, layout := range []struct {
+		name, query string
+		opts        []bqredis.Option
+	}{
+		{"default", "", nil},
+		{"laravel", "?laravel=1&prefix=bqtest:", []bqredis.Option{bqredis.WithLaravel("bqtest:")}},
+		{"default-deferred-acks", "?deferred_acks=2ms", []bqredis.Option{bqredis.WithDeferredAcks(2 * time.Millisecond)}},
+		{"laravel-deferred-acks", "?laravel=1&prefix=bqtest:&deferred_acks=2ms",
+			[]bqredis.Option{bqredis.WithLaravel("bqtest:"), bqredis.WithDeferredAcks(2 * time.Millisecond)}},
 	} {
 		t.Run(layout.name, func(t *testing.T) {
 			t.Parallel() // each layout on queues of its own
@@ -79,22 +87,33 @@ func TestTransportKit(t *testing.T) {
 			c := client(t)
 			tag := fmt.Sprintf("bqtest-l%d", i)
 			cleanKeys(t, c, "*"+tag+"-*")
-			cfg := transporttest.Config{
-				NewQueue:              func(*testing.T) string { return transporttest.UniqueName(tag) },
-				NoKeys:                true,
-				PrefetchBound:         true,
-				SettleAfterClose:      true,
-				RefusesBadSettlements: true,
+			h := transporttest.Harness{
+				Config: transporttest.Config{
+					NewQueue: func(*testing.T) string { return transporttest.UniqueName(tag) },
+					NoKeys:   true,
+				},
+				Broker: "redis",
+				Stats:  transporttest.StatsOptions{AlwaysExists: true, Oldest: transporttest.OldestCreatedAt},
+				OpenWithLimit: func(t *testing.T, limit int) transport.Transport {
+					return newTransport(t, c, append([]bqredis.Option{bqredis.WithMaxMessageSize(limit)}, layout.opts...)...)
+				},
+				Adjust: func(k transporttest.Case, cfg *transporttest.Config) {
+					if k == transporttest.CaseStats {
+						cfg.Prefetch = 1 // exact in-flight counts
+					}
+				},
+				Without: map[transporttest.Case]string{
+					transporttest.CasePipelined: "a settlement is one Lua script that Settle waits for: nothing is pipelined",
+				},
 			}
-			cfg.OpenThroughProxy(raw+layout.query, func(t *testing.T, u string) transport.Transport {
+			h.OpenThroughProxy(raw+layout.query, func(t *testing.T, u string) transport.Transport {
 				tr, err := transport.Open(ctxT(t), u)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return tr
 			})
-			t.Run("Transport", func(t *testing.T) { transporttest.Run(t, cfg) })
-			t.Run("Runtime", func(t *testing.T) { transporttest.RunRuntime(t, cfg) })
+			transporttest.RunAll(t, h)
 		})
 	}
 }
