@@ -38,7 +38,7 @@ type Proxy struct {
 	thawed chan struct{} // closed while bytes flow; open while the proxy is frozen
 	// stranded are the connections Strand froze for good (a subset of conns).
 	stranded map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	wg       sync.WaitGroup
 }
 
 // New starts a proxy for target (host:port on a loopback address) listening on a free
