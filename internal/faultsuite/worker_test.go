@@ -150,7 +150,9 @@ func TestWorkerFreezes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			open := func(context.Context, WorkerSpec) (transport.Transport, Switch, error) { return memory.New(), tc.sw, nil }
+			open := func(context.Context, WorkerSpec) (transport.Transport, Switch, error) {
+				return memory.New(), tc.sw, nil
+			}
 			out := &syncBuffer{}
 			spec := WorkerSpec{Broker: "memory", URL: "memory://", Queue: "q", Concurrency: 1, MaxAttempts: 2, Cut: true}
 			in := strings.NewReader(strings.Join([]string{cmdFreeze, cmdThaw, cmdFreeze, cmdStrand, cmdStop}, "\n") + "\n")
