@@ -87,7 +87,8 @@ func full() bool { return os.Getenv("BQ_FAULTS") == "full" }
 // that lost a message, stalled, recovered past its bound or saw anything that must not
 // happen (a good message dead-lettered, a wrong reason, a worker that crashed). BQ_FAULTS_OUT names a file for the results as JSON (make
 // faults renders it into docs/reliability.md); BQ_FAULTS_ONLY=name[,name] limits the
-// brokers and BQ_FAULTS_SCENARIOS=kill,cut,restart,dlq the scenarios.
+// brokers and BQ_FAULTS_SCENARIOS=kill,cut,blackhole,blackhole-forever,restart,dlq the
+// scenarios.
 func TestFaults(t *testing.T) {
 	form, plan, slack := "short", faultsuite.Short, 2.0
 	if full() {
@@ -122,7 +123,7 @@ func TestFaults(t *testing.T) {
 				}
 				t.Run(sc.Slug(), func(t *testing.T) {
 					var binding *faultsuite.Binding
-					if sc == faultsuite.Restart || sc == faultsuite.Cut && !b.sharedCut {
+					if sc == faultsuite.Restart || throughProxy(sc) && !b.sharedCut {
 						binding = b.private(t)
 					} else {
 						binding = b.shared(t)
@@ -138,6 +139,9 @@ func TestFaults(t *testing.T) {
 						t.Fatal(err)
 					}
 					res.Form = form
+					if res.DetectBound > 0 {
+						t.Logf("dead connections found in %s (bound %s): %s", res.Detection.Round(time.Millisecond), res.DetectBound, res.DetectionOf)
+					}
 					t.Logf("%s, %s: published %d, handled %d, dead-lettered %d (+%d destroyed), missing %d, duplicates %d; "+
 						"recovery %s (bound %s, %s); fault lasted %s; failed settlements %v, failed receives %d, dead-lettered again %d, longest pause %s; took %.1fs",
 						res.Broker, res.Scenario, res.Published, res.Handled, res.DeadLettered, res.Destroyed, res.Missing, res.Duplicates,
@@ -175,10 +179,16 @@ func (b broker) runs(s faultsuite.Scenario) bool {
 	switch s {
 	case faultsuite.Restart:
 		return b.private != nil && (full() || b.shortRestart)
-	case faultsuite.Cut:
+	case faultsuite.Cut, faultsuite.Blackhole, faultsuite.BlackholeForever:
 		return b.sharedCut || full() && b.private != nil
 	}
 	return true
+}
+
+// throughProxy reports whether s is made by the proxy the workers' connections go
+// through: a cut, or a blackhole (a faultproxy.Proxy is a faultsuite.Freezer).
+func throughProxy(s faultsuite.Scenario) bool {
+	return s == faultsuite.Cut || s == faultsuite.Blackhole || s == faultsuite.BlackholeForever
 }
 
 // selected reports whether name is in the comma-separated list of env (an unset env

@@ -3,7 +3,9 @@
 // they never stop them. A [Proxy] forwards loopback TCP connections to a target; while it
 // is down it cuts every connection it forwards and closes new ones at once, as a broker
 // that went away would; while it is frozen ([Proxy.Freeze]) every connection stays open
-// and silent, as behind a network that drops packets. Its [Proxy.DialContext] gives the same switch to clients that
+// and silent, as behind a network that drops packets, and [Proxy.Strand] leaves the
+// connections open at that moment silent for good while new ones pass, as after a
+// partition that healed behind a middlebox that forgot the old connections. Its [Proxy.DialContext] gives the same switch to clients that
 // find their broker's address themselves (a Kafka client dials the addresses the
 // cluster's metadata names, not a proxy's). Only loopback targets are allowed.
 //
@@ -34,7 +36,9 @@ type Proxy struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 	thawed chan struct{} // closed while bytes flow; open while the proxy is frozen
-	wg     sync.WaitGroup
+	// stranded are the connections Strand froze for good (a subset of conns).
+	stranded map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // New starts a proxy for target (host:port on a loopback address) listening on a free
@@ -49,7 +53,7 @@ func New(target string) (*Proxy, error) {
 	}
 	thawed := make(chan struct{})
 	close(thawed)
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, thawed: thawed}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, thawed: thawed, stranded: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -81,6 +85,7 @@ func (p *Proxy) Down() {
 	p.down = true
 	conns := p.conns
 	p.conns = map[net.Conn]struct{}{}
+	p.stranded = map[net.Conn]struct{}{}
 	p.mu.Unlock()
 	for c := range conns {
 		_ = c.Close()
@@ -119,28 +124,53 @@ func (p *Proxy) Thaw() {
 	}
 }
 
-// passable returns a channel that is closed while bytes may pass.
-func (p *Proxy) passable() <-chan struct{} {
+// Strand thaws the proxy for new connections only: every connection open now stays
+// frozen until it is closed (a client that finds it dead and drops it), and every
+// connection made from now on passes, as when a partition heals behind a middlebox that
+// forgot the connections of before. The proxy need not be frozen first. Down still cuts
+// stranded connections. A connection the client closes is closed towards the target
+// too: the target learns of it at once, where a real black hole would leave it to the
+// target's own timeouts.
+func (p *Proxy) Strand() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.thawed
+	for c := range p.conns {
+		p.stranded[c] = struct{}{}
+	}
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
 }
 
-// waitThawed blocks while the proxy is frozen. It returns nil once bytes may pass,
-// [net.ErrClosed] when c was cut meanwhile (Down or Close), so a frozen copy never
-// outlives its connection, and [os.ErrDeadlineExceeded] once deadline (when not zero)
-// passes, as a read or write of a silent network times out.
+// gate returns a channel that is closed while bytes may pass on c (nil, never closed,
+// for a stranded connection), and whether c is still carried.
+func (p *Proxy) gate(c net.Conn) (gate <-chan struct{}, live bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, live = p.conns[c]
+	if _, stranded := p.stranded[c]; stranded {
+		return nil, live
+	}
+	return p.thawed, live
+}
+
+// waitThawed blocks while c is frozen (the proxy frozen, or c stranded). It returns nil
+// once bytes may pass, [net.ErrClosed] when c was cut or closed meanwhile (Down, Close,
+// the other side of its pair ending), so a frozen copy never outlives its connection,
+// and [os.ErrDeadlineExceeded] once deadline (when not zero) passes, as a read or write
+// of a silent network times out.
 func (p *Proxy) waitThawed(c net.Conn, deadline time.Time) error {
 	for {
-		gate := p.passable()
-		select {
-		case <-gate:
-			return nil
-		default:
+		gate, live := p.gate(c)
+		if gate != nil {
+			select {
+			case <-gate:
+				return nil
+			default:
+			}
 		}
-		p.mu.Lock()
-		_, live := p.conns[c]
-		p.mu.Unlock()
 		if !live {
 			return net.ErrClosed
 		}
@@ -148,7 +178,7 @@ func (p *Proxy) waitThawed(c net.Conn, deadline time.Time) error {
 			return os.ErrDeadlineExceeded
 		}
 		select {
-		case <-gate:
+		case <-gate: // a nil gate never opens
 			return nil
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -190,6 +220,7 @@ func (p *Proxy) track(c net.Conn) bool {
 func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
+	delete(p.stranded, c)
 	p.mu.Unlock()
 	_ = c.Close()
 }
@@ -223,6 +254,11 @@ func (p *Proxy) forward(c net.Conn) {
 		return
 	}
 	defer p.untrack(up)
+	p.mu.Lock()
+	if _, stranded := p.stranded[c]; stranded {
+		p.stranded[up] = struct{}{} // stranded while up was dialled: the pair is
+	}
+	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
@@ -240,9 +276,10 @@ func (p *Proxy) forward(c net.Conn) {
 				break
 			}
 		}
-		// One side ended: end the other, so neither copy outlives the pair.
-		_ = dst.Close()
-		_ = src.Close()
+		// One side ended: end the other, so neither copy outlives the pair (one
+		// waiting on a frozen connection included).
+		p.untrack(dst)
+		p.untrack(src)
 		done <- struct{}{}
 	}
 	go pipe(up, c)
@@ -336,6 +373,7 @@ func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.p.mu.Lock()
 		delete(c.p.conns, c.Conn)
+		delete(c.p.stranded, c.Conn)
 		c.p.mu.Unlock()
 	})
 	return err

@@ -208,3 +208,57 @@ func TestDownCutsFrozen(t *testing.T) {
 		t.Fatalf("read from a frozen connection that Down cut: %v, want it closed", err)
 	}
 }
+
+// Strand leaves the connections open at that moment silent for good, through the
+// listener and the dialer alike, while connections made afterwards pass: a client that
+// finds its old connection dead and dials again is served.
+func TestStrand(t *testing.T) {
+	for _, via := range []string{"listener", "dialer"} {
+		t.Run(via, func(t *testing.T) {
+			target := echoServer(t)
+			p, err := New(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			dial := func() net.Conn {
+				var c net.Conn
+				var err error
+				if via == "listener" {
+					c, err = net.Dial("tcp", p.Addr())
+				} else {
+					c, err = p.DialContext(context.Background(), "tcp", target)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			old := dial()
+			mustEcho(t, old, "before")
+			p.Freeze()
+			p.Strand()
+			fresh := dial()
+			mustEcho(t, fresh, "fresh")
+			for range 2 { // still silent after a while: it never thaws
+				_ = old.SetDeadline(time.Now().Add(300 * time.Millisecond))
+				_, _ = io.WriteString(old, "lost\n")
+				buf := make([]byte, 64)
+				if n, err := old.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("a stranded connection answered %q (err %v), want a timeout", buf[:n], err)
+				}
+			}
+			mustEcho(t, fresh, "fresh again")
+			// A second Freeze freezes the fresh connection; Thaw frees it, not the old one.
+			p.Freeze()
+			p.Thaw()
+			mustEcho(t, fresh, "after thaw")
+			_ = old.SetDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := old.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("Thaw freed a stranded connection: %v", err)
+			}
+			_ = old.Close() // the forwarding of a stranded pair ends with it (Close waits for it)
+		})
+	}
+}

@@ -42,18 +42,36 @@ const (
 	// DLQFailure makes the broker refuse the dead-letter writes (the binding's
 	// BreakDLQ) for the fault's duration.
 	DLQFailure Scenario = "DLQ write failure"
+	// Blackhole freezes every connection of every worker through the loopback TCP
+	// proxy (they stay open, no byte passes; new ones are frozen too) and thaws them
+	// after the fault's duration: what was sent meanwhile then arrives.
+	Blackhole Scenario = "connection blackhole"
+	// BlackholeForever freezes every connection of every worker as Blackhole does, and
+	// after the fault's duration lets new connections through while the frozen ones
+	// stay frozen for good: the consumers must find them dead (heartbeats, keepalives,
+	// read deadlines), drop them and resume on fresh ones.
+	BlackholeForever Scenario = "connection blackhole, never healed"
 )
 
 // Scenarios lists every scenario, in the order of the report.
-var Scenarios = []Scenario{Kill, Cut, Restart, DLQFailure}
+var Scenarios = []Scenario{Kill, Cut, Blackhole, BlackholeForever, Restart, DLQFailure}
 
-// Slug is the scenario's short name: kill, cut, restart or dlq.
+// DetectBound is the longest a consumer may take to find a silent connection dead
+// (issue 38: 10 s by default on every broker), from the freeze.
+const DetectBound = 10 * time.Second
+
+// Slug is the scenario's short name: kill, cut, blackhole, blackhole-forever, restart
+// or dlq.
 func (s Scenario) Slug() string {
 	switch s {
 	case Kill:
 		return "kill"
 	case Cut:
 		return "cut"
+	case Blackhole:
+		return "blackhole"
+	case BlackholeForever:
+		return "blackhole-forever"
 	case Restart:
 		return "restart"
 	case DLQFailure:
@@ -61,6 +79,15 @@ func (s Scenario) Slug() string {
 	}
 	return "run"
 }
+
+// throughSwitch reports whether s is made by the switch every connection of the
+// workers goes through (the binding's Cut, or each worker's own).
+func (s Scenario) throughSwitch() bool {
+	return s == Cut || s == Blackhole || s == BlackholeForever
+}
+
+// blackhole reports whether s freezes connections.
+func (s Scenario) blackhole() bool { return s == Blackhole || s == BlackholeForever }
 
 // Role says who opens a broker URL: the run's publisher, a worker, or the reader of
 // the dead-letter queue.
@@ -98,7 +125,8 @@ type Binding struct {
 
 	// Cut, when set, is the switch of a proxy between the workers and the broker (the
 	// worker URL goes through it), flipped by the run itself; otherwise each worker
-	// cuts its own connections (its Opener's switch).
+	// cuts its own connections (its Opener's switch). The blackhole scenarios need a
+	// switch that is also a [Freezer].
 	Cut       Switch
 	CutMethod string
 
@@ -120,10 +148,15 @@ type Binding struct {
 // its binding: the consumers resume within 5 s of the broker coming back.
 const DefaultBound = 5 * time.Second
 
-// Bound returns the longest acceptable recovery of s.
+// Bound returns the longest acceptable recovery of s: for BlackholeForever, measured
+// from the heal, DetectBound (the frozen connections must be found dead first) plus
+// DefaultBound unless the binding says otherwise.
 func (b *Binding) Bound(s Scenario) time.Duration {
 	if d, ok := b.Bounds[s]; ok {
 		return d
+	}
+	if s == BlackholeForever {
+		return DetectBound + DefaultBound
 	}
 	return DefaultBound
 }
@@ -135,6 +168,11 @@ func (b *Binding) Supports(s Scenario) bool {
 		return b.Stop != nil && b.Start != nil
 	case DLQFailure:
 		return b.BreakDLQ != nil
+	case Blackhole, BlackholeForever:
+		if b.Cut != nil {
+			_, ok := b.Cut.(Freezer)
+			return ok
+		}
 	}
 	return true
 }
@@ -174,10 +212,15 @@ func Short(s Scenario) Plan {
 }
 
 // Full is the plan of the full form (make faults): 3,000 messages, 4 workers, one in
-// ten failing into the dead-letter queue.
+// ten failing into the dead-letter queue. A blackhole that heals lasts 15 s, past
+// DetectBound, so that consumers that find their connections dead reconnect into it.
 func Full(s Scenario) Plan {
+	down := 5 * time.Second
+	if s == Blackhole {
+		down = 15 * time.Second
+	}
 	return Plan{Scenario: s, Messages: 3000, Rate: 200, FailEvery: 10, MaxAttempts: 3, Workers: 4, Concurrency: 2,
-		HandlerDelay: 20 * time.Millisecond, Down: 5 * time.Second, Drain: 3 * time.Minute, Linger: 2 * time.Second}
+		HandlerDelay: 20 * time.Millisecond, Down: down, Drain: 3 * time.Minute, Linger: 2 * time.Second}
 }
 
 // Env is how a run reaches outside the engine.
@@ -416,7 +459,7 @@ const probeEvery = 100 * time.Millisecond
 // one more good message every probeEvery until each of them settled again, or until
 // twice the scenario's bound after the heal (the longest the run accepts).
 func (r *run) probe(ctx context.Context, tr transport.Transport, app *babelqueue.App) error {
-	if r.p.Scenario != Cut && r.p.Scenario != Restart {
+	if !r.p.Scenario.throughSwitch() && r.p.Scenario != Restart {
 		return nil
 	}
 	deadline := r.healed.Add(2 * r.b.Bound(r.p.Scenario))
@@ -520,7 +563,18 @@ func (r *run) inject(ctx context.Context) error {
 			r.injected = time.Now()
 			return nil
 		}
-		return r.command(cmdCut, EvCut)
+		at, err := r.command(cmdCut, EvCut)
+		r.injected = at
+		return err
+	case Blackhole, BlackholeForever:
+		if r.b.Cut != nil {
+			r.b.Cut.(Freezer).Freeze()
+			r.injected = time.Now()
+			return nil
+		}
+		at, err := r.command(cmdFreeze, EvFrozen)
+		r.injected = at
+		return err
 	case Restart:
 		if err := r.b.Stop(); err != nil {
 			return err
@@ -565,7 +619,26 @@ func (r *run) heal(ctx context.Context) error {
 			r.healed = time.Now()
 			return nil
 		}
-		return r.command(cmdHeal, EvHealed)
+		at, err := r.command(cmdHeal, EvHealed)
+		r.healed = at
+		return err
+	case Blackhole, BlackholeForever:
+		cmd := cmdThaw
+		if r.p.Scenario == BlackholeForever {
+			cmd = cmdStrand
+		}
+		if r.b.Cut != nil {
+			if f := r.b.Cut.(Freezer); cmd == cmdThaw {
+				f.Thaw()
+			} else {
+				f.Strand()
+			}
+			r.healed = time.Now()
+			return nil
+		}
+		at, err := r.command(cmd, EvThawed)
+		r.healed = at
+		return err
 	case Restart:
 		if err := r.b.Start(); err != nil {
 			return err
@@ -582,32 +655,31 @@ func (r *run) heal(ctx context.Context) error {
 }
 
 // command sends cmd to every live worker and waits for each to acknowledge it with
-// ack; the fault's time is the last acknowledgement's.
-func (r *run) command(cmd, ack string) error {
-	var last time.Time
+// ack; it returns the last acknowledgement's time, the fault's. A worker that
+// acknowledges with an error (a switch that cannot freeze) fails the command.
+func (r *run) command(cmd, ack string) (time.Time, error) {
+	last := time.Now()
 	for _, p := range r.live() {
 		if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-			return fmt.Errorf("worker %d: %w", p.idx, err)
+			return last, fmt.Errorf("worker %d: %w", p.idx, err)
 		}
 	}
 	for _, p := range r.live() {
 		select {
-		case at := <-p.acks[ack]:
-			if at.After(last) {
+		case ev := <-p.acks[ack]:
+			if ev.Err != "" {
+				return last, fmt.Errorf("worker %d: %s: %s", p.idx, cmd, ev.Err)
+			}
+			if at := ev.Time(); at.After(last) {
 				last = at
 			}
 		case <-p.exited:
-			return fmt.Errorf("worker %d exited before acknowledging %s", p.idx, cmd)
+			return last, fmt.Errorf("worker %d exited before acknowledging %s", p.idx, cmd)
 		case <-time.After(10 * time.Second):
-			return fmt.Errorf("worker %d did not acknowledge %s within 10s", p.idx, cmd)
+			return last, fmt.Errorf("worker %d did not acknowledge %s within 10s", p.idx, cmd)
 		}
 	}
-	if cmd == cmdCut {
-		r.injected = last
-	} else {
-		r.healed = last
-	}
-	return nil
+	return last, nil
 }
 
 // Result is the account of one run.
@@ -634,6 +706,16 @@ type Result struct {
 	Bound      time.Duration `json:"bound_ns"`
 	// Down is how long the fault lasted.
 	Down time.Duration `json:"down_ns"`
+	// Detection is, in the blackhole scenarios, how long after the freeze the slowest
+	// worker found its frozen connections dead: its first failed receive or
+	// settlement, or (never healed) its first settlement through a fresh connection if
+	// that came first. DetectionOf says what was seen; Undetected that a worker never
+	// found them dead (a failure only where they never thaw). DetectBound is the
+	// bound.
+	Detection   time.Duration `json:"detection_ns,omitempty"`
+	DetectionOf string        `json:"detection_of,omitempty"`
+	Undetected  bool          `json:"undetected,omitempty"`
+	DetectBound time.Duration `json:"detect_bound_ns,omitempty"`
 
 	// FailedSettles (by action) and ReceiveErrors are what the workers saw of the
 	// fault: settlements that failed and were rewound, receives that failed.
@@ -669,6 +751,14 @@ func (res *Result) Failures(slack float64) []string {
 		out = append(out, "stalled: "+res.RecoveryOf)
 	case res.Recovery > limit:
 		out = append(out, fmt.Sprintf("recovered in %s, past %s: %s", res.Recovery.Round(time.Millisecond), limit, res.RecoveryOf))
+	}
+	if res.Scenario == BlackholeForever {
+		switch limit := time.Duration(float64(res.DetectBound) * slack); {
+		case res.Undetected:
+			out = append(out, "dead connections never found: "+res.DetectionOf)
+		case res.Detection > limit:
+			out = append(out, fmt.Sprintf("dead connections found in %s, past %s: %s", res.Detection.Round(time.Millisecond), limit, res.DetectionOf))
+		}
 	}
 	return append(out, res.Problems...)
 }
@@ -714,15 +804,27 @@ func (r *run) result(started, published, drained time.Time) *Result {
 			res.Stalled = true
 			res.RecoveryOf += fmt.Sprintf(" (%d never were; the queue held %+v once the workers stopped)", len(unsettled), *r.residue)
 		}
-	case Cut, Restart:
+	case Cut, Restart, Blackhole, BlackholeForever:
 		res.Method = "every connection of every worker cut by a loopback TCP proxy"
 		if r.b.CutMethod != "" {
 			res.Method = r.b.CutMethod
 		}
-		if r.p.Scenario == Restart {
-			res.Method = r.b.RestartMethod
-		}
 		res.RecoveryOf = "from the broker being reachable again until every worker settled again"
+		switch r.p.Scenario {
+		case Restart:
+			res.Method = r.b.RestartMethod
+		case Blackhole:
+			res.Method = fmt.Sprintf("every connection of every worker frozen by a loopback TCP proxy (open, no byte through, "+
+				"new ones too) for %s, then thawed: what was sent meanwhile arrives", seconds(r.p.Down))
+			res.RecoveryOf = "from the thaw until every worker settled again"
+		case BlackholeForever:
+			res.Method = fmt.Sprintf("every connection of every worker frozen by a loopback TCP proxy (open, no byte through, "+
+				"new ones too) for %s, then new connections let through and the frozen ones left frozen for good", seconds(r.p.Down))
+			res.RecoveryOf = "from fresh connections being let through until every worker settled again (on a fresh connection: the frozen ones must be found dead first)"
+		}
+		if r.p.Scenario.blackhole() {
+			r.detection(res)
+		}
 		var stalled []string
 		for _, p := range r.procs {
 			if p.killed.Load() || p.startedAt.After(r.healed) {
@@ -767,7 +869,7 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	switch failed := sum(c.FailedSettles); {
 	case r.p.Scenario == DLQFailure && c.FailedSettles[string(babelqueue.ActionDeadLetter)]+c.DeadLetteredAgain == 0:
 		res.Problems = append(res.Problems, "no dead-letter write failed: the fault did not bite")
-	case (r.p.Scenario == Cut || r.p.Scenario == Restart) && failed+c.ReceiveErrors == 0 && res.Pause < r.p.Down/2:
+	case (r.p.Scenario.throughSwitch() || r.p.Scenario == Restart) && failed+c.ReceiveErrors == 0 && res.Pause < r.p.Down/2:
 		res.Problems = append(res.Problems, "no worker saw a failed receive or settlement, nor stopped settling: the fault did not bite")
 	}
 	for _, p := range r.procs {
@@ -785,6 +887,59 @@ func (r *run) result(started, published, drained time.Time) *Result {
 	res.Notes = slices.Clone(r.notes)
 	r.mu.Unlock()
 	return res
+}
+
+// detection fills res's Detection fields: per worker that ran through the freeze, the
+// first failed receive or settlement after it, or, where the connections never thaw,
+// the first settlement after fresh ones were let through if that came first (a
+// transport that dropped its dead connections without reporting a failure).
+func (r *run) detection(res *Result) {
+	res.DetectBound = DetectBound
+	var slowest, what string
+	var quiet []string
+	for _, p := range r.procs {
+		if p.killed.Load() || p.startedAt.After(r.injected) {
+			continue
+		}
+		at, how, ok := r.led.FirstFailureAfter(p.idx, r.injected)
+		if r.p.Scenario == BlackholeForever {
+			if s, settled := r.led.FirstSettleAfter(p.idx, r.healed); settled && (!ok || s.Before(at)) {
+				at, how, ok = s, "a settlement through a fresh connection", true
+			}
+		} else if ok && at.After(r.healed.Add(time.Second)) {
+			ok = false // after the thaw: not what the freeze made it find
+		}
+		if !ok {
+			quiet = append(quiet, strconv.Itoa(p.idx))
+			continue
+		}
+		if d := at.Sub(r.injected); d >= res.Detection {
+			res.Detection, slowest, what = d, strconv.Itoa(p.idx), how
+		}
+	}
+	if slowest != "" {
+		res.DetectionOf = fmt.Sprintf("from the freeze until the slowest worker (%s) saw %s", slowest, firstLine(what, 160))
+	}
+	if len(quiet) == 0 {
+		return
+	}
+	if r.p.Scenario == BlackholeForever {
+		res.Undetected = true
+		res.DetectionOf = strings.TrimPrefix(res.DetectionOf+"; ", "; ") + "workers " + strings.Join(quiet, ", ") +
+			" neither failed nor settled after the freeze"
+		return
+	}
+	res.DetectionOf = strings.TrimPrefix(res.DetectionOf+"; ", "; ") + "workers " + strings.Join(quiet, ", ") +
+		fmt.Sprintf(" saw no failure before the thaw (%s)", seconds(r.p.Down))
+}
+
+// firstLine returns s up to its first line break, cut to n bytes.
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
 }
 
 // countResidue counts what the queue holds, through a transport opened as a worker
@@ -840,7 +995,7 @@ type proc struct {
 	logPath   string
 	startedAt time.Time
 	ready     chan struct{}
-	acks      map[string]chan time.Time
+	acks      map[string]chan Event
 	exited    chan struct{}
 	exitErr   error
 	killed    atomic.Bool
@@ -875,7 +1030,7 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 	spec := WorkerSpec{
 		Broker: r.b.Name, URL: r.b.URL(RoleWorker, r.queue), Queue: r.queue, Worker: idx,
 		Concurrency: r.p.Concurrency, MaxAttempts: r.p.MaxAttempts, HandlerDelay: r.p.HandlerDelay,
-		Cut: r.p.Scenario == Cut && r.b.Cut == nil, ReportDelay: r.p.ReportDelay, Quiet: r.quiet,
+		Cut: r.p.Scenario.throughSwitch() && r.b.Cut == nil, ReportDelay: r.p.ReportDelay, Quiet: r.quiet,
 	}
 	if idx == 0 {
 		spec.LateHeal = r.p.LateHeal
@@ -885,7 +1040,8 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 	p := &proc{
 		idx: idx, cmd: cmd, logPath: filepath.Join(r.env.Dir, fmt.Sprintf("%s-worker%d.log", r.queue, idx)),
 		ready: make(chan struct{}), exited: make(chan struct{}),
-		acks: map[string]chan time.Time{EvCut: make(chan time.Time, 1), EvHealed: make(chan time.Time, 1)},
+		acks: map[string]chan Event{EvCut: make(chan Event, 1), EvHealed: make(chan Event, 1),
+			EvFrozen: make(chan Event, 1), EvThawed: make(chan Event, 1)},
 	}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
@@ -927,9 +1083,9 @@ func (r *run) startWorker(ctx context.Context) (*proc, error) {
 			switch ev.Ev {
 			case EvReady:
 				once.Do(func() { close(p.ready) })
-			case EvCut, EvHealed:
+			case EvCut, EvHealed, EvFrozen, EvThawed:
 				select {
-				case p.acks[ev.Ev] <- ev.Time():
+				case p.acks[ev.Ev] <- ev:
 				default:
 				}
 			}

@@ -17,6 +17,8 @@ const (
 	EvRecvErr  = "recv_err" // a receive failed (ReceiveErrorHook)
 	EvCut      = "cut"      // the worker's connections were cut
 	EvHealed   = "healed"   // the worker's connections are let through again
+	EvFrozen   = "frozen"   // the worker's connections were frozen (Err: the switch cannot)
+	EvThawed   = "thawed"   // the worker's connections thawed, or new ones let through (Err: the switch cannot)
 	EvStopped  = "stopped"  // the runtime returned after a stop command
 	EvSample   = "sample"   // the worker's Go runtime figures, on a sample command (Rt)
 )

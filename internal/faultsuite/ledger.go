@@ -29,6 +29,7 @@ type Ledger struct {
 	retries  int                     // publishes retried
 	failed   map[string]int          // settlements that failed, by action
 	recvErrs int                     // receives that failed
+	failures []failure               // the failed receives and settlements, in arrival order
 	deadTry  map[string][]deadTry    // id -> its dead-letter settlements, whether they held or not
 }
 
@@ -44,6 +45,13 @@ type record struct {
 	dead      int       // copies read from the dead-letter queue with reason "failed"
 	deadAt    time.Time // first dead-letter write a worker reported as confirmed
 	destroyed bool      // confirmed in the dead-letter queue before a fault destroyed it
+}
+
+// failure is a receive or a settlement a worker reported as failed.
+type failure struct {
+	at     time.Time
+	worker int
+	what   string
 }
 
 type settlement struct {
@@ -118,6 +126,7 @@ func (l *Ledger) Apply(ev Event) {
 		}
 		if ev.Err != "" {
 			l.failed[ev.Action]++
+			l.failures = append(l.failures, failure{at: ev.Time(), worker: ev.Worker, what: "a failed " + ev.Action + " settlement: " + ev.Err})
 			return
 		}
 		l.settles = append(l.settles, settlement{at: ev.Time(), worker: ev.Worker, id: ev.ID, action: ev.Action})
@@ -126,6 +135,7 @@ func (l *Ledger) Apply(ev Event) {
 		}
 	case EvRecvErr:
 		l.recvErrs++
+		l.failures = append(l.failures, failure{at: ev.Time(), worker: ev.Worker, what: "a failed receive: " + ev.Err})
 	case EvHandled:
 		l.finish(ev)
 		r := l.msgs[ev.ID]
@@ -243,6 +253,19 @@ func (l *Ledger) FirstSettleAfter(worker int, t time.Time) (time.Time, bool) {
 		}
 	}
 	return first, !first.IsZero()
+}
+
+// FirstFailureAfter returns the time of worker's first failed receive or settlement
+// after t, and what it was.
+func (l *Ledger) FirstFailureAfter(worker int, t time.Time) (at time.Time, what string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.failures {
+		if f.worker == worker && f.at.After(t) && (at.IsZero() || f.at.Before(at)) {
+			at, what = f.at, f.what
+		}
+	}
+	return at, what, !at.IsZero()
 }
 
 // FirstFinalAfter returns the time of the first settlement with action that held

@@ -138,3 +138,27 @@ func TestLedgerDestroyed(t *testing.T) {
 		t.Errorf("Counts = %+v, want 1 destroyed and f1 missing", c)
 	}
 }
+
+// FirstFailureAfter finds a worker's first failed receive or settlement after a time,
+// not another worker's, nor a settlement that held.
+func TestFirstFailureAfter(t *testing.T) {
+	l := NewLedger("q")
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	for _, ev := range []Event{
+		{Ev: EvRecvErr, Worker: 1, At: at(-time.Second), Err: "before"},
+		{Ev: EvSettled, Worker: 1, At: at(time.Second), ID: "a", Action: "ack"},
+		{Ev: EvRecvErr, Worker: 2, At: at(2 * time.Second), Err: "other worker"},
+		{Ev: EvSettled, Worker: 1, At: at(4 * time.Second), ID: "b", Action: "ack", Err: "i/o timeout"},
+		{Ev: EvRecvErr, Worker: 1, At: at(3 * time.Second), Err: "read: i/o timeout"},
+	} {
+		l.Apply(ev)
+	}
+	got, what, ok := l.FirstFailureAfter(1, t0)
+	if !ok || !got.Equal(t0.Add(3*time.Second)) || what != "a failed receive: read: i/o timeout" {
+		t.Errorf("FirstFailureAfter = %v, %q, %v; want 3 s after, the failed receive", got.Sub(t0), what, ok)
+	}
+	if _, _, ok := l.FirstFailureAfter(3, t0); ok {
+		t.Error("a failure of a worker that reported none")
+	}
+}

@@ -64,6 +64,14 @@ func Markdown(results []*Result) string {
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Broker, r.Scenario, cell(r.Method), cell(r.RecoveryOf), seconds(r.Pause))
 	}
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.DetectBound > 0 }) {
+		b.WriteString("\n| Broker | Scenario | Dead connections found (bound) | What was seen |\n|---|---|---:|---|\n")
+		for _, r := range results {
+			if r.DetectBound > 0 {
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Broker, r.Scenario, detectionCell(r), cell(r.DetectionOf))
+			}
+		}
+	}
 	var brokers []string
 	settings := map[string]string{}
 	for _, r := range results {
@@ -89,6 +97,16 @@ func recoveryCell(r *Result) string {
 		return "n/a (" + r.RecoveryOf + ")"
 	}
 	return fmt.Sprintf("%s (≤ %s)", seconds(r.Recovery), seconds(r.Bound))
+}
+
+func detectionCell(r *Result) string {
+	switch {
+	case r.Undetected:
+		return "**never**"
+	case r.Detection == 0:
+		return "– (≤ " + seconds(r.DetectBound) + ")"
+	}
+	return fmt.Sprintf("%s (≤ %s)", seconds(r.Detection), seconds(r.DetectBound))
 }
 
 func seconds(d time.Duration) string {

@@ -16,6 +16,11 @@ func TestMarkdownAndUpdateDoc(t *testing.T) {
 			RecoveryOf: "from the SIGKILL", Bound: 15 * time.Second, Down: 5 * time.Second},
 		{Broker: "Redis", Scenario: Kill, Published: 3000, Handled: 2699, DeadLettered: 300, Missing: 1, Stalled: true, RecoveryOf: "from the SIGKILL"},
 		{Broker: "SQS", Scenario: Kill, Published: 300, RecoveryOf: "the killed worker held no delivery"},
+		{Broker: "Redis", Scenario: BlackholeForever, Published: 3000, Handled: 2700, DeadLettered: 300, Recovery: 2 * time.Second,
+			RecoveryOf: "from fresh connections", Bound: 15 * time.Second, Down: 5 * time.Second,
+			Detection: 3200 * time.Millisecond, DetectionOf: "from the freeze until worker 2 saw a failed receive", DetectBound: 10 * time.Second},
+		{Broker: "Kafka", Scenario: Blackhole, Published: 3000, Handled: 2700, DeadLettered: 300, Bound: 5 * time.Second,
+			DetectionOf: "workers 0, 1 saw no failure before the thaw", DetectBound: 10 * time.Second},
 	}
 	path := filepath.Join(t.TempDir(), "results.json")
 	if err := WriteResults(path, results); err != nil {
@@ -32,6 +37,8 @@ func TestMarkdownAndUpdateDoc(t *testing.T) {
 		"| Redis | DLQ write failure | 3000 | 2700 | 300 | 0 | 0 | 1.20 s (≤ 5.00 s) | 5.00 s |",
 		"| SQS | worker SIGKILL | 300 | 0 | 0 | 0 | 0 | n/a (the killed worker held no delivery) |",
 		`a string \| in its place`, "| Redis | retry_after=5 |",
+		"| Redis | connection blackhole, never healed | 3.20 s (≤ 10.0 s) | from the freeze until worker 2 saw a failed receive |",
+		"| Kafka | connection blackhole | – (≤ 10.0 s) | workers 0, 1 saw no failure before the thaw |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
@@ -62,6 +69,20 @@ func TestFailures(t *testing.T) {
 	}
 	if f := ok.Failures(1); len(f) != 1 || !strings.Contains(f[0], "past 5s") {
 		t.Errorf("6 s past a 5 s bound: %q", f)
+	}
+	slow := &Result{Scenario: BlackholeForever, Bound: 15 * time.Second, Detection: 12 * time.Second, DetectBound: 10 * time.Second}
+	if f := slow.Failures(1); len(f) != 1 || !strings.Contains(f[0], "dead connections found in 12s, past 10s") {
+		t.Errorf("found dead in 12 s, bound 10 s: %q", f)
+	}
+	if f := slow.Failures(2); len(f) != 0 {
+		t.Errorf("12 s within twice a 10 s bound: %q", f)
+	}
+	never := &Result{Scenario: BlackholeForever, Undetected: true, DetectionOf: "workers 1", DetectBound: 10 * time.Second}
+	if f := never.Failures(2); len(f) != 1 || !strings.HasPrefix(f[0], "dead connections never found") {
+		t.Errorf("never found dead: %q", f)
+	}
+	if f := (&Result{Scenario: Blackhole, Undetected: true, DetectBound: 10 * time.Second}).Failures(1); len(f) != 0 {
+		t.Errorf("a blackhole that thaws needs no detection: %q", f)
 	}
 	bad := &Result{Missing: 2, MissingN: []int{4, 9}, Stalled: true, RecoveryOf: "x", Problems: []string{"p"}}
 	if f := bad.Failures(1); len(f) != 3 || !strings.Contains(f[0], "[4 9]") || !strings.HasPrefix(f[1], "stalled") || f[2] != "p" {

@@ -55,6 +55,11 @@ const (
 	cmdCut  = "cut"
 	cmdHeal = "heal"
 	cmdStop = "stop"
+	// cmdFreeze freezes the worker's connections, cmdThaw thaws them, cmdStrand lets
+	// new ones through and leaves the frozen ones frozen (the blackhole scenarios).
+	cmdFreeze = "freeze"
+	cmdThaw   = "thaw"
+	cmdStrand = "strand"
 	// cmdSample asks for an EvSample event (any run; a soak run sends it every tick).
 	cmdSample = "sample"
 )
@@ -73,7 +78,8 @@ type WorkerSpec struct {
 	Concurrency, MaxAttempts int
 	// HandlerDelay is how long a good message's handler works.
 	HandlerDelay time.Duration
-	// Cut asks for a transport whose connections go through a [Switch].
+	// Cut asks for a transport whose connections go through a [Switch] (a [Freezer]
+	// for the blackhole scenarios).
 	Cut bool
 	// ReportDelay holds each settlement's report back that long (see
 	// [Plan.ReportDelay]).
@@ -137,6 +143,19 @@ func specFromEnv() (WorkerSpec, error) {
 type Switch interface {
 	Down()
 	Up()
+}
+
+// Freezer is a [Switch] that can also turn into a black hole, which the blackhole
+// scenarios need (checked with a type assertion): a faultproxy.Proxy is one.
+type Freezer interface {
+	Switch
+	// Freeze keeps every connection open and lets no byte through, new ones too.
+	Freeze()
+	// Thaw lets bytes through again, what was sent meanwhile first.
+	Thaw()
+	// Strand lets new connections through and leaves the ones open now frozen for
+	// good.
+	Strand()
 }
 
 // Opener opens a worker's transport for spec. With spec.Cut it also returns the
@@ -231,6 +250,22 @@ func runWorker(ctx context.Context, spec WorkerSpec, open Opener, in io.Reader, 
 					sw.Up()
 				}
 				em.emit(Event{Ev: EvHealed})
+			case cmdFreeze, cmdThaw, cmdStrand:
+				ack := Event{Ev: EvThawed}
+				if sc.Text() == cmdFreeze {
+					ack.Ev = EvFrozen
+				}
+				switch f, ok := sw.(Freezer); {
+				case !ok:
+					ack.Err = fmt.Sprintf("the transport's switch (%T) cannot freeze connections", sw)
+				case sc.Text() == cmdFreeze:
+					f.Freeze()
+				case sc.Text() == cmdThaw:
+					f.Thaw()
+				default:
+					f.Strand()
+				}
+				em.emit(ack)
 			case cmdSample:
 				em.emit(Event{Ev: EvSample, Rt: readRuntime()})
 			case cmdStop:

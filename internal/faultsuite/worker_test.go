@@ -132,6 +132,54 @@ func TestWorkerReportsAndObeys(t *testing.T) {
 	}
 }
 
+// freezingSwitch is a recordingSwitch that can freeze.
+type freezingSwitch struct{ recordingSwitch }
+
+func (s *freezingSwitch) Freeze() { s.mu.Lock(); s.flips = append(s.flips, "freeze"); s.mu.Unlock() }
+func (s *freezingSwitch) Thaw()   { s.mu.Lock(); s.flips = append(s.flips, "thaw"); s.mu.Unlock() }
+func (s *freezingSwitch) Strand() { s.mu.Lock(); s.flips = append(s.flips, "strand"); s.mu.Unlock() }
+
+// A worker obeys freeze, thaw and strand through a switch that can freeze, and
+// acknowledges each; through one that cannot, it acknowledges them with an error, which
+// fails the run's command instead of a blackhole that never happened.
+func TestWorkerFreezes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sw   Switch
+	}{{"freezer", &freezingSwitch{}}, {"plain switch", &recordingSwitch{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			open := func(context.Context, WorkerSpec) (transport.Transport, Switch, error) {
+				return memory.New(), tc.sw, nil
+			}
+			out := &syncBuffer{}
+			spec := WorkerSpec{Broker: "memory", URL: "memory://", Queue: "q", Concurrency: 1, MaxAttempts: 2, Cut: true}
+			in := strings.NewReader(strings.Join([]string{cmdFreeze, cmdThaw, cmdFreeze, cmdStrand, cmdStop}, "\n") + "\n")
+			if err := runWorker(ctx, spec, open, in, out, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			var acks []string
+			for _, ev := range out.events(t) {
+				if ev.Ev == EvFrozen || ev.Ev == EvThawed {
+					acks = append(acks, ev.Ev)
+					if _, freezes := tc.sw.(Freezer); freezes != (ev.Err == "") {
+						t.Errorf("ack %+v: error %q", ev, ev.Err)
+					}
+				}
+			}
+			if got := strings.Join(acks, ","); got != "frozen,thawed,frozen,thawed" {
+				t.Errorf("acks %s, want frozen,thawed,frozen,thawed", got)
+			}
+			if f, ok := tc.sw.(*freezingSwitch); ok {
+				if got := strings.Join(f.flips, ","); got != "freeze,thaw,freeze,strand" {
+					t.Errorf("the switch went %s, want freeze,thaw,freeze,strand", got)
+				}
+			}
+		})
+	}
+}
+
 func TestSpecRoundTrips(t *testing.T) {
 	spec := WorkerSpec{Broker: "Redis", URL: "redis://127.0.0.1:6379/0", Queue: "q", Worker: 3, Concurrency: 2,
 		MaxAttempts: 3, HandlerDelay: 20 * time.Millisecond, Cut: true}

@@ -17,7 +17,8 @@ var retryBackoff = driverkit.Backoff{Min: 250 * time.Millisecond, Max: 2 * time.
 
 // clientOpts are the options of every group consumer and producer the transport builds.
 func clientOpts(log *slog.Logger) []kgo.Opt {
-	return []kgo.Opt{kgo.MetadataMinAge(250 * time.Millisecond), kgo.RetryBackoffFn(retryBackoff), kgo.WithLogger(clientLogger(log))}
+	return []kgo.Opt{kgo.MetadataMinAge(250 * time.Millisecond), kgo.RetryBackoffFn(retryBackoff),
+		kgo.RequestTimeoutOverhead(DefaultRequestTimeoutOverhead), kgo.WithLogger(clientLogger(log))}
 }
 
 // clientLog sends franz-go's warnings and errors to the transport's logger, tagged

@@ -65,6 +65,13 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 	// DefaultHeartbeatInterval is how often a consumer heartbeats to its group.
 	DefaultHeartbeatInterval = time.Second
+	// DefaultRequestTimeoutOverhead is how long the transport's clients wait for a
+	// broker's answer beyond what the request itself allows (a fetch's max wait, a
+	// produce's timeout; franz-go's own is 10 s): a heartbeat, commit or fetch on a
+	// connection gone silent (open, no byte through) fails after it and the connection
+	// is dropped, so a consumer resumes on a new one about 6 s after, within its session
+	// (with 10 s the fault suite's consumers took 23 s and lost it: issue 38).
+	DefaultRequestTimeoutOverhead = 5 * time.Second
 	// DefaultDialTimeout bounds a connection attempt, and [Open]'s check that a broker answers.
 	DefaultDialTimeout = 10 * time.Second
 	// DefaultMaxUncommitted bounds the records a consumer hands out beyond its commits.

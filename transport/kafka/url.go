@@ -195,7 +195,8 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
 	}
-	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout), kgo.RetryBackoffFn(retryBackoff))
+	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout), kgo.RetryBackoffFn(retryBackoff),
+		kgo.RequestTimeoutOverhead(DefaultRequestTimeoutOverhead))
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: building the producer for %s: %w", transport.RedactURL(u), err)
