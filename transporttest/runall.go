@@ -71,6 +71,9 @@ type Harness struct {
 	// Without maps each group of cases left out to the reason, written beside the
 	// declaration (an empty reason fails RunAll).
 	Without map[Case]string
+	// Parallel runs the groups side by side (t.Parallel), for a broker whose cases
+	// are slow and independent (every case on queues of its own).
+	Parallel bool
 	// Adjust, when set, changes the Config one group runs with (a copy), for a group
 	// that needs the broker set up otherwise (a prefetch of one for exact counts).
 	Adjust func(c Case, cfg *Config)
@@ -121,6 +124,11 @@ func RunAll(t *testing.T, h Harness) {
 	base.PrefetchBound = runs(CasePrefetchBound, true, "", true, "")
 	base.SettleAfterClose = runs(CaseSettleAfterClose, true, "", true, "")
 	base.RefusesBadSettlements = runs(CaseRefusesBadSettlements, true, "", true, "")
+	par := func(t *testing.T) {
+		if h.Parallel {
+			t.Parallel()
+		}
+	}
 	config := func(c Case) Config {
 		cfg := base
 		if h.Adjust != nil {
@@ -129,25 +137,26 @@ func RunAll(t *testing.T, h Harness) {
 		return cfg
 	}
 	if runs(CaseTransport, true, "", true, "") {
-		t.Run(string(CaseTransport), func(t *testing.T) { Run(t, config(CaseTransport)) })
+		t.Run(string(CaseTransport), func(t *testing.T) { par(t); Run(t, config(CaseTransport)) })
 	}
 	if runs(CaseRuntime, true, "", true, "") {
-		t.Run(string(CaseRuntime), func(t *testing.T) { RunRuntime(t, config(CaseRuntime)) })
+		t.Run(string(CaseRuntime), func(t *testing.T) { par(t); RunRuntime(t, config(CaseRuntime)) })
 	}
 	if runs(CasePublishConfirmed, true, "", true, "") {
-		t.Run(string(CasePublishConfirmed), func(t *testing.T) { RunPublishConfirmed(t, config(CasePublishConfirmed)) })
+		t.Run(string(CasePublishConfirmed), func(t *testing.T) { par(t); RunPublishConfirmed(t, config(CasePublishConfirmed)) })
 	}
 	if runs(CaseBrowse, browser, "not a transport.Browser", true, "") {
-		t.Run(string(CaseBrowse), func(t *testing.T) { RunBrowse(t, config(CaseBrowse), h.Browse) })
+		t.Run(string(CaseBrowse), func(t *testing.T) { par(t); RunBrowse(t, config(CaseBrowse), h.Browse) })
 	}
 	if runs(CaseStats, statter, "not a transport.QueueStatter", true, "") {
-		t.Run(string(CaseStats), func(t *testing.T) { RunStats(t, config(CaseStats), h.Stats) })
+		t.Run(string(CaseStats), func(t *testing.T) { par(t); RunStats(t, config(CaseStats), h.Stats) })
 	}
 	if runs(CaseSizeLimit, true, "", h.OpenWithLimit != nil && h.Broker != "", "OpenWithLimit and Broker") {
-		t.Run(string(CaseSizeLimit), func(t *testing.T) { RunSizeLimit(t, config(CaseSizeLimit), h.Broker, h.OpenWithLimit) })
+		t.Run(string(CaseSizeLimit), func(t *testing.T) { par(t); RunSizeLimit(t, config(CaseSizeLimit), h.Broker, h.OpenWithLimit) })
 	}
 	if runs(CasePipelined, true, "", h.OpenPipelined != nil, "OpenPipelined") {
 		t.Run(string(CasePipelined), func(t *testing.T) {
+			par(t)
 			t.Run("Close", func(t *testing.T) {
 				direct, pipelined := h.OpenPipelined(t)
 				t.Cleanup(func() { _ = direct.Close(context.Background()) })

@@ -7,18 +7,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 )
-
-// TestBrowseKit runs the browse kit against the real Kafka.
-func TestBrowseKit(t *testing.T) {
-	brokerURL(t)
-	transporttest.RunBrowse(t, transporttest.Config{
-		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
-		NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest-browse") },
-		QuietPeriod: 2 * time.Second,
-	}, transporttest.BrowseOptions{})
-}
 
 // TestBrowsePartitionsAndCommittedOffsets pages through a topic of three partitions:
 // every record once, partition by partition, and a browse starts where the group's

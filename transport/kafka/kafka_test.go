@@ -223,26 +223,43 @@ func settleOK(t testing.TB, c transport.Consumer, d *transport.Delivery, s trans
 	}
 }
 
-// TestTransport runs the behavioural kit against the real Kafka.
-func TestTransport(t *testing.T) {
+// TestKit runs every group of the behavioural kit against the real Kafka, side by
+// side (each case on topics of its own).
+func TestKit(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
-	transporttest.Run(t, transporttest.Config{
-		Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
-		NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest") },
-		QuietPeriod: 2 * time.Second,
-		// BreakSettleWrites is left out: the case wants a refused settle write to leave no
-		// write behind, but a Kafka write that timed out while the broker was unreachable
-		// stays in the producer's buffer and lands once it is back (withdrawing it would
-		// fail the user's publishes buffered behind it; see TestTimedOutSettleWriteSparesPublishes).
-		// TestOutageLosesNothing and TestMissingDeadLetterTopicLosesNothing cover failed
-		// settle writes instead. PrefetchBound is left out too: it rewinds one of three
-		// deliveries and then acknowledges the other two, but a Kafka rewind seeks the
-		// partition back, so the deliveries after the rewound one are superseded (their
-		// Settle is a TakenBackError and frees their slot) and delivered again. The
-		// prefetch bound itself is the driver kit's, tested in transport/driverkit.
-		SettleAfterClose:      true,
-		RefusesBadSettlements: true,
+	transporttest.RunAll(t, transporttest.Harness{
+		Config: transporttest.Config{
+			Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
+			NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest") },
+			QuietPeriod: 2 * time.Second,
+		},
+		Parallel: true,
+		// What the group has not committed is Ready, the end offsets add up to Appended.
+		Stats: transporttest.StatsOptions{ReadyCountsInFlight: true, Wait: 20 * time.Second, Oldest: transporttest.OldestCreatedAt},
+		Adjust: func(c transporttest.Case, cfg *transporttest.Config) {
+			if c == transporttest.CaseStats {
+				cfg.Prefetch = 1 // exact in-flight counts
+			}
+		},
+		// Both transports are members of one consumer group, so the direct one reads what
+		// the pipelined one left uncommitted.
+		OpenPipelined: func(t *testing.T) (transport.Transport, transport.Transport) {
+			group := transporttest.UniqueName("bqtest-pipelined")
+			return openKafka(t, "group", group), openKafka(t, "group", group)
+		},
+		Without: map[transporttest.Case]string{
+			transporttest.CaseSettleWriteFailure: "the case wants a refused settle write to leave no write behind, but a Kafka write " +
+				"that timed out while the broker was unreachable stays in the producer's buffer and lands once it is back " +
+				"(withdrawing it would fail the user's publishes buffered behind it; see TestTimedOutSettleWriteSparesPublishes); " +
+				"TestOutageLosesNothing and TestMissingDeadLetterTopicLosesNothing cover failed settle writes instead",
+			transporttest.CasePrefetchBound: "the case rewinds one of three deliveries and then acknowledges the other two, but a " +
+				"Kafka rewind seeks the partition back, so the deliveries after the rewound one are superseded (their Settle is " +
+				"a TakenBackError and frees their slot) and delivered again; the prefetch bound itself is the driver kit's, " +
+				"tested in transport/driverkit",
+			transporttest.CaseSizeLimit: "the limit is the topic's max.message.bytes, read from the broker; size_test.go checks " +
+				"it on topics made with a small limit (TooLargeError before the send, settle writes refused whole)",
+		},
 	})
 }
 

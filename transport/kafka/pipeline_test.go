@@ -132,21 +132,3 @@ func TestPipelinedSettleWritesWaitForRoom(t *testing.T) {
 	}
 	transporttest.ExpectNothing(t, consumeOn(t, tr, q, 1), 5*time.Second)
 }
-
-// TestPipelinedCloseKit runs the conformance kit's pipelined-close case: closing a
-// consumer, then its transport, waits for the pipelined settle writes in flight, and
-// commits their records. Both transports are members of one consumer group, so the
-// direct one reads what the pipelined one left uncommitted.
-func TestPipelinedCloseKit(t *testing.T) {
-	t.Parallel()
-	group := transporttest.UniqueName("bqtest-close")
-	transporttest.RunPipelinedClose(t, openKafka(t, "group", group), openKafka(t, "group", group))
-}
-
-// TestRuntimeShutdownWithPipelinedWritesKit runs the kit's case of a runtime stopped
-// while its dead-letter writes are pipelined (see TestPipelinedCloseKit for the group).
-func TestRuntimeShutdownWithPipelinedWritesKit(t *testing.T) {
-	t.Parallel()
-	group := transporttest.UniqueName("bqtest-shutdown")
-	transporttest.RunRuntimeShutdownWithPipelinedWrites(t, openKafka(t, "group", group), openKafka(t, "group", group))
-}
