@@ -13,7 +13,7 @@
 # users, beside the plain ones; certificates from scripts/certs.sh). No names = the
 # default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
 # Clusters (issue 35; never in the default set, each node its own process under
-# $STATE/NAME/nodeN): redis-sentinel redis-cluster.
+# $STATE/NAME/nodeN): redis-sentinel redis-cluster artemis-ha.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -32,7 +32,7 @@ TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
 SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
-CLUSTER_NAMES="redis-sentinel redis-cluster"
+CLUSTER_NAMES="redis-sentinel redis-cluster artemis-ha"
 ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES $CLUSTER_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
 DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
@@ -93,7 +93,7 @@ pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs and is tha
   kill -0 "$pid" 2>/dev/null || return 1
   case $1 in  # a pid file left from before a reboot may name some other process now
     redis|redis-tls) pat=redis-server ;; rabbitmq|rabbitmq-tls) pat=rabbitmq ;; postgres|postgres-tls) pat=postgres ;;
-    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
+    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls|artemis-ha-node*) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
   esac
   [ -z "${pat:-}" ] || grep -qa "$pat" "/proc/$pid/cmdline" 2>/dev/null || [ ! -r "/proc/$pid/cmdline" ]
 }
@@ -358,6 +358,7 @@ for f in kafka sqs artemis pulsar secure; do . "$ASSETS/$f.sh"; done
 # Clusters: one file each, defining NAME_up (start what is missing, form, wait), NAME_stop,
 # NAME_running, NAME_probe, NAME_url, NAME_ports and the node control NAME_node_ACTION.
 for f in "$ASSETS"/*-cluster.sh; do . "$f"; done
+. "$ASSETS/artemis-ha.sh"
 
 # ---------------------------------------------------------------------------
 # commands

@@ -15,18 +15,23 @@ artemis_died() { ! pid_running artemis; }
 artemis_ports() { echo "$ARTEMIS_AMQP_PORT $ARTEMIS_CORE_PORT"; }
 artemis_url() { echo "BQ_ARTEMIS_URL=artemis://artemis:artemis@127.0.0.1:$ARTEMIS_AMQP_PORT"; }
 
+# artemis_fetch [LOGNAME] — the distribution into the cache (once), logged to LOGNAME's log.
+artemis_fetch() {
+  local home log=${1:-artemis}; home=$(artemis_home)
+  [ -f "$home/.complete" ] && return 0
+  say "$log: fetching org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin from Maven Central"
+  local dl="$CACHE/downloads"
+  mvn_copy "org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin" "$dl" >>"$(logfile "$log")" 2>&1 || return 1
+  rm -rf "$home"
+  tar -xzf "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz" -C "$CACHE" || return 1
+  [ -x "$home/bin/artemis" ] || { say "$log: $home/bin/artemis missing after unpacking"; return 1; }
+  rm -f "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"
+  touch "$home/.complete"
+}
+
 artemis_prepare() {
   local home; home=$(artemis_home)
-  if [ ! -f "$home/.complete" ]; then
-    say "artemis: fetching org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin from Maven Central"
-    local dl="$CACHE/downloads"
-    mvn_copy "org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin" "$dl" >>"$(logfile artemis)" 2>&1 || return 1
-    rm -rf "$home"
-    tar -xzf "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz" -C "$CACHE" || return 1
-    [ -x "$home/bin/artemis" ] || { say "artemis: $home/bin/artemis missing after unpacking"; return 1; }
-    rm -f "$dl/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"
-    touch "$home/.complete"
-  fi
+  artemis_fetch artemis || return 1
   local inst; inst=$(artemis_instance)
   if [ -f "$inst/etc/broker.xml" ]; then
     # the instance names the distribution it was created from; point it at this cache
