@@ -31,8 +31,12 @@
 # Sourced by scripts/brokers.sh.
 
 ARTEMIS_HA_NODES="1 2"
-artemis-ha_amqp_port() { echo $((5680 + $1)); }
-artemis-ha_core_port() { echo $((61680 + $1)); }
+# Ports, node 1's then node 2's; the fault suite starts a private pair on ports of its own
+# (with a BQ_STATE_DIR of its own).
+ARTEMIS_HA_AMQP_PORTS=${BQ_ARTEMIS_HA_AMQP_PORTS:-5681 5682}
+ARTEMIS_HA_CORE_PORTS=${BQ_ARTEMIS_HA_CORE_PORTS:-61681 61682}
+artemis-ha_amqp_port() { local p=($ARTEMIS_HA_AMQP_PORTS); echo "${p[$1 - 1]}"; }
+artemis-ha_core_port() { local p=($ARTEMIS_HA_CORE_PORTS); echo "${p[$1 - 1]}"; }
 artemis-ha_dir() { echo "$STATE/artemis-ha/node$1"; }
 artemis-ha_node_name() { echo "artemis-ha-node$1"; } # its pid and log file names
 ARTEMIS_HA_HEAP=${BQ_ARTEMIS_HA_HEAP:-384M}

@@ -150,8 +150,11 @@ const DefaultIdleTimeout = 10 * time.Second
 
 // Config is what an artemis:// URL says, parsed by [ParseURL].
 type Config struct {
-	// Addr is the amqp:// or amqps:// address dialled, without credentials.
+	// Addr is the amqp:// or amqps:// address of the first node, without credentials.
 	Addr string
+	// Nodes are the host:port of every node the URL lists (one unless it names a
+	// primary and its backups: artemis://h1:5672,h2:5672), dialled in turn.
+	Nodes []string
 	// Username and Password are the SASL PLAIN credentials; both empty means ANONYMOUS.
 	Username, Password string
 	// HasCredentials reports that the URL held a user.
@@ -163,6 +166,9 @@ type Config struct {
 	ContainerID string
 	// TLS is set for artemis+ssl.
 	TLS *tls.Config
+	// serverName reports a TLS server name given in the URL; without it each node is
+	// verified by its own host name.
+	serverName bool
 	// PipelineSettles is the URL's pipeline_settles: true unless it is 0 (see
 	// [WithPipelinedSettles]).
 	PipelineSettles bool
@@ -170,10 +176,31 @@ type Config struct {
 
 // String describes the configuration without the password.
 func (c Config) String() string {
-	if c.HasCredentials {
-		return fmt.Sprintf("%s (user %q)", c.Addr, c.Username)
+	addr := c.Addr
+	if len(c.Nodes) > 1 {
+		addr = strings.Join(c.addrs(), ",")
 	}
-	return c.Addr
+	if c.HasCredentials {
+		return fmt.Sprintf("%s (user %q)", addr, c.Username)
+	}
+	return addr
+}
+
+// addrs returns the amqp:// or amqps:// address of every node.
+func (c Config) addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = c.addr(n)
+	}
+	return out
+}
+
+// addr returns the amqp:// or amqps:// address of node.
+func (c Config) addr(node string) string {
+	if c.TLS != nil {
+		return "amqps://" + node
+	}
+	return "amqp://" + node
 }
 
 // ParseURL reads an artemis:// or artemis+ssl:// URL. Errors match
@@ -199,18 +226,23 @@ func ParseURL(u *url.URL) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	host := u.Hostname()
-	if host == "" {
-		return bad("host", "missing (want artemis://host:port)")
-	}
-	port := u.Port()
-	if port == "" {
-		port = "5672"
-		if secure {
-			port = "5671"
+	for _, node := range strings.Split(u.Host, ",") {
+		if node == "" || strings.HasPrefix(node, ":") {
+			return bad("host", "missing (want artemis://host:port or artemis://host1:port1,host2:port2)")
 		}
-	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return bad("port", "not a port number")
+	}
+	defaultPort := "5672"
+	if secure {
+		defaultPort = "5671"
+	}
+	if c.Nodes, err = driverkit.Hosts(u, defaultPort); err != nil {
+		return bad("host", err.Error())
+	}
+	for _, node := range c.Nodes {
+		_, port, _ := net.SplitHostPort(node)
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("port", "not a port number")
+		}
 	}
 	if u.Path != "" && u.Path != "/" {
 		return bad("path", "artemis:// takes no path (queues are named by the runtime)")
@@ -245,19 +277,17 @@ func ParseURL(u *url.URL) (Config, error) {
 		c.Username = u.User.Username()
 		c.Password, _ = u.User.Password()
 	}
-	hostport := net.JoinHostPort(host, port)
 	if secure {
-		c.Addr = "amqps://" + hostport
-		if c.TLS.ServerName == "" {
-			c.TLS.ServerName = host
+		c.serverName = c.TLS.ServerName != ""
+		if !c.serverName {
+			c.TLS.ServerName, _, _ = net.SplitHostPort(c.Nodes[0])
 		}
-	} else {
-		c.Addr = "amqp://" + hostport
 	}
+	c.Addr = c.addrs()[0]
 	return c, nil
 }
 
-// ConnOptions returns the go-amqp options the configuration dials with.
+// ConnOptions returns the go-amqp options the configuration dials the first node with.
 func (c Config) ConnOptions() *amqp.ConnOptions {
 	o := &amqp.ConnOptions{ContainerID: c.ContainerID, IdleTimeout: c.IdleTimeout, TLSConfig: c.TLS}
 	if o.IdleTimeout == 0 {
@@ -269,6 +299,24 @@ func (c Config) ConnOptions() *amqp.ConnOptions {
 		o.SASLType = amqp.SASLTypeAnonymous()
 	}
 	return o
+}
+
+// dial connects to the first of nodes that takes the connection, in turn
+// ([driverkit.Failover]): a passive backup keeps its acceptors closed, so only the
+// active node of a primary/backup pair answers. Each node is verified by its own host
+// name unless the URL gave a TLS server name.
+func (c Config) dial(ctx context.Context, nodes *driverkit.Failover) (conn *amqp.Conn, node string, moved bool, err error) {
+	node, moved, err = nodes.Dial(ctx, func(ctx context.Context, node string) error {
+		o := c.ConnOptions()
+		if c.TLS != nil && !c.serverName {
+			o.TLSConfig = c.TLS.Clone()
+			o.TLSConfig.ServerName, _, _ = net.SplitHostPort(node)
+		}
+		var err error
+		conn, err = amqp.Dial(ctx, c.addr(node), o)
+		return err
+	})
+	return conn, node, moved, err
 }
 
 // Open dials the broker of an artemis:// or artemis+ssl:// URL.
@@ -291,7 +339,7 @@ func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
+	conn, _, _, err := cfg.dial(ctx, driverkit.NewFailover(cfg.Nodes))
 	if err != nil {
 		return nil, fmt.Errorf("artemis: dial %s: %w", cfg, err)
 	}
@@ -318,12 +366,17 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		return nil, err
 	}
 	if o.tlsConfig != nil && cfg.TLS != nil {
-		cfg.TLS = o.tlsConfig
+		cfg.TLS, cfg.serverName = o.tlsConfig, o.tlsConfig.ServerName != ""
 	}
 	transport.WarnInsecureTLS(o.logger, "artemis", transport.RedactURL(u), cfg.TLS)
 	if o.dial == nil {
+		nodes := driverkit.NewFailover(cfg.Nodes)
 		o.dial = func(ctx context.Context) (*amqp.Conn, error) {
-			return amqp.Dial(ctx, cfg.Addr, cfg.ConnOptions())
+			conn, node, moved, err := cfg.dial(ctx, nodes)
+			if moved {
+				o.logger.Info("artemis: connected to another node of the cluster", "broker", cfg.String(), "node", node)
+			}
+			return conn, err
 		}
 	}
 	conn, err := o.dial(ctx)

@@ -27,6 +27,7 @@ func TestParseURL(t *testing.T) {
 		tls      bool
 		sni      string
 		noPipe   bool
+		nodes    string // every node, when the URL lists several
 	}{
 		{url: "artemis://127.0.0.1:5673", addr: "amqp://127.0.0.1:5673"},
 		{url: "artemis://broker", addr: "amqp://broker:5672"},
@@ -42,6 +43,9 @@ func TestParseURL(t *testing.T) {
 		{url: "artemis://h?pipeline_settles=0", addr: "amqp://h:5672", noPipe: true},
 		{url: "artemis://h?pipeline_settles=false", addr: "amqp://h:5672", noPipe: true},
 		{url: "artemis://h?pipeline_settles=1", addr: "amqp://h:5672"},
+		{url: "artemis://u:p%40ss@h1:5681,h2:5682", addr: "amqp://h1:5681", nodes: "h1:5681 h2:5682", user: "u", password: "p@ss", creds: true},
+		{url: "artemis://h1,h2:5682", addr: "amqp://h1:5672", nodes: "h1:5672 h2:5682"},
+		{url: "artemis+ssl://h1:5701,h2:5702", addr: "amqps://h1:5701", nodes: "h1:5701 h2:5702", tls: true, sni: "h1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {
@@ -65,6 +69,16 @@ func TestParseURL(t *testing.T) {
 			if c.TLS != nil && c.TLS.ServerName != tc.sni {
 				t.Errorf("ServerName = %q, want %q", c.TLS.ServerName, tc.sni)
 			}
+			nodes := tc.nodes
+			if nodes == "" {
+				nodes = strings.TrimPrefix(strings.TrimPrefix(tc.addr, "amqp://"), "amqps://")
+			}
+			if got := strings.Join(c.Nodes, " "); got != nodes {
+				t.Errorf("Nodes = %q, want %q", got, nodes)
+			}
+			if tc.nodes != "" && !strings.Contains(c.String(), strings.Split(tc.nodes, " ")[1]) {
+				t.Errorf("String() = %q does not name every node", c.String())
+			}
 			if strings.Contains(c.String(), "p@ss") {
 				t.Errorf("String() shows the password: %s", c.String())
 			}
@@ -87,6 +101,9 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name", true},
 		{"artemis://u:" + secret + "@h:5673?pipeline_settles=maybe", "pipeline_settles", true},
 		{"artemis://u:" + secret + "@:5673", "host", false},
+		{"artemis://u:" + secret + "@h1:5673,:5674", "host", false},
+		{"artemis://u:" + secret + "@h1:5673,,h2:5674", "host", false},
+		{"artemis://u:" + secret + "@h1:5673,h2:99999", "port", false},
 		{"artemis://u:" + secret + "@h:99999", "port", false},
 		{"artemis://u:" + secret + "@h:5673/orders", "path", false},
 		{"artemis://u:" + secret + "@h:5673#frag", "fragment", false},
