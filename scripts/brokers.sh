@@ -195,7 +195,7 @@ debian_packages_for() { # the Debian packages the named brokers need
       redis|redis-sentinel|redis-cluster) pk+=(redis-server redis-tools) ;;
       rabbitmq) pk+=(rabbitmq-server) ;;
       postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
-      kafka|artemis|sqs|pulsar)
+      kafka|artemis|sqs|pulsar|artemis-ha)
         [ -n "${BQ_JAVA:-}" ] || command -v java >/dev/null || pk+=(openjdk-17-jre-headless)
         command -v mvn >/dev/null || pk+=(maven) ;;
     esac
