@@ -76,16 +76,18 @@ if ! command -v staticcheck >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/stat
 fi
 PATH="$(go env GOPATH)/bin:$PATH" staticcheck "${pkgs[@]}"
 
-# Clustered Redis (issue 35): Sentinel and Redis Cluster, up for the tests that use them
-# (transport/redis, faults), down after, pass or fail.
-step "clusters: redis-sentinel redis-cluster"
-bash scripts/brokers.sh up redis-sentinel redis-cluster
-eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster)"
+# Clustered brokers (issue 35), up for the tests that use them, down after, pass or fail:
+# Redis Sentinel and Redis Cluster (transport/redis, faults); the Artemis primary/backup
+# pair (artemis-ha: the driver's kits run on it, BQ_ARTEMIS_CLUSTER_URL; the fault suite
+# starts a private pair of its own to kill).
+step "clusters: redis-sentinel redis-cluster artemis-ha"
+bash scripts/brokers.sh up redis-sentinel redis-cluster artemis-ha
+eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster artemis-ha)"
 
 step "go test -race"
 go_test_status=0
 go test -race -count=1 -timeout 25m "${pkgs[@]}" || go_test_status=$?
-bash scripts/brokers.sh down redis-sentinel redis-cluster
+bash scripts/brokers.sh down redis-sentinel redis-cluster artemis-ha
 [ "$go_test_status" = 0 ] || exit "$go_test_status"
 
 # The release tooling (README.md, Modules, Releases) is a module of its own outside
