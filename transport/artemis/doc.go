@@ -14,9 +14,11 @@
 // # URL
 //
 //	artemis://[user[:password]@]host[:port][?param=value&…]
+//	artemis://[user[:password]@]host1:port1,host2:port2[?…]  (a primary and its backup)
 //	artemis+ssl://…                                  (TLS; default port 5671)
 //
-// The port defaults to 5672 (artemis) or 5671 (artemis+ssl). Credentials in the URL are
+// The port defaults to 5672 (artemis) or 5671 (artemis+ssl). Several nodes are read by
+// driverkit.Hosts (see Clusters). Credentials in the URL are
 // sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
 // parameters:
 //
@@ -116,4 +118,19 @@
 // already back on the broker: rewinding one succeeds, acknowledging one fails and the
 // broker redelivers it. A transport built with [New] reconnects only when given a dial
 // function with [WithDial].
+//
+// # Clusters
+//
+// A URL that lists the nodes of a primary/backup pair with replication
+// (artemis://u:p@h1:5672,h2:5672) dials them in turn ([driverkit.Failover]): a passive
+// backup keeps its acceptors closed, so the active node is the one that answers. A
+// connection lost with its node is dialled again on the other nodes first, with the
+// reconnection backoff above: when the primary dies the backup activates on the
+// replicated journal and the transport moves to it; when the primary comes back and
+// fails back, the backup drops its clients and the transport moves back. Consumers
+// re-attach by themselves, and deliveries not accepted when the node died are in the
+// replicated journal and delivered again. Every publish that returned nil was
+// replicated before Artemis accepted it. A move to another node is logged at Info
+// ("artemis: connected to another node of the cluster"). Each node is verified by its
+// own host name unless the URL names a TLS server name.
 package artemis
