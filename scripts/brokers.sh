@@ -93,7 +93,7 @@ pid_alive() { # pid_alive NAME -> 0 when the pid in its pid file runs and is tha
   kill -0 "$pid" 2>/dev/null || return 1
   case $1 in  # a pid file left from before a reboot may name some other process now
     redis|redis-tls) pat=redis-server ;; rabbitmq|rabbitmq-tls) pat=rabbitmq ;; postgres|postgres-tls) pat=postgres ;;
-    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls|artemis-ha-node*) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
+    kafka|kafka-tls) pat=kafka.Kafka ;; sqs) pat=elasticmq ;; artemis|artemis-tls|artemis-ha|artemis-ha-node*) pat=artemis ;; pulsar|pulsar-tls) pat=pulsar ;;
   esac
   [ -z "${pat:-}" ] || grep -qa "$pat" "/proc/$pid/cmdline" 2>/dev/null || [ ! -r "/proc/$pid/cmdline" ]
 }

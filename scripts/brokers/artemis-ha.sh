@@ -156,10 +156,21 @@ artemis-ha_node_start() {
   else
     start_bg "$name" "$inst" "$inst/bin/artemis" run
   fi
+  artemis-ha_pidfile
 }
 
 # artemis-ha_node_stop N — a graceful stop (SIGTERM; KILL after 30 s).
-artemis-ha_node_stop() { stop_pid "$(artemis-ha_node_name "$1")"; }
+artemis-ha_node_stop() { stop_pid "$(artemis-ha_node_name "$1")"; artemis-ha_pidfile; }
+
+# artemis-ha_pidfile — the cluster's own pid file (what `status` shows) names a node that
+# runs, or is gone when none does.
+artemis-ha_pidfile() {
+  local n
+  for n in $ARTEMIS_HA_NODES; do
+    if artemis-ha_node_running "$n"; then cat "$(pidfile "$(artemis-ha_node_name "$n")")" >"$(pidfile artemis-ha)"; return 0; fi
+  done
+  rm -f "$(pidfile artemis-ha)"
+}
 
 # artemis-ha_node_kill N — kill -9, the pid file left to say it was ours.
 artemis-ha_node_kill() {
@@ -168,6 +179,7 @@ artemis-ha_node_kill() {
   kill -KILL "$(cat "$f")" 2>/dev/null
   local i; for i in $(seq 1 50); do kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.1; done
   rm -f "$f"
+  artemis-ha_pidfile
 }
 
 # The cluster's own up and down (brokers.sh calls NAME_up / NAME_down when defined):
