@@ -262,12 +262,18 @@ func TestArtemisCluster(t *testing.T) {
 	t.Run("rolling-restart", func(t *testing.T) {
 		// One node after the other while the stream goes on: the backup (stopped, started,
 		// in sync again), then the primary, whose graceful stop hands over to the backup,
-		// started again (it fails back). The middle third of the stream (30 s) runs
-		// beside it.
+		// started again (it fails back). The middle third of the stream (80 s) runs beside
+		// it, so that the longest pause in the fault is work stopped, not a stream
+		// waiting for the heal; the pair's own gaps (no node taking connections) are
+		// measured beside it.
 		plan := faultsuite.Full(faultsuite.Restart)
-		plan.Messages, plan.Rate, plan.Down = 4500, 50, 20*time.Second
+		plan.Messages, plan.Rate, plan.Down, plan.Drain = 14400, 60, 60*time.Second, 5*time.Minute
 		done := make(chan error, 1)
+		var gap time.Duration
 		b := binding(func() error {
+			stop := make(chan struct{})
+			watched := make(chan time.Duration, 1)
+			go func() { watched <- pair.longestGap(stop) }()
 			go func() {
 				err := pair.node("stop", 2)
 				for _, step := range []func() error{pair.up, func() error { return pair.node("stop", 1) }, pair.up} {
@@ -275,6 +281,8 @@ func TestArtemisCluster(t *testing.T) {
 						err = step()
 					}
 				}
+				close(stop)
+				gap = <-watched
 				done <- err
 			}()
 			return nil
@@ -282,10 +290,35 @@ func TestArtemisCluster(t *testing.T) {
 			"rolling restart while producing and consuming: the backup stopped (SIGTERM) and started again until in sync, "+
 				"then the primary stopped (the backup activates) and started again (it fails back)")
 		_, failures := run(t, b, plan)
+		t.Logf("the pair took no connections for %s at most during the rolling restart", gap.Round(time.Millisecond))
 		for _, f := range failures {
 			t.Error(f)
 		}
 	})
+}
+
+// longestGap watches the pair until stop closes and returns the longest time in which
+// no node took connections.
+func (p *artemisPair) longestGap(stop <-chan struct{}) time.Duration {
+	var longest time.Duration
+	var down time.Time // when the current gap began; zero while a node serves
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return longest
+		case now := <-tick.C:
+			if _, err := p.active(); err == nil {
+				down = time.Time{}
+				continue
+			}
+			if down.IsZero() {
+				down = now
+			}
+			longest = max(longest, now.Sub(down))
+		}
+	}
 }
 
 // artemisPublishThroughFailover publishes a stream, once each and without retries, while

@@ -328,8 +328,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 	return OpenURL(ctx, u, opts...)
 }
 
-// DialURL dials the broker of an artemis:// or artemis+ssl:// URL and returns the bare
-// go-amqp connection, for use with [New] and [WithDial] or on its own.
+// DialURL dials the broker of an artemis:// or artemis+ssl:// URL (the first of its
+// nodes that takes the connection) and returns the bare go-amqp connection, for use
+// with [New] and [WithDial] or on its own.
 func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
