@@ -289,8 +289,15 @@ func TestArtemisCluster(t *testing.T) {
 		}, func() error { return <-done },
 			"rolling restart while producing and consuming: the backup stopped (SIGTERM) and started again until in sync, "+
 				"then the primary stopped (the backup activates) and started again (it fails back)")
-		_, failures := run(t, b, plan)
-		t.Logf("the pair took no connections for %s at most during the rolling restart", gap.Round(time.Millisecond))
+		res, failures := run(t, b, plan)
+		// Work resumes within the pair's own longest gap plus 5 s.
+		bound := gap + faultsuite.DefaultBound
+		t.Logf("the pair took no connections for %s at most during the rolling restart; work stopped for %s at most (bound %s)",
+			gap.Round(time.Millisecond), res.Pause.Round(time.Millisecond), bound.Round(time.Millisecond))
+		if res.Pause > bound {
+			failures = append(failures, fmt.Sprintf("work stopped for %s in the rolling restart, past %s (the pair's longest gap, %s, + %s)",
+				res.Pause.Round(time.Millisecond), bound.Round(time.Millisecond), gap.Round(time.Millisecond), faultsuite.DefaultBound))
+		}
 		for _, f := range failures {
 			t.Error(f)
 		}
