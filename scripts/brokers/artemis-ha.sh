@@ -183,28 +183,30 @@ artemis-ha_node_kill() {
 }
 
 # The cluster's own up and down (brokers.sh calls NAME_up / NAME_down when defined):
-# start the nodes not running, the primary first, and wait until one is active and the
-# other replicates it; stop both, the backup first.
+# start the nodes not running, the primary first when neither runs, and wait until one
+# is active and the other replicates it; a node that exits meanwhile (a backup stepping
+# down for a failback has been seen to exit rather than restart, now and then) is
+# started again, twice at most. Down stops both, the backup first.
 artemis-ha_up() {
   local n t0=$SECONDS
+  local -A starts=()
   if artemis-ha_probe; then say "artemis-ha: already up (node $(artemis-ha_active) active)"; return 0; fi
   artemis-ha_prepare || { say "artemis-ha: preparing failed"; return 1; }
-  for n in $ARTEMIS_HA_NODES; do
-    artemis-ha_node_running "$n" && continue
-    local p
-    for p in $(artemis-ha_amqp_port "$n") $(artemis-ha_core_port "$n"); do
-      if tcp_open "$p"; then say "artemis-ha: port 127.0.0.1:$p (node $n) is taken by another process"; return 1; fi
-    done
-    say "artemis-ha: starting node $n"
-    artemis-ha_node_start "$n" || return 1
-    # the primary first: a backup started alone waits for a primary to replicate
-    [ "$n" = 1 ] && artemis-ha_wait_node 1 active
-  done
   while ! artemis-ha_probe; do
     for n in $ARTEMIS_HA_NODES; do
-      if ! artemis-ha_node_running "$n"; then
-        say "artemis-ha: node $n exited during start-up"; tail_log "$(artemis-ha_node_name "$n")"; return 1
+      artemis-ha_node_running "$n" && continue
+      if [ "${starts[$n]:-0}" -ge 3 ]; then
+        say "artemis-ha: node $n exited after three starts"; tail_log "$(artemis-ha_node_name "$n")"; return 1
       fi
+      local p
+      for p in $(artemis-ha_amqp_port "$n") $(artemis-ha_core_port "$n"); do
+        if tcp_open "$p"; then say "artemis-ha: port 127.0.0.1:$p (node $n) is taken by another process"; return 1; fi
+      done
+      say "artemis-ha: starting node $n"
+      starts[$n]=$((${starts[$n]:-0} + 1))
+      artemis-ha_node_start "$n" || return 1
+      # the primary first: a backup started alone waits for a primary to replicate
+      if [ "$n" = 1 ] && ! artemis-ha_node_running 2; then artemis-ha_wait_node 1 active || return 1; fi
     done
     if (( SECONDS - t0 >= TIMEOUT )); then
       say "artemis-ha: not formed after ${TIMEOUT}s (node 1 $(artemis-ha_node_state 1), node 2 $(artemis-ha_node_state 2))"
