@@ -162,13 +162,13 @@ func (p *artemisPair) kill() (killed int, failover <-chan artemisFailover, err e
 	return killed, done, nil
 }
 
-// TestArtemisCluster runs the node failures of issue 35 on a private Artemis pair, each
+// TestClusterFaultsArtemis runs the node failures of issue 35 on a private Artemis pair, each
 // accounted by meta.id like TestFaults: the kill -9 of the active node mid-run (work
 // resumes within the broker's failover plus 5 s) and publishes made through a failover
 // (every Publish that returned nil is on the broker afterwards); in the full form (make
 // faults) also a rolling restart of both nodes while producing and consuming.
 // BQ_FAULTS_ONLY=artemis-ha selects it alone.
-func TestArtemisCluster(t *testing.T) {
+func TestClusterFaultsArtemis(t *testing.T) {
 	if !selected("BQ_FAULTS_ONLY", "artemis") && !selected("BQ_FAULTS_ONLY", "artemis-ha") {
 		t.Skip("not selected by BQ_FAULTS_ONLY")
 	}

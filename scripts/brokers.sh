@@ -358,7 +358,6 @@ for f in kafka sqs artemis pulsar secure; do . "$ASSETS/$f.sh"; done
 # Clusters: one file each, defining NAME_up (start what is missing, form, wait), NAME_stop,
 # NAME_running, NAME_probe, NAME_url, NAME_ports and the node control NAME_node_ACTION.
 for f in "$ASSETS"/*-cluster.sh; do . "$f"; done
-. "$ASSETS/artemis-ha.sh"
 
 # ---------------------------------------------------------------------------
 # commands

@@ -27,8 +27,9 @@
 # pairs (docs/transports/artemis.md, "Clusters").
 #
 # The URL lists both nodes: BQ_ARTEMIS_CLUSTER_URL=artemis://artemis:artemis@127.0.0.1:5681,127.0.0.1:5682
-# Node control for the fault suite: artemis-ha_node_kill|start|stop N, artemis-ha_active.
-# Sourced by scripts/brokers.sh.
+# Node control for the fault suite: artemis-ha_node_kill|start|stop N, and
+# artemis-ha_leader (the node that is active). Sourced by scripts/brokers.sh, with the
+# other clusters' files (*-cluster.sh).
 
 ARTEMIS_HA_NODES="1 2"
 # Ports, node 1's then node 2's; the fault suite starts a private pair on ports of its own
@@ -73,7 +74,8 @@ artemis-ha_node_state() {
   esac
 }
 
-# artemis-ha_active -> the number of the node that is active now (nothing when none is)
+# artemis-ha_active -> the number of the node that is active now (nothing when none is);
+# `scripts/brokers.sh node artemis-ha leader` prints it.
 artemis-ha_active() {
   local n
   for n in $ARTEMIS_HA_NODES; do
@@ -81,6 +83,8 @@ artemis-ha_active() {
   done
   return 1
 }
+
+artemis-ha_leader() { artemis-ha_active; }
 
 # The pair is healthy when one node is active and the other replicates it.
 artemis-ha_probe() {
@@ -182,7 +186,7 @@ artemis-ha_node_kill() {
   artemis-ha_pidfile
 }
 
-# The cluster's own up and down (brokers.sh calls NAME_up / NAME_down when defined):
+# The cluster's own up and stop (brokers.sh's up and down call NAME_up and NAME_stop):
 # start the nodes not running, the primary first when neither runs, and wait until one
 # is active and the other replicates it; a node that exits meanwhile (a backup stepping
 # down for a failback has been seen to exit rather than restart, now and then) is
