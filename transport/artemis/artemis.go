@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -226,23 +225,19 @@ func ParseURL(u *url.URL) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	for _, node := range strings.Split(u.Host, ",") {
-		if node == "" || strings.HasPrefix(node, ":") {
-			return bad("host", "missing (want artemis://host:port or artemis://host1:port1,host2:port2)")
-		}
+	if u.Host == "" {
+		return bad("host", "missing (want artemis://host:port or artemis://host1:port1,host2:port2)")
 	}
 	defaultPort := "5672"
 	if secure {
 		defaultPort = "5671"
 	}
 	if c.Nodes, err = driverkit.Hosts(u, defaultPort); err != nil {
-		return bad("host", err.Error())
-	}
-	for _, node := range c.Nodes {
-		_, port, _ := net.SplitHostPort(node)
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return bad("port", "not a port number")
+		param := "host"
+		if !strings.Contains(u.Host, ",") && u.Hostname() != "" && u.Port() != "" {
+			param = "port" // one node, whose port is out of range
 		}
+		return bad(param, err.Error())
 	}
 	if u.Path != "" && u.Path != "/" {
 		return bad("path", "artemis:// takes no path (queues are named by the runtime)")

@@ -103,7 +103,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"artemis://u:" + secret + "@:5673", "host", false},
 		{"artemis://u:" + secret + "@h1:5673,:5674", "host", false},
 		{"artemis://u:" + secret + "@h1:5673,,h2:5674", "host", false},
-		{"artemis://u:" + secret + "@h1:5673,h2:99999", "port", false},
+		{"artemis://u:" + secret + "@h1:5673,h2:99999", "host", false},
 		{"artemis://u:" + secret + "@h:99999", "port", false},
 		{"artemis://u:" + secret + "@h:5673/orders", "path", false},
 		{"artemis://u:" + secret + "@h:5673#frag", "fragment", false},
