@@ -13,16 +13,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// TestPublishConfirmedKit runs the confirmed-publish kit against the real Artemis: every
-// transfer of a batch in flight at once, the outcomes awaited together.
-func TestPublishConfirmedKit(t *testing.T) {
-	transporttest.RunPublishConfirmed(t, transporttest.Config{
-		Open:     func(t *testing.T) transport.Transport { return openTransport(t) },
-		NewQueue: func(*testing.T) string { return transporttest.UniqueName("bqconfirm") },
-		NoKeys:   true,
-	})
-}
-
 // TestPublishConfirmedTooLargeInTheMiddle: a message over the size limit is reported at
 // its index and the rest of the batch is still written and confirmed.
 func TestPublishConfirmedTooLargeInTheMiddle(t *testing.T) {

@@ -7,17 +7,8 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transport/artemis"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
-
-// A body longer than the configured limit fails before it is sent, with the limit in
-// the error; an oversized settle write acknowledges nothing.
-func TestSizeLimit(t *testing.T) {
-	transporttest.RunSizeLimit(t, transporttest.Config{}, "artemis", func(t *testing.T, limit int) transport.Transport {
-		return openTransport(t, artemis.WithMaxMessageSize(limit))
-	})
-}
 
 func TestOpenerLogsThroughTheAppLogger(t *testing.T) {
 	u, cut := transporttest.ProxyURL(t, brokerURL(t))

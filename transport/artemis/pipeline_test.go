@@ -109,14 +109,3 @@ func TestPipelinedSettleCutMidFlight(t *testing.T) {
 	}
 	t.Logf("%d messages: %d written, %d delivered again, %d lost", n, len(written), len(back), lost)
 }
-
-// Closing a consumer, then the transport, waits for the pipelined settlements in
-// flight: every delivery is accepted once its write is (the kit's case).
-func TestPipelinedCloseWaitsForWrites(t *testing.T) {
-	transporttest.RunPipelinedClose(t, openTransport(t), openTransport(t, artemis.WithPipelinedSettles(true)))
-}
-
-// The runtime's shutdown waits for the pipelined dead-letter writes (the kit's case).
-func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
-	transporttest.RunRuntimeShutdownWithPipelinedWrites(t, openTransport(t), openTransport(t, artemis.WithPipelinedSettles(true)))
-}
