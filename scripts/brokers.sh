@@ -13,7 +13,7 @@
 # users, beside the plain ones; certificates from scripts/certs.sh). No names = the
 # default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
 # Clusters (issue 35; never in the default set, each node its own process under
-# $STATE/NAME/nodeN): redis-sentinel redis-cluster artemis-ha.
+# $STATE/NAME/nodeN): redis-sentinel redis-cluster artemis-ha kafka-cluster.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -32,7 +32,7 @@ TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
 SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
-CLUSTER_NAMES="redis-sentinel redis-cluster artemis-ha"
+CLUSTER_NAMES="redis-sentinel redis-cluster artemis-ha kafka-cluster"
 ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES $CLUSTER_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
 DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
