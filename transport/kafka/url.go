@@ -81,12 +81,13 @@ func parseURL(u *url.URL) (*settings, error) {
 	if u.Host == "" {
 		return nil, bad("host", "no broker address (want kafka://host:port[,host:port])")
 	}
-	for _, hp := range strings.Split(u.Host, ",") {
-		seed, err := parseSeed(hp)
-		if err != nil {
-			return nil, err
+	if s.seeds, err = driverkit.Hosts(u, "9092"); err != nil {
+		return nil, bad("host", err.Error())
+	}
+	for _, hp := range s.seeds {
+		if _, port, _ := net.SplitHostPort(hp); !validPort(port) {
+			return nil, bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
 		}
-		s.seeds = append(s.seeds, seed)
 	}
 	clientID, ok, err := q.NonEmpty("client_id")
 	if err != nil {
@@ -125,29 +126,10 @@ func parseURL(u *url.URL) (*settings, error) {
 	return s, nil
 }
 
-// parseSeed reads one host[:port] of the URL's broker list (the port defaults to 9092).
-func parseSeed(hp string) (string, error) {
-	if hp == "" {
-		return "", bad("host", "empty broker address in the list")
-	}
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		if !strings.Contains(err.Error(), "missing port") {
-			return "", bad("host", fmt.Sprintf("broker address %q: want host:port", hp))
-		}
-		host, port = hp, "9092"
-		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-			host = host[1 : len(host)-1]
-		}
-	}
-	if host == "" {
-		return "", bad("host", fmt.Sprintf("broker address %q has no host", hp))
-	}
+// validPort reports whether port is a TCP port number, 1-65535.
+func validPort(port string) bool {
 	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return "", bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
-	}
-	return net.JoinHostPort(host, port), nil
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // saslMechanism is the SASL mechanism of the URL's user info.
