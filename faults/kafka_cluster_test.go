@@ -45,7 +45,11 @@ func newKafkaCluster(t *testing.T) *kafkaCluster {
 	raw := transporttest.BrokerURL(t, "BQ_KAFKA_CLUSTER_URL", "kafka-cluster")
 	brokerproc.LockCluster(t, "kafka-cluster")
 	seeds := strings.Split(parseURL(t, raw).Host, ",")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	// Retried every 100 ms (franz-go's backoff goes to seconds): a metadata request that
+	// meets the dead node is made again on another at once, so the failover it sees is
+	// the cluster's, not the admin client's.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
+		kgo.RequestTimeoutOverhead(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
