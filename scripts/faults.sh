@@ -18,6 +18,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/brokers.sh up || exit 1
 eval "$(bash scripts/brokers.sh env)"
+# The Kafka cluster (issue 35) for TestClusterFaultsKafka, stopped at the end.
+bash scripts/brokers.sh up kafka-cluster || exit 1
+eval "$(bash scripts/brokers.sh env kafka-cluster)"
+trap 'bash scripts/brokers.sh down kafka-cluster' EXIT
 
 export BQ_FAULTS=full
 export BQ_FAULTS_OUT="$PWD/docs/reliability.json"

@@ -79,15 +79,17 @@ PATH="$(go env GOPATH)/bin:$PATH" staticcheck "${pkgs[@]}"
 # Clustered brokers (issue 35), up for the tests that use them, down after, pass or fail:
 # Redis Sentinel and Redis Cluster (transport/redis, faults); the Artemis primary/backup
 # pair (artemis-ha: the driver's kits run on it, BQ_ARTEMIS_CLUSTER_URL; the fault suite
-# starts a private pair of its own to kill).
-step "clusters: redis-sentinel redis-cluster artemis-ha"
-bash scripts/brokers.sh up redis-sentinel redis-cluster artemis-ha
-eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster artemis-ha)"
+# starts a private pair of its own to kill); the Kafka cluster (kafka-cluster, three
+# KRaft nodes: transport/kafka's TestCluster* and the fault suite's
+# TestClusterFaultsKafka, which kills its nodes; about 1.2 GB more while it runs).
+step "clusters: redis-sentinel redis-cluster artemis-ha kafka-cluster"
+bash scripts/brokers.sh up redis-sentinel redis-cluster artemis-ha kafka-cluster
+eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster artemis-ha kafka-cluster)"
 
 step "go test -race"
 go_test_status=0
 go test -race -count=1 -timeout 25m "${pkgs[@]}" || go_test_status=$?
-bash scripts/brokers.sh down redis-sentinel redis-cluster artemis-ha
+bash scripts/brokers.sh down redis-sentinel redis-cluster artemis-ha kafka-cluster
 [ "$go_test_status" = 0 ] || exit "$go_test_status"
 
 # The release tooling (README.md, Modules, Releases) is a module of its own outside
