@@ -11,6 +11,9 @@
 // parameters every scheme shares (tls_ca, tls_cert, tls_key, tls_server_name,
 // tls_insecure: docs/security.md); each matches an [Option]. For anything else (OAuth, a
 // custom dialer) build the clients yourself and use [New] with a [ConsumerFactory].
+// A cluster's nodes ([driverkit.Hosts]) are the seed brokers; the client follows each
+// partition's leader through a node's failure, and the producers wait for every in-sync
+// replica (acks=all) and write idempotently, franz-go's defaults, which [Open] keeps.
 //
 // A record's value is the envelope, unchanged; the envelope is projected onto the bq-
 // record headers and the record timestamp. Each consumer is one member of the consumer
