@@ -121,13 +121,20 @@ func TestClusterDurability(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Close(ctx) }()
-	td, err := adm.ListTopics(ctx, dlq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ok := td[dlq]
-	if !ok || d.Err != nil || len(d.Partitions) == 0 {
-		t.Fatalf("dead-letter topic %s not created: %+v", dlq, d)
+	// Created by Consume; a node other than the controller may learn of it a moment later.
+	var d kadm.TopicDetail
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		td, err := adm.ListTopics(ctx, dlq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d = td[dlq]
+		if d.Err == nil && len(d.Partitions) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-letter topic %s not created: %+v", dlq, d)
+		}
 	}
 	for _, p := range d.Partitions {
 		if len(p.Replicas) != 3 {
