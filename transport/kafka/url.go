@@ -85,7 +85,8 @@ func parseURL(u *url.URL) (*settings, error) {
 		return nil, bad("host", err.Error())
 	}
 	for _, hp := range s.seeds {
-		if _, port, _ := net.SplitHostPort(hp); !validPort(port) {
+		_, port, _ := net.SplitHostPort(hp)
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
 		}
 	}
@@ -124,12 +125,6 @@ func parseURL(u *url.URL) (*settings, error) {
 		s.base = append(s.base, kgo.SASL(m))
 	}
 	return s, nil
-}
-
-// validPort reports whether port is a TCP port number, 1-65535.
-func validPort(port string) bool {
-	n, err := strconv.Atoi(port)
-	return err == nil && n >= 1 && n <= 65535
 }
 
 // saslMechanism is the SASL mechanism of the URL's user info.
