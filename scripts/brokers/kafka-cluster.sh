@@ -8,7 +8,7 @@
 #   scripts/brokers.sh up kafka-cluster               start the nodes missing, wait for all three (kafka-cluster_up)
 #   scripts/brokers.sh node kafka-cluster kill 2      kill -9 node 2 (stop: SIGTERM, a controlled shutdown)
 #   scripts/brokers.sh node kafka-cluster start 2     start node 2 again on its data
-#   scripts/brokers.sh node kafka-cluster leader T    the node leading partition 0 of topic T (P: another one)
+#   scripts/brokers.sh node kafka-cluster leader T [P]  the node leading partition P (default 0) of topic T
 #
 # Node N (1-3) listens on 127.0.0.1:KCLUSTER_BASE+2N (clients) and +2N+1 (controller):
 # 19192/19193, 19194/19195, 19196/19197 by default.
@@ -90,7 +90,7 @@ kcluster_format() {
     >>"$(kcluster_log "$n")" 2>&1
 }
 
-# kafka-cluster_node_start N — start node N on its data (formatted when it has none).
+# kafka-cluster_node_start N — start node N on its data (`up` formats it first).
 kafka-cluster_node_start() {
   local n=$1 d; d="$(kcluster_dir)/node$n"
   kcluster_node_alive "$n" && return 0
@@ -192,8 +192,13 @@ kafka-cluster_start() {
   fi
   for n in $KCLUSTER_NODES; do kafka-cluster_node_start "$n" || return 1; done
 }
-kafka-cluster_died() { # a node that exited during start-up
-  local n; for n in $KCLUSTER_NODES; do kcluster_node_alive "$n" || return 0; done; return 1
+kafka-cluster_died() { # a node that exited during start-up, with the end of its log
+  local n; for n in $KCLUSTER_NODES; do
+    kcluster_node_alive "$n" && continue
+    say "kafka-cluster: node $n exited; the end of $(kcluster_log "$n"):"; tail -n 20 "$(kcluster_log "$n")" >&2
+    return 0
+  done
+  return 1
 }
 kafka-cluster_stop() {
   local n; for n in $KCLUSTER_NODES; do kafka-cluster_node_stop "$n" & done; wait
