@@ -256,12 +256,12 @@ func (k *kafkaCluster) binding(leader int32) *faultsuite.Binding {
 	return b
 }
 
-// TestKafkaCluster runs the node failures of issue 35 on the three-node cluster, every
-// meta.id accounted for: the node leading the work topic killed with SIGKILL mid-run
-// (resume within the failover plus 5 s), publishes made through that failover (every
-// Publish that returned nil is on the topic afterwards), and in the full form a rolling
-// restart of every node while producing and consuming.
-func TestKafkaCluster(t *testing.T) {
+// TestClusterFaultsKafka runs the node failures of issue 35 on the three-node cluster,
+// every meta.id accounted for: the node leading the work topic killed with SIGKILL
+// mid-run (resume within the failover plus 5 s), publishes made through that failover
+// (every Publish that returned nil is on the topic afterwards), and in the full form a
+// rolling restart of every node while producing and consuming.
+func TestClusterFaultsKafka(t *testing.T) {
 	k := newKafkaCluster(t)
 	logDir := t.TempDir()
 	slack := 2.0
