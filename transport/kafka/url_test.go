@@ -28,7 +28,6 @@ func TestParseURL(t *testing.T) {
 		{"kafka://broker", []string{"broker:9092"}},
 		{"kafka://a:1,b,c:3", []string{"a:1", "b:9092", "c:3"}},
 		{"kafka://127.0.0.1:19192,127.0.0.1:19194,127.0.0.1:19196", []string{"127.0.0.1:19192", "127.0.0.1:19194", "127.0.0.1:19196"}},
-		{"kafka://:9092", []string{"localhost:9092"}}, // driverkit.Hosts: a node without a host is localhost
 		{"kafka://[::1]:9093/", []string{"[::1]:9093"}},
 		{"kafka://h:9092?group=g&delivery_timeout=2.5&auto_create_topics=0&client_id=x&tls=1", []string{"h:9092"}},
 		{"kafka://user:pw@h:9092?sasl=scram-sha-512", []string{"h:9092"}},
@@ -115,6 +114,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"kafka://u:s3cr3t@h:9092,", ""}, // rejected by url.Parse itself
 		{"kafka://u:s3cr3t@h:9092,,k:1", "host"},
 		{"kafka://u:s3cr3t@h:x1,k:9092", "host"},
+		{"kafka://u:s3cr3t@:9092", "host"},
 		{"kafka://", "host"},
 		{"kafka://u:s3cr3t@h:9092/orders", "path"},
 		{"kafka:h:9092", "host"},
