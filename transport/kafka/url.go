@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,12 +81,6 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	if s.seeds, err = driverkit.Hosts(u, "9092"); err != nil {
 		return nil, bad("host", err.Error())
-	}
-	for _, hp := range s.seeds {
-		_, port, _ := net.SplitHostPort(hp)
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, bad("host", fmt.Sprintf("broker address %q: port must be 1-65535", hp))
-		}
 	}
 	clientID, ok, err := q.NonEmpty("client_id")
 	if err != nil {
