@@ -13,7 +13,7 @@
 # users, beside the plain ones; certificates from scripts/certs.sh). No names = the
 # default set. Everything binds to 127.0.0.1. See docs/brokers.md and docs/security.md.
 # Clusters (issue 35; never in the default set, each node its own process under
-# $STATE/NAME/nodeN): redis-sentinel redis-cluster artemis-ha kafka-cluster.
+# $STATE/NAME/nodeN): redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster.
 #
 # Environment:
 #   BQ_CACHE_DIR      downloads / unpacked distributions (default ~/.cache/babelqueue)
@@ -32,7 +32,7 @@ TIMEOUT=${BQ_BROKER_TIMEOUT:-120}
 PULSAR_TIMEOUT=${BQ_BROKER_TIMEOUT:-300}
 
 SECURE_NAMES="redis-tls rabbitmq-tls postgres-tls kafka-tls artemis-tls pulsar-tls"
-CLUSTER_NAMES="redis-sentinel redis-cluster artemis-ha kafka-cluster"
+CLUSTER_NAMES="redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster"
 ALL_NAMES="redis rabbitmq kafka artemis sqs pulsar postgres $SECURE_NAMES $CLUSTER_NAMES"
 # The default set (no names given): every broker, minus those in BQ_SKIP_BROKERS.
 DEFAULT_NAMES="redis rabbitmq postgres kafka sqs artemis pulsar $SECURE_NAMES"
@@ -193,7 +193,7 @@ debian_packages_for() { # the Debian packages the named brokers need
     case $n in *-tls) command -v openssl >/dev/null || pk+=(openssl) ;; esac
     case ${n%-tls} in
       redis|redis-sentinel|redis-cluster) pk+=(redis-server redis-tools) ;;
-      rabbitmq) pk+=(rabbitmq-server) ;;
+      rabbitmq|rabbitmq-cluster) pk+=(rabbitmq-server) ;;
       postgres) command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || pk+=(postgresql) ;;
       kafka|artemis|sqs|pulsar|artemis-ha)
         [ -n "${BQ_JAVA:-}" ] || command -v java >/dev/null || pk+=(openjdk-17-jre-headless)
