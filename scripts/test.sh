@@ -81,15 +81,17 @@ PATH="$(go env GOPATH)/bin:$PATH" staticcheck "${pkgs[@]}"
 # pair (artemis-ha: the driver's kits run on it, BQ_ARTEMIS_CLUSTER_URL; the fault suite
 # starts a private pair of its own to kill); the Kafka cluster (kafka-cluster, three
 # KRaft nodes: transport/kafka's TestCluster* and the fault suite's
-# TestClusterFaultsKafka, which kills its nodes; about 1.2 GB more while it runs).
-step "clusters: redis-sentinel redis-cluster artemis-ha kafka-cluster"
-bash scripts/brokers.sh up redis-sentinel redis-cluster artemis-ha kafka-cluster
-eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster artemis-ha kafka-cluster)"
+# TestClusterFaultsKafka, which kills its nodes; about 1.2 GB more while it runs); three
+# RabbitMQ nodes (rabbitmq-cluster: transport/amqp's cluster tests, BQ_AMQP_CLUSTER_URL;
+# the fault suite starts a cluster of its own to kill; about 390 MB).
+step "clusters: redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster"
+bash scripts/brokers.sh up redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster
+eval "$(bash scripts/brokers.sh env redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster)"
 
 step "go test -race"
 go_test_status=0
 go test -race -count=1 -timeout 25m "${pkgs[@]}" || go_test_status=$?
-bash scripts/brokers.sh down redis-sentinel redis-cluster artemis-ha kafka-cluster
+bash scripts/brokers.sh down redis-sentinel redis-cluster artemis-ha kafka-cluster rabbitmq-cluster
 [ "$go_test_status" = 0 ] || exit "$go_test_status"
 
 # The release tooling (README.md, Modules, Releases) is a module of its own outside

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -67,6 +68,8 @@ type settings struct {
 	connName                                            string
 	maxSize                                             int
 	tlsConfig                                           *tls.Config
+	hosts                                               []string // the URL's nodes, tried in turn
+	quorum                                              bool     // declare quorum queues (queue_type=quorum)
 	dialer                                              func(ctx context.Context, network, addr string) (net.Conn, error)
 	redial                                              func(ctx context.Context) (*amqp091.Connection, error)
 	bad                                                 driverkit.Options
@@ -123,6 +126,35 @@ func WithoutPublishConfirms() Option { return func(s *settings) { s.noUserConfir
 // waits for the confirms (a broker journal flush per settlement with writes) and
 // returns a failed write as a [transport.SettleWriteError].
 func WithPipelinedSettles(on bool) Option { return func(s *settings) { s.pipeline = on } }
+
+// WithQueueType sets the type of the queues the transport declares: "classic" (the
+// default; declared with no arguments, as the Python SDK declares them) or "quorum"
+// (x-queue-type=quorum: replicated on the nodes of a cluster; queue_type in the URL).
+// Work, dead-letter and delay queues are all declared with it. Every process sharing a
+// queue must declare it alike: RabbitMQ refuses a declare whose x-queue-type differs
+// from the queue's with PRECONDITION_FAILED (docs/transports/amqp.md, Clusters).
+// Anything else is an error matching babelqueue.ErrInvalidOption.
+func WithQueueType(name string) Option {
+	return func(s *settings) {
+		quorum, ok := isQuorum(name)
+		if !ok {
+			s.bad.Invalid("WithQueueType", "want classic or quorum, got %q", name)
+			return
+		}
+		s.quorum = quorum
+	}
+}
+
+// isQuorum reads a queue type: quorum or not, and whether it is one.
+func isQuorum(name string) (quorum, ok bool) {
+	switch strings.ToLower(name) {
+	case "classic":
+		return false, true
+	case "quorum":
+		return true, true
+	}
+	return false, false
+}
 
 // WithoutDeclare stops the transport from declaring work and dead-letter queues, for a
 // topology managed elsewhere (quorum queues, policies). Publishing to a queue that
@@ -188,7 +220,7 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 
 // ownParams are the query parameters this package reads itself; they are not passed
 // on to amqp091.
-var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait"}
+var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait", "queue_type"}
 
 // clientParams are the RabbitMQ URI query parameters amqp091 reads.
 var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}
@@ -221,11 +253,16 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if n, err := strconv.Atoi(u.Port()); u.Port() != "" && (err != nil || n < 1 || n > 65535) {
-		return "", bad("port", "not a port number (1-65535)")
-	}
 	if strings.Contains(u.Host, " ") {
 		return "", bad("host", "contains a space")
+	}
+	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); err != nil {
+		return "", bad("host", err.Error())
+	}
+	for _, h := range s.hosts {
+		if _, p, _ := net.SplitHostPort(h); !validPort(p) {
+			return "", bad("port", "not a port number (1-65535)")
+		}
 	}
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
@@ -252,8 +289,13 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if name, ok := pq.String("connection_name"); ok {
 		s.connName = name
 	}
+	if typ, ok := pq.String("queue_type"); ok {
+		if s.quorum, ok = isQuorum(typ); !ok {
+			return "", pq.Bad("queue_type", "want classic or quorum")
+		}
+	}
 	c := *u
-	c.Scheme = scheme
+	c.Scheme, c.Host = scheme, s.hosts[0] // the dialer puts each node in turn here
 	c.Fragment, c.RawFragment = "", ""
 	for _, p := range append(ownParams, transport.TLSParams...) {
 		q.Del(p)
@@ -267,6 +309,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("url", "rejected by the AMQP client")
 	}
 	return c.String(), nil
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // setInt, setBool and setDuration store a query parameter, when given, in field and
@@ -317,41 +364,65 @@ func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp0
 	q := c.Query()
 	q.Set("heartbeat", strconv.FormatInt(int64((s.heartbeat+time.Second-1)/time.Second), 10))
 	c.RawQuery = q.Encode()
-	raw, redacted := c.String(), transport.RedactURL(u)
+	redacted := transport.RedactURL(u)
 	tlsConfig, certWatch := transport.WatchClientCert(s.tlsConfig)
+	nodes := driverkit.NewNodes(s.hosts)
+	if nodes.Len() == 0 {
+		nodes = driverkit.NewNodes([]string{c.Host})
+	}
 	return func(ctx context.Context) (*amqp091.Connection, error) {
-		cfg := amqp091.Config{Properties: amqp091.NewConnectionProperties()}
-		if tlsConfig != nil {
-			cfg.TLSClientConfig = tlsConfig.Clone()
-		}
-		cfg.Properties.SetClientConnectionName(s.connName)
-		var live *liveConn
-		cfg.Dial = func(network, addr string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, s.connTimeout)
-			defer cancel()
-			dial := s.dialer
-			if dial == nil {
-				dial = (&net.Dialer{}).DialContext
-			}
-			conn, err := dial(ctx, network, addr)
+		conn, node, err := driverkit.DialNodes(ctx, nodes, func(ctx context.Context, node string) (*amqp091.Connection, error) {
+			nu := *c
+			nu.Host = node
+			conn, err := dialNode(ctx, nu.String(), s, tlsConfig)
 			if err != nil {
-				return nil, err
+				return nil, authCause(certWatch.Explain(closedEarly(scrub(err, u))))
 			}
-			deadline, _ := ctx.Deadline() // for the TLS and AMQP handshakes; amqp091 clears it once open
-			if err := conn.SetDeadline(deadline); err != nil {
-				_ = conn.Close()
-				return nil, err
-			}
-			live = &liveConn{Conn: conn}
-			return live, nil
-		}
-		conn, err := amqp091.DialConfig(raw, cfg)
+			return conn, nil
+		})
 		if err != nil {
-			return nil, transport.OpenFailed("amqp", redacted, authCause(certWatch.Explain(closedEarly(scrub(err, u)))))
+			return nil, transport.OpenFailed("amqp", redacted, err)
 		}
-		live.opened(conn.Config.Heartbeat)
+		if nodes.Len() > 1 {
+			t.log.Info("amqp: connected", "node", node)
+		}
 		return conn, nil
 	}
+}
+
+// dialNode opens a connection to raw, one node, with s's settings.
+func dialNode(ctx context.Context, raw string, s *settings, tlsConfig *tls.Config) (*amqp091.Connection, error) {
+	cfg := amqp091.Config{Properties: amqp091.NewConnectionProperties()}
+	if tlsConfig != nil {
+		cfg.TLSClientConfig = tlsConfig.Clone()
+	}
+	cfg.Properties.SetClientConnectionName(s.connName)
+	var live *liveConn
+	cfg.Dial = func(network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.connTimeout)
+		defer cancel()
+		dial := s.dialer
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		deadline, _ := ctx.Deadline() // for the TLS and AMQP handshakes; amqp091 clears it once open
+		if err := conn.SetDeadline(deadline); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		live = &liveConn{Conn: conn}
+		return live, nil
+	}
+	conn, err := amqp091.DialConfig(raw, cfg)
+	if err != nil {
+		return nil, err
+	}
+	live.opened(conn.Config.Heartbeat)
+	return conn, nil
 }
 
 // scrub makes sure an error from the client never carries the URL's password.
@@ -615,7 +686,7 @@ func (t *Transport) rideOut(ctx context.Context, queue string, write func(wait c
 	}
 }
 
-// declare declares queue (durable, classic) with args on conn, once per connection,
+// declare declares queue (durable; classic, or quorum with queue_type=quorum) with args on conn, once per connection,
 // on a channel of its own: a declare the broker refuses closes the channel.
 func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, args amqp091.Table) error {
 	t.mu.Lock()
@@ -623,6 +694,13 @@ func (t *Transport) declare(conn *amqp091.Connection, gen uint64, queue string, 
 	t.mu.Unlock()
 	if done {
 		return nil
+	}
+	if t.s.quorum {
+		args = maps.Clone(args)
+		if args == nil {
+			args = amqp091.Table{}
+		}
+		args["x-queue-type"] = "quorum"
 	}
 	ch, err := conn.Channel()
 	if err == nil {

@@ -20,11 +20,19 @@
 // # URL
 //
 //	amqp://user:password@host:5672/vhost?heartbeat=5&connection_name=billing
+//	amqp://user:password@10.0.0.1:5672,10.0.0.2:5672,10.0.0.3:5672/?queue_type=quorum
+//
+// A cluster's nodes are listed in the host part ([driverkit.Hosts]): the first
+// connection goes to the first node that answers; when a connection is lost the
+// transport redials the nodes in turn from the next one (round-robin), consumers
+// resume on the new connection by themselves and publishes wait for it ([WithPublishWait]).
+// queue_type=quorum ([WithQueueType]) declares quorum queues, replicated on the nodes.
 //
 // Query parameters: RabbitMQ's URI parameters heartbeat (seconds), connection_timeout
 // (milliseconds), channel_max, auth_mechanism and, for amqps://, certfile, keyfile,
 // cacertfile and server_name_indication; and this package's publish_confirms,
-// confirm_timeout, publish_wait, connection_name, declare and pipeline_settles, each
+// confirm_timeout, publish_wait, connection_name, declare, pipeline_settles and
+// queue_type, each
 // the URL form of the option of that name, in the grammar of [transport.Query].
 // Anything else, and a parameter given twice, is an error naming the parameter.
 // docs/transports/amqp.md in the repository describes the whole binding.
