@@ -117,6 +117,7 @@ func privateRabbit(t *testing.T) *faultsuite.Binding {
 		brokerproc.Require(t, "rabbitmq-server not found in %s; a private node cannot be started", rabbitBin)
 	}
 	dir := privateDir(t, "rabbitmq")
+	enterable(t, dir) // the node runs as the rabbitmq user when the test runs as root
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	port := brokerproc.FreePort(t)

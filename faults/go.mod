@@ -14,6 +14,7 @@ require (
 	github.com/babelqueue-go/babelqueue/transport/pulsar v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/redis v0.0.0-00010101000000-000000000000
 	github.com/babelqueue-go/babelqueue/transport/sqs v0.0.0-00010101000000-000000000000
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
@@ -66,7 +67,6 @@ require (
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.55.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
-	github.com/rabbitmq/amqp091-go v1.17.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/spaolacci/murmur3 v1.1.0 // indirect
 	github.com/twmb/franz-go/plugin/kslog v1.0.0 // indirect

@@ -14,6 +14,7 @@
 #   scripts/brokers.sh env rabbitmq-cluster         export BQ_AMQP_CLUSTER_URL=amqp://…,…,…/
 #   scripts/brokers.sh node rabbitmq-cluster kill N kill -9 node N (start, stop: graceful)
 #   scripts/brokers.sh node rabbitmq-cluster leader QUEUE   the node number leading a quorum queue
+#   scripts/brokers.sh node rabbitmq-cluster safe N         node N can stop without a queue losing its quorum
 #   scripts/brokers.sh down rabbitmq-cluster
 
 RMQC_NODES=3
@@ -175,6 +176,14 @@ rabbitmq-cluster_leader() {
   done
   say "rabbitmq-cluster: no node names a leader of $q"
   return 1
+}
+
+# rabbitmq-cluster_node_safe N — succeeds when node N can be stopped without a quorum
+# queue losing its majority (rabbitmq-queues check_if_node_is_quorum_critical): what a
+# rolling restart waits for before it stops the next node.
+rabbitmq-cluster_node_safe() {
+  rmqc_as_rabbit "$1" timeout 60 /usr/lib/rabbitmq/bin/rabbitmq-queues -q -n "$(rmqc_name "$1")" \
+    check_if_node_is_quorum_critical >/dev/null 2>&1
 }
 
 # rmqc_running — the running nodes of node 1's cluster, one a line.

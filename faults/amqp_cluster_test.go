@@ -1,0 +1,344 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
+	"github.com/babelqueue-go/babelqueue/transporttest"
+)
+
+// Issue 35: the node failures of a three-node RabbitMQ cluster (scripts/brokers.sh up
+// rabbitmq-cluster), quorum queues (queue_type=quorum), accounted by meta.id as every
+// other run of the suite. The engine's restart scenario carries them: the binding's
+// Stop is the fault, its Start the heal.
+//
+//   - leader kill: kill -9 of the node that leads the work queue (rabbitmqctl
+//     list_queues name leader), mid-run; started again after the fault's time. Every
+//     process connected to the first node of the URL, which declared the queue and so
+//     leads it (client-local): the workers, the publisher and the dead-letter reader
+//     all lose their connection and move on to the next node. The run measures the
+//     broker's failover (until another node names itself the leader) and the
+//     longest time no worker settled anything during the fault (the resume time), which
+//     must stay within the failover plus 5 s.
+//   - rolling restart: node 1, 2, then 3 stopped (rabbitmqctl shutdown) and started
+//     again, each once the one before is back and the next one is not critical for a
+//     queue's quorum (rabbitmq-queues check_if_node_is_quorum_critical), while the
+//     stream is published and consumed.
+//
+// Both publish a third of the stream through the fault: every Publish that returned nil
+// must be handled (or dead-lettered) afterwards, 0 missing.
+const resumeSlack = 5 * time.Second
+
+// rabbitCluster drives the cluster's nodes through scripts/brokers.sh's node command.
+type rabbitCluster struct {
+	url    string
+	script string
+}
+
+func newRabbitCluster(t *testing.T) *rabbitCluster {
+	raw := transporttest.BrokerURL(t, "BQ_AMQP_CLUSTER_URL", "rabbitmq-cluster")
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "brokers.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rabbitCluster{url: raw, script: script}
+}
+
+// node runs `scripts/brokers.sh node rabbitmq-cluster action args…` and returns its
+// standard output.
+func (c *rabbitCluster) node(ctx context.Context, action string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{c.script, "node", "rabbitmq-cluster", action}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("brokers.sh node rabbitmq-cluster %s %v: %w: %s", action, args, err, strings.TrimSpace(errOut.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// leader returns the number of the node that leads queue.
+func (c *rabbitCluster) leader(ctx context.Context, queue string) (int, error) {
+	out, err := c.node(ctx, "leader", queue)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(out)
+}
+
+// firstNode is the cluster URL with only its first node.
+func (c *rabbitCluster) firstNode() string {
+	u, err := url.Parse(c.url)
+	if err != nil {
+		return c.url
+	}
+	u.Host, _, _ = strings.Cut(u.Host, ",")
+	return u.String()
+}
+
+// deleteQueues deletes a run's quorum queues when the test ends: they live on every node.
+func (c *rabbitCluster) deleteQueues(t *testing.T, queues ...string) {
+	t.Cleanup(func() {
+		conn, err := amqp091.Dial(c.firstNode())
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for _, q := range queues {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(q, false, false, false)
+				_ = ch.Close()
+			}
+		}
+	})
+}
+
+// clusterFault is what one scenario's binding measured, for the test's verdict.
+type clusterFault struct {
+	mu       sync.Mutex
+	failover time.Duration // kill: from the kill until another node led the queue
+	notes    []string
+	err      error
+}
+
+func (f *clusterFault) notef(format string, args ...any) {
+	f.mu.Lock()
+	f.notes = append(f.notes, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+// binding is the cluster's binding: the workers open the cluster URL as RabbitMQ's
+// (openWorker, by name), with queue_type=quorum; the test gives Stop and Start.
+func (c *rabbitCluster) binding(t *testing.T, queue *string) *faultsuite.Binding {
+	raw := withParams(c.url, "queue_type", "quorum")
+	return &faultsuite.Binding{
+		Name: "RabbitMQ",
+		URL:  func(faultsuite.Role, string) string { return raw },
+		Prepare: func(_ context.Context, q, dlq string) error {
+			*queue = q
+			c.deleteQueues(t, q, dlq)
+			return nil
+		},
+		Settings: "quorum queues on three nodes (queue_type=quorum, the URL lists every node); publisher confirms on; " +
+			"a lost connection is redialled to the next node in turn, the consumers resume by themselves",
+	}
+}
+
+// leaderKill makes the binding's fault a kill -9 of the node leading the work queue.
+func (c *rabbitCluster) leaderKill(t *testing.T, f *clusterFault) *faultsuite.Binding {
+	var queue string
+	b := c.binding(t, &queue)
+	var victim int
+	var elected chan struct{}
+	var killedAt time.Time
+	b.Stop = func() error {
+		ctx := context.Background()
+		n, err := c.leader(ctx, queue)
+		if err != nil {
+			return err
+		}
+		victim = n
+		killed := time.Now()
+		killedAt = killed
+		if _, err := c.node(ctx, "kill", strconv.Itoa(n)); err != nil {
+			return err
+		}
+		f.notef("killed node %d (kill -9), the leader of %s", n, queue)
+		elected = make(chan struct{})
+		go func() { // the broker's failover: until another node leads the queue
+			defer close(elected)
+			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if m, err := c.leader(ctx, queue); err == nil && m != n {
+					f.mu.Lock()
+					f.failover = time.Since(killed)
+					f.mu.Unlock()
+					f.notef("node %d leads %s %s after the kill", m, queue, time.Since(killed).Round(time.Millisecond))
+					return
+				}
+			}
+			f.mu.Lock()
+			f.err = fmt.Errorf("no other node led %s within 60s of the kill", queue)
+			f.mu.Unlock()
+		}()
+		return nil
+	}
+	b.Start = func() error {
+		<-elected
+		f.notef("node %d down %s when started again", victim, time.Since(killedAt).Round(time.Millisecond))
+		_, err := c.node(context.Background(), "start", strconv.Itoa(victim))
+		return err
+	}
+	b.RestartMethod = "kill -9 of the node leading the quorum queue (rabbitmqctl list_queues name leader), started again after the fault's time; " +
+		"every client was connected to it"
+	return b
+}
+
+// rollingRestart makes the binding's fault a rolling restart of the three nodes, made
+// while the run goes on: Stop starts it, Start waits for its end.
+func (c *rabbitCluster) rollingRestart(t *testing.T, f *clusterFault) *faultsuite.Binding {
+	var queue string
+	b := c.binding(t, &queue)
+	var done chan error
+	b.Stop = func() error {
+		done = make(chan error, 1)
+		go func() { done <- c.roll(f) }()
+		return nil
+	}
+	b.Start = func() error { return <-done }
+	b.RestartMethod = "rolling restart: nodes 1, 2, 3 stopped (rabbitmqctl shutdown) and started again in turn, each once the one before " +
+		"is back and it is not critical for a queue's quorum, while the stream goes on"
+	return b
+}
+
+// roll restarts every node in turn.
+func (c *rabbitCluster) roll(f *clusterFault) error {
+	ctx := context.Background()
+	for n := 1; n <= 3; n++ {
+		began := time.Now()
+		for !c.safe(ctx, n) {
+			if time.Since(began) > 2*time.Minute {
+				return fmt.Errorf("node %d still critical for a quorum after 2m", n)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		waited := time.Since(began)
+		if _, err := c.node(ctx, "stop", strconv.Itoa(n)); err != nil {
+			return err
+		}
+		stopped := time.Now()
+		if _, err := c.node(ctx, "start", strconv.Itoa(n)); err != nil {
+			return err
+		}
+		f.notef("node %d: quorum-safe after %s, stopped in %s, back in %s",
+			n, waited.Round(time.Millisecond), stopped.Sub(began.Add(waited)).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (c *rabbitCluster) safe(ctx context.Context, n int) bool {
+	_, err := c.node(ctx, "safe", strconv.Itoa(n))
+	return err == nil
+}
+
+// TestRabbitMQClusterFaults runs the node failures on the cluster: the short form in
+// make test, the full form (BQ_FAULTS=full) in make faults. BQ_FAULTS_ONLY and
+// BQ_FAULTS_SCENARIOS select it as they select TestFaults' runs ("rabbitmq-cluster";
+// "leader-kill", "rolling-restart").
+func TestRabbitMQClusterFaults(t *testing.T) {
+	if !selected("BQ_FAULTS_ONLY", "rabbitmq-cluster") {
+		t.Skip("not selected by BQ_FAULTS_ONLY")
+	}
+	c := newRabbitCluster(t)
+	if !full() {
+		t.Parallel() // beside TestFaults' short form: the cluster is this test's own
+	}
+	for _, sc := range []struct {
+		slug string
+		bind func(*testing.T, *clusterFault) *faultsuite.Binding
+		// span is how long a third of the stream lasts (short form, full form): while
+		// the third published through the fault lasts, the consumers always have work,
+		// so a pause in their settlements is theirs, not an empty queue's.
+		span, fullSpan time.Duration
+	}{
+		{"leader-kill", c.leaderKill, 12 * time.Second, 20 * time.Second},
+		{"rolling-restart", c.rollingRestart, 15 * time.Second, 30 * time.Second},
+	} {
+		t.Run(sc.slug, func(t *testing.T) {
+			if !selected("BQ_FAULTS_SCENARIOS", sc.slug) {
+				t.Skip("not selected by BQ_FAULTS_SCENARIOS")
+			}
+			f := &clusterFault{}
+			b := sc.bind(t, f)
+			p, span := faultsuite.Short(faultsuite.Restart), sc.span
+			if full() {
+				p, span = faultsuite.Full(faultsuite.Restart), sc.fullSpan
+			}
+			p.Rate = max(1, int(float64(p.Messages/3)/span.Seconds()))
+			// Handlers that take as long as the workers can keep up with: the faults land
+			// on deliveries in flight, whose settlements the lost connections fail.
+			p.HandlerDelay = time.Duration(float64(p.Workers*p.Concurrency)/float64(p.Rate)*float64(time.Second)) / 2
+			// The node is started again a second after the kill (Start waits for the
+			// failover first), and takes seconds to boot: down for its boot time. A
+			// fault the workers neither saw nor paused for half of that would not bite.
+			p.Down = time.Second
+			dir := os.Getenv("BQ_FAULTS_LOGS")
+			if dir == "" {
+				dir = t.TempDir()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			res, err := faultsuite.Run(ctx, b, p, faultsuite.Env{Spawn: spawnWorker, Logf: t.Logf, Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range append(f.notes, res.Notes...) {
+				t.Log("  " + n)
+			}
+			t.Logf("RabbitMQ cluster, %s: published %d, handled %d, dead-lettered %d, missing %d, duplicates %d, publishes retried %d; "+
+				"failed settlements %v, failed receives %d; longest pause %s; fault lasted %s; recovery after it %s; took %.1fs",
+				sc.slug, res.Published, res.Handled, res.DeadLettered, res.Missing, res.Duplicates, res.PublishRetries,
+				res.FailedSettles, res.ReceiveErrors, res.Pause.Round(time.Millisecond), res.Down.Round(time.Millisecond),
+				res.Recovery.Round(time.Millisecond), res.Elapsed)
+			for _, fail := range res.Failures(2) {
+				t.Error(fail)
+			}
+			if f.err != nil {
+				t.Error(f.err)
+			}
+			continuous := res.Down < span
+			if !continuous {
+				t.Logf("the fault (%s) outlasted the third of the stream published through it (%s): the longest pause includes an empty queue's",
+					res.Down.Round(time.Millisecond), span)
+			}
+			if sc.slug == "leader-kill" && f.err == nil {
+				bound := f.failover + resumeSlack
+				t.Logf("| RabbitMQ | kill -9 of the quorum queue's leader | %d | %d | %d | %d | failover %s; resumed within %s (bound %s) |",
+					res.Published, res.Missing, res.Duplicates, res.PublishRetries,
+					f.failover.Round(time.Millisecond), res.Pause.Round(time.Millisecond), bound.Round(time.Millisecond))
+				if continuous && res.Pause > bound {
+					t.Errorf("no worker settled anything for %s during the fault, past the failover (%s) plus %s",
+						res.Pause.Round(time.Millisecond), f.failover.Round(time.Millisecond), resumeSlack)
+				}
+			} else {
+				pause := "longest pause " + res.Pause.Round(time.Millisecond).String()
+				if !continuous {
+					pause = "no pause measured"
+				}
+				t.Logf("| RabbitMQ | rolling restart of the 3 nodes | %d | %d | %d | %d | restart took %s; %s |",
+					res.Published, res.Missing, res.Duplicates, res.PublishRetries, res.Down.Round(time.Millisecond), pause)
+			}
+		})
+	}
+}
+
+// enterable makes dir, and the directories above it that the test made, enterable by
+// every user (0755): a broker that runs as another user (RabbitMQ runs as the rabbitmq
+// user when the test runs as root) must reach its data directory, and t.TempDir and
+// os.MkdirTemp make theirs 0700 — rabbitmq-server could not even be started in it
+// ("fork/exec …/rabbitmq-server: permission denied": the chdir into it failed).
+func enterable(t *testing.T, dir string) {
+	t.Helper()
+	top := os.TempDir()
+	if d := os.Getenv("BQ_FAULTS_LOGS"); d != "" && strings.HasPrefix(dir, filepath.Clean(d)+string(filepath.Separator)) {
+		top = filepath.Clean(d)
+	}
+	for d := dir; strings.HasPrefix(d, top+string(filepath.Separator)); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
