@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,7 +124,7 @@ func (f *clusterFault) notef(format string, args ...any) {
 
 // binding is the cluster's binding: the workers open the cluster URL as RabbitMQ's
 // (openWorker, by name), with queue_type=quorum; the test gives Stop and Start.
-func (c *rabbitCluster) binding(t *testing.T, queue *string) *faultsuite.Binding {
+func (c *rabbitCluster) binding(t *testing.T, queue *string, prepared func(q string)) *faultsuite.Binding {
 	raw := withParams(c.url, "queue_type", "quorum")
 	return &faultsuite.Binding{
 		Name: "RabbitMQ",
@@ -131,6 +132,9 @@ func (c *rabbitCluster) binding(t *testing.T, queue *string) *faultsuite.Binding
 		Prepare: func(_ context.Context, q, dlq string) error {
 			*queue = q
 			c.deleteQueues(t, q, dlq)
+			if prepared != nil {
+				prepared(q)
+			}
 			return nil
 		},
 		Settings: "quorum queues on three nodes (queue_type=quorum, the URL lists every node); publisher confirms on; " +
@@ -139,34 +143,80 @@ func (c *rabbitCluster) binding(t *testing.T, queue *string) *faultsuite.Binding
 }
 
 // leaderKill makes the binding's fault a kill -9 of the node leading the work queue.
+// The leader and its Erlang VM's pid are looked up ahead, while the run goes on (the
+// CLI takes seconds on a busy machine), so that the kill is instant when it comes.
 func (c *rabbitCluster) leaderKill(t *testing.T, f *clusterFault) *faultsuite.Binding {
 	var queue string
-	b := c.binding(t, &queue)
-	var victim int
+	var (
+		mu        sync.Mutex
+		victim    int // the leader, last looked up
+		victimPid int
+		stop      = make(chan struct{})
+		known     = make(chan struct{})
+		once      sync.Once
+	)
+	watch := func(q string) {
+		go func() {
+			for {
+				if n, err := c.leader(context.Background(), q); err == nil {
+					if out, err := c.node(context.Background(), "pid", strconv.Itoa(n)); err == nil {
+						if pid, err := strconv.Atoi(out); err == nil {
+							mu.Lock()
+							victim, victimPid = n, pid
+							mu.Unlock()
+							once.Do(func() { close(known) })
+						}
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+	})
+	b := c.binding(t, &queue, watch)
 	var elected chan struct{}
 	var killedAt time.Time
+	var killed int // the node Stop killed
 	b.Stop = func() error {
+		select {
+		case <-known:
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("the leader of %s was not known within 60s", queue)
+		}
+		close(stop)
+		mu.Lock()
+		n, pid := victim, victimPid
+		mu.Unlock()
+		killed, killedAt = n, time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill -9 %d (node %d): %w", pid, n, err)
+		}
 		ctx := context.Background()
-		n, err := c.leader(ctx, queue)
-		if err != nil {
-			return err
-		}
-		victim = n
-		killed := time.Now()
-		killedAt = killed
-		if _, err := c.node(ctx, "kill", strconv.Itoa(n)); err != nil {
-			return err
-		}
-		f.notef("killed node %d (kill -9), the leader of %s", n, queue)
+		f.notef("killed node %d (kill -9 of its Erlang VM, pid %d), the leader of %s", n, pid, queue)
 		elected = make(chan struct{})
 		go func() { // the broker's failover: until another node leads the queue
 			defer close(elected)
+			defer func() { // then its start script and pid file
+				if _, err := c.node(ctx, "kill", strconv.Itoa(n)); err != nil {
+					f.notef("cleaning up node %d: %v", n, err)
+				}
+			}()
 			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 				if m, err := c.leader(ctx, queue); err == nil && m != n {
 					f.mu.Lock()
-					f.failover = time.Since(killed)
+					f.failover = time.Since(killedAt)
 					f.mu.Unlock()
-					f.notef("node %d leads %s %s after the kill", m, queue, time.Since(killed).Round(time.Millisecond))
+					f.notef("node %d leads %s %s after the kill", m, queue, time.Since(killedAt).Round(time.Millisecond))
 					return
 				}
 			}
@@ -178,11 +228,11 @@ func (c *rabbitCluster) leaderKill(t *testing.T, f *clusterFault) *faultsuite.Bi
 	}
 	b.Start = func() error {
 		<-elected
-		f.notef("node %d down %s when started again", victim, time.Since(killedAt).Round(time.Millisecond))
-		_, err := c.node(context.Background(), "start", strconv.Itoa(victim))
+		f.notef("node %d down %s when started again", killed, time.Since(killedAt).Round(time.Millisecond))
+		_, err := c.node(context.Background(), "start", strconv.Itoa(killed))
 		return err
 	}
-	b.RestartMethod = "kill -9 of the node leading the quorum queue (rabbitmqctl list_queues name leader), started again after the fault's time; " +
+	b.RestartMethod = "kill -9 of the node leading the quorum queue (rabbitmqctl list_queues name leader), started again once another node leads it; " +
 		"every client was connected to it"
 	return b
 }
@@ -191,7 +241,7 @@ func (c *rabbitCluster) leaderKill(t *testing.T, f *clusterFault) *faultsuite.Bi
 // while the run goes on: Stop starts it, Start waits for its end.
 func (c *rabbitCluster) rollingRestart(t *testing.T, f *clusterFault) *faultsuite.Binding {
 	var queue string
-	b := c.binding(t, &queue)
+	b := c.binding(t, &queue, nil)
 	var done chan error
 	b.Stop = func() error {
 		done = make(chan error, 1)
@@ -254,8 +304,8 @@ func TestRabbitMQClusterFaults(t *testing.T) {
 		// so a pause in their settlements is theirs, not an empty queue's.
 		span, fullSpan time.Duration
 	}{
-		{"leader-kill", c.leaderKill, 12 * time.Second, 20 * time.Second},
-		{"rolling-restart", c.rollingRestart, 15 * time.Second, 30 * time.Second},
+		{"leader-kill", c.leaderKill, 16 * time.Second, 30 * time.Second},
+		{"rolling-restart", c.rollingRestart, 15 * time.Second, 40 * time.Second},
 	} {
 		t.Run(sc.slug, func(t *testing.T) {
 			if !selected("BQ_FAULTS_SCENARIOS", sc.slug) {

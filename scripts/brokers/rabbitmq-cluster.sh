@@ -15,6 +15,7 @@
 #   scripts/brokers.sh node rabbitmq-cluster kill N kill -9 node N (start, stop: graceful)
 #   scripts/brokers.sh node rabbitmq-cluster leader QUEUE   the node number leading a quorum queue
 #   scripts/brokers.sh node rabbitmq-cluster safe N         node N can stop without a queue losing its quorum
+#   scripts/brokers.sh node rabbitmq-cluster pid N          the pid of node N's Erlang VM
 #   scripts/brokers.sh down rabbitmq-cluster
 
 RMQC_NODES=3
@@ -140,6 +141,10 @@ rabbitmq-cluster_node_start() {
   say "rabbitmq-cluster: node $n did not answer within ${TIMEOUT}s"
   return 1
 }
+
+# rabbitmq-cluster_node_pid N — the pid of node N's Erlang VM (a fault test kills it itself,
+# at the very instant it wants).
+rabbitmq-cluster_node_pid() { local p; p=$(rmqc_beam_pid "$1"); [ -n "$p" ] && echo "$p"; }
 
 # rabbitmq-cluster_node_kill N — SIGKILL node N's Erlang VM (and its start script).
 rabbitmq-cluster_node_kill() {
