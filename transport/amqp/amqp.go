@@ -257,12 +257,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("host", "contains a space")
 	}
 	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); err != nil {
-		return "", bad("host", err.Error())
-	}
-	for _, h := range s.hosts {
-		if _, p, _ := net.SplitHostPort(h); !validPort(p) {
-			return "", bad("port", "not a port number (1-65535)")
+		param := "host"
+		if strings.Contains(err.Error(), "port") {
+			param = "port"
 		}
+		return "", bad(param, err.Error())
 	}
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
@@ -309,11 +308,6 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("url", "rejected by the AMQP client")
 	}
 	return c.String(), nil
-}
-
-func validPort(p string) bool {
-	n, err := strconv.Atoi(p)
-	return err == nil && n >= 1 && n <= 65535
 }
 
 // setInt, setBool and setDuration store a query parameter, when given, in field and
