@@ -17,6 +17,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -43,33 +44,71 @@ import (
 // must be handled (or dead-lettered) afterwards, 0 missing.
 const resumeSlack = 5 * time.Second
 
-// rabbitCluster drives the cluster's nodes through scripts/brokers.sh's node command.
+// rabbitCluster is a three-node cluster of the test's own, which it kills and restarts:
+// scripts/brokers.sh's rabbitmq-cluster on other ports (AMQP 5791–5793, distribution
+// 25791–25793), other node names (bqf1@localhost…) and a state directory of the test,
+// so that the cluster the driver's tests use (BQ_AMQP_CLUSTER_URL) never loses a node
+// under them. It is stopped when the test ends.
 type rabbitCluster struct {
 	url    string
 	script string
+	env    []string // the environment that makes scripts/brokers.sh address this cluster
 }
 
 func newRabbitCluster(t *testing.T) *rabbitCluster {
-	raw := transporttest.BrokerURL(t, "BQ_AMQP_CLUSTER_URL", "rabbitmq-cluster")
+	transporttest.BrokerURL(t, "BQ_AMQP_URL", "rabbitmq") // the shared broker's presence says RabbitMQ is installed here
+	if _, err := os.Stat(filepath.Join(rabbitBin, "rabbitmq-server")); err != nil {
+		brokerproc.Require(t, "rabbitmq-server not found in %s; the test's cluster cannot be started", rabbitBin)
+	}
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "brokers.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rabbitCluster{url: raw, script: script}
+	state := privateDir(t, "rabbitmq-cluster")
+	enterable(t, state) // the nodes run as the rabbitmq user when the test runs as root
+	c := &rabbitCluster{script: script, env: append(os.Environ(),
+		"BQ_STATE_DIR="+state, "BQ_RMQC_AMQP_BASE=5790", "BQ_RMQC_DIST_BASE=25790", "BQ_RMQC_PREFIX=bqf")}
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if out, err := c.run(ctx, "down", "rabbitmq-cluster"); err != nil {
+			t.Errorf("stopping the test's cluster: %v %s", err, out)
+		}
+	})
+	began := time.Now()
+	if _, err := c.run(ctx, "up", "rabbitmq-cluster"); err != nil {
+		t.Fatalf("starting the test's cluster: %v", err)
+	}
+	t.Logf("the test's own three-node cluster up in %s", time.Since(began).Round(100*time.Millisecond))
+	out, err := c.run(ctx, "env", "rabbitmq-cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c.url, _ = strings.Cut(strings.TrimSpace(out), "BQ_AMQP_CLUSTER_URL=")
+	if c.url == "" {
+		t.Fatalf("brokers.sh env rabbitmq-cluster printed %q", out)
+	}
+	return c
+}
+
+// run runs scripts/brokers.sh with args on the test's cluster and returns its standard
+// output.
+func (c *rabbitCluster) run(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{c.script}, args...)...)
+	cmd.Env = c.env
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("brokers.sh %v: %w: %s", args, err, strings.TrimSpace(errOut.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
 }
 
 // node runs `scripts/brokers.sh node rabbitmq-cluster action args…` and returns its
 // standard output.
 func (c *rabbitCluster) node(ctx context.Context, action string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{c.script, "node", "rabbitmq-cluster", action}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("brokers.sh node rabbitmq-cluster %s %v: %w: %s", action, args, err, strings.TrimSpace(errOut.String()))
-	}
-	return strings.TrimSpace(out.String()), nil
+	return c.run(ctx, append([]string{"node", "rabbitmq-cluster", action}, args...)...)
 }
 
 // leader returns the number of the node that leads queue.
@@ -284,18 +323,18 @@ func (c *rabbitCluster) safe(ctx context.Context, n int) bool {
 	return err == nil
 }
 
-// TestRabbitMQClusterFaults runs the node failures on the cluster: the short form in
+// TestClusterFaultsRabbitMQ runs the node failures on the cluster: the short form in
 // make test, the full form (BQ_FAULTS=full) in make faults. BQ_FAULTS_ONLY and
 // BQ_FAULTS_SCENARIOS select it as they select TestFaults' runs ("rabbitmq-cluster";
 // "leader-kill", "rolling-restart").
-func TestRabbitMQClusterFaults(t *testing.T) {
+func TestClusterFaultsRabbitMQ(t *testing.T) {
 	if !selected("BQ_FAULTS_ONLY", "rabbitmq-cluster") {
 		t.Skip("not selected by BQ_FAULTS_ONLY")
 	}
-	c := newRabbitCluster(t)
 	if !full() {
 		t.Parallel() // beside TestFaults' short form: the cluster is this test's own
 	}
+	c := newRabbitCluster(t)
 	for _, sc := range []struct {
 		slug string
 		bind func(*testing.T, *clusterFault) *faultsuite.Binding
@@ -304,8 +343,8 @@ func TestRabbitMQClusterFaults(t *testing.T) {
 		// so a pause in their settlements is theirs, not an empty queue's.
 		span, fullSpan time.Duration
 	}{
-		{"leader-kill", c.leaderKill, 16 * time.Second, 30 * time.Second},
-		{"rolling-restart", c.rollingRestart, 15 * time.Second, 40 * time.Second},
+		{"leader-kill", c.leaderKill, 14 * time.Second, 30 * time.Second},
+		{"rolling-restart", c.rollingRestart, 12 * time.Second, 40 * time.Second},
 	} {
 		t.Run(sc.slug, func(t *testing.T) {
 			if !selected("BQ_FAULTS_SCENARIOS", sc.slug) {

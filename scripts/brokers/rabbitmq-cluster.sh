@@ -21,12 +21,16 @@
 RMQC_NODES=3
 RMQC_AMQP_BASE=${BQ_RMQC_AMQP_BASE:-5690} # node N: 5690+N (5691, 5692, 5693)
 RMQC_DIST_BASE=${BQ_RMQC_DIST_BASE:-25690} # node N: 25690+N; the CLI tools take 35690+N..
+# A second cluster beside this one (the fault suite kills the nodes of its own) takes
+# other ports, node names and a state directory: BQ_RMQC_AMQP_BASE, BQ_RMQC_DIST_BASE,
+# BQ_RMQC_PREFIX (node N is <prefix>N@localhost; epmd is the machine's) and BQ_STATE_DIR.
+RMQC_PREFIX=${BQ_RMQC_PREFIX:-bqc}
 RMQC_USER=babelqueue
 RMQC_PASS=cluster-secret
 
 rmqc_dir() { echo "$STATE/rabbitmq-cluster${1:+/node$1}"; }
 rmqc_home() { echo "$STATE/rabbitmq-cluster/home"; }
-rmqc_name() { echo "bqc$1@localhost"; }
+rmqc_name() { echo "$RMQC_PREFIX$1@localhost"; }
 rmqc_port() { echo $((RMQC_AMQP_BASE + $1)); }
 rmqc_pidfile() { echo "$(rmqc_dir "$1").pid"; }
 rmqc_log() { echo "$(rmqc_dir "$1")/node.log"; }
@@ -177,7 +181,7 @@ rabbitmq-cluster_leader() {
   for n in $(seq 1 $RMQC_NODES); do
     rmqc_node_probe "$n" || continue
     leader=$(rmqc_ctl "$n" list_queues --no-table-headers name leader 2>/dev/null | awk -v q="$q" -F'\t' '$1 == q { print $2 }')
-    case $leader in bqc[0-9]*@*) leader=${leader#bqc}; echo "${leader%%@*}"; return 0 ;; esac
+    case $leader in "$RMQC_PREFIX"[0-9]*@*) leader=${leader#"$RMQC_PREFIX"}; echo "${leader%%@*}"; return 0 ;; esac
   done
   say "rabbitmq-cluster: no node names a leader of $q"
   return 1
@@ -205,7 +209,7 @@ rmqc_running() {
 rabbitmq-cluster_probe() {
   local n
   for n in $(seq 1 $RMQC_NODES); do rmqc_node_probe "$n" || return 1; done
-  [ "$(rmqc_running | sort -u | grep -c '^bqc[0-9]*@localhost$')" = "$RMQC_NODES" ] || return 1
+  [ "$(rmqc_running | sort -u | grep -c "^$RMQC_PREFIX[0-9]*@localhost\$")" = "$RMQC_NODES" ] || return 1
   rmqc_ctl 1 authenticate_user "$RMQC_USER" "$RMQC_PASS" >/dev/null 2>&1
 }
 
