@@ -352,6 +352,8 @@ func dialURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 // dialer returns the function that opens a connection to raw with the transport's
 // settings; u, redacted, names the broker in its errors. amqp091 takes the URL's
 // heartbeat over its Config's (and a zero there as the broker's): raw gets the setting.
+// A URL of several nodes is dialled through [driverkit.Failover]: from the node after
+// the last connection's, in turn.
 func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp091.Connection, error) {
 	s := &t.s
 	c, _ := url.Parse(raw)
@@ -360,24 +362,26 @@ func (t *Transport) dialer(raw string, u *url.URL) func(context.Context) (*amqp0
 	c.RawQuery = q.Encode()
 	redacted := transport.RedactURL(u)
 	tlsConfig, certWatch := transport.WatchClientCert(s.tlsConfig)
-	nodes := driverkit.NewNodes(s.hosts)
-	if nodes.Len() == 0 {
-		nodes = driverkit.NewNodes([]string{c.Host})
+	hosts := s.hosts
+	if len(hosts) == 0 {
+		hosts = []string{c.Host}
 	}
+	nodes := driverkit.NewFailover(hosts)
 	return func(ctx context.Context) (*amqp091.Connection, error) {
-		conn, node, err := driverkit.DialNodes(ctx, nodes, func(ctx context.Context, node string) (*amqp091.Connection, error) {
+		var conn *amqp091.Connection
+		node, _, err := nodes.Dial(ctx, func(ctx context.Context, node string) error {
 			nu := *c
 			nu.Host = node
-			conn, err := dialNode(ctx, nu.String(), s, tlsConfig)
-			if err != nil {
-				return nil, authCause(certWatch.Explain(closedEarly(scrub(err, u))))
+			var err error
+			if conn, err = dialNode(ctx, nu.String(), s, tlsConfig); err != nil {
+				return authCause(certWatch.Explain(closedEarly(scrub(err, u))))
 			}
-			return conn, nil
+			return nil
 		})
 		if err != nil {
 			return nil, transport.OpenFailed("amqp", redacted, err)
 		}
-		if nodes.Len() > 1 {
+		if len(hosts) > 1 {
 			t.log.Info("amqp: connected", "node", node)
 		}
 		return conn, nil
