@@ -179,18 +179,6 @@ func TestPipelinedCloseWaitsForWrites(t *testing.T) {
 	}
 }
 
-// The kit's pipelined cases: Close waits for the settlements in flight (with 200
-// messages and a prefetch of 20, beside the case above), and so does the runtime's
-// shutdown for its dead-letter writes.
-func TestPipelinedKitCases(t *testing.T) {
-	t.Run("Close", func(t *testing.T) {
-		transporttest.RunPipelinedClose(t, openT(t), openT(t, WithPipelinedSettles(true)))
-	})
-	t.Run("RuntimeShutdown", func(t *testing.T) {
-		transporttest.RunRuntimeShutdownWithPipelinedWrites(t, openT(t), openT(t, WithPipelinedSettles(true)))
-	})
-}
-
 // TestPipelinedWritesConnectionCut: the connection is cut (the fault proxy goes down)
 // while pipelined settlements are in flight. Nothing is lost: every message ends up
 // back on the work queue (its delivery was not acked: the broker requeued it) or on the
