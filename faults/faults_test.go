@@ -128,6 +128,10 @@ func TestFaults(t *testing.T) {
 					} else {
 						binding = b.shared(t)
 					}
+					if binding.OpenPublisher == nil && binding.Cut == nil {
+						// The run's publisher goes through a proxy of its own, cut with the workers'.
+						binding.OpenPublisher = b.open
+					}
 					dir := logDir
 					if dir == "" {
 						dir = t.TempDir()
@@ -147,6 +151,12 @@ func TestFaults(t *testing.T) {
 						res.Broker, res.Scenario, res.Published, res.Handled, res.DeadLettered, res.Destroyed, res.Missing, res.Duplicates,
 						res.Recovery.Round(time.Millisecond), res.Bound, res.RecoveryOf, res.Down.Round(time.Millisecond),
 						res.FailedSettles, res.ReceiveErrors, res.DeadLetteredAgain, res.Pause.Round(time.Millisecond), res.Elapsed)
+					if res.PublisherCut {
+						t.Logf("publisher through the cut: %d publishes during it (%d returned nil), %d publish errors, longest Publish %s",
+							res.PublishesInFault, res.PublishesInFaultOK, res.PublishErrors, res.LongestPublish.Round(time.Millisecond))
+					} else if res.PublisherUncut != "" {
+						t.Logf("publisher not cut: %s", res.PublisherUncut)
+					}
 					for _, n := range res.Notes {
 						t.Log("  " + n)
 					}

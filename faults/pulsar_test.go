@@ -112,6 +112,8 @@ func pulsarBinding(t *testing.T, raw, admin string) *faultsuite.Binding {
 		DLQMethod: "the dead-letter topic's maxMessageSize topic policy set to 64 bytes (admin REST API): the broker " +
 			"refuses every dead letter; healed by removing the policy",
 		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.DLQFailure: pulsarSendTimeout + faultsuite.DefaultBound},
+		// Replaced by privatePulsar, whose cut carries the publisher too.
+		PublisherUncut: "the shared Pulsar is not cut: its clients connect where a lookup sends them, past any proxy",
 		Settings: "send_timeout=5 (default 30 s): a write the broker refuses fails only when it times out " +
 			"(pulsar-client-go leaves it unanswered), so it bounds how long a refused dead-letter write holds a worker; " +
 			"shared subscription: unacknowledged messages of a closed (or killed) consumer are redelivered at once; " +
@@ -216,6 +218,11 @@ journalSyncData=false
 		return direct(role, queue)
 	}
 	b.Cut = proxy
+	// The publisher asks for the proxy's listener too: the cut takes its connections.
+	b.OpenPublisher = func(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
+		spec.URL = b.URL(faultsuite.RoleWorker, spec.Queue)
+		return openPulsar(ctx, spec)
+	}
 	b.CutMethod = "every connection of every worker cut by a loopback TCP proxy (a private Pulsar advertises the " +
 		"proxy's address as a listener of its own, which the workers' clients ask for)"
 	b.Stop = func() error { p.Stop(); return nil }

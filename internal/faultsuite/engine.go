@@ -2,6 +2,7 @@ package faultsuite
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -129,6 +130,14 @@ type Binding struct {
 	// switch that is also a [Freezer].
 	Cut       Switch
 	CutMethod string
+	// OpenPublisher, when set, opens the run's publisher for a Cut run so that its
+	// connections are cut with the workers' (spec as a worker's, with the publisher's
+	// URL): where Cut is nil it returns the switch the run flips together with the
+	// workers'; where Cut is set the publisher's connections must go through Cut (the
+	// switch it returns is not used). Without it the publisher is not cut;
+	// PublisherUncut says why, for the report.
+	OpenPublisher  Opener
+	PublisherUncut string
 
 	// Stop and Start stop and start again the private broker the URLs point at, with
 	// its data; RestartMethod says how, for the report.
@@ -205,10 +214,15 @@ type Plan struct {
 	LateHeal time.Duration
 }
 
-// Short is the plan of the short form (make test, CI): 300 messages, 4 workers.
+// Short is the plan of the short form (make test, CI): 300 messages, 4 workers; a
+// fault lasts 3 s, a cut 5 s (a publisher must ride out a cut that long).
 func Short(s Scenario) Plan {
+	down := 3 * time.Second
+	if s == Cut {
+		down = 5 * time.Second // the publisher rides out a 5 s cut (issue 38)
+	}
 	return Plan{Scenario: s, Messages: 300, Rate: 100, FailEvery: 10, MaxAttempts: 3, Workers: 4, Concurrency: 2,
-		HandlerDelay: 20 * time.Millisecond, Down: 3 * time.Second, Drain: 90 * time.Second, Linger: time.Second}
+		HandlerDelay: 20 * time.Millisecond, Down: down, Drain: 90 * time.Second, Linger: time.Second}
 }
 
 // Full is the plan of the full form (make faults): 3,000 messages, 4 workers, one in
@@ -297,6 +311,48 @@ type run struct {
 	residueErr error
 	dlqHeal    func(context.Context) error
 	notes      []string
+
+	// The publisher's side of a Cut: pubSwitch is its own switch (nil where the
+	// binding's Cut carries it, or where it is not cut); pubCut says it is cut.
+	pubSwitch Switch
+	pubCut    bool
+	pubs      publishStats
+}
+
+// publishStats is what the run's Publish calls did, the calls made while the
+// publisher was cut apart.
+type publishStats struct {
+	faultOn atomic.Bool // the publisher's connections are cut now
+
+	mu        sync.Mutex
+	calls     int           // Publish calls
+	inFault   int           // calls begun or ended while the publisher was cut
+	errors    int           // calls that returned an error
+	inFaultOK int           // calls in the fault that returned nil
+	firstErr  string        // the first error
+	longest   time.Duration // the longest call
+}
+
+// record counts one Publish call that began at start and returned err.
+func (ps *publishStats) record(start time.Time, began bool, err error) {
+	took := time.Since(start)
+	during := began || ps.faultOn.Load()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.calls++
+	ps.longest = max(ps.longest, took)
+	if during {
+		ps.inFault++
+		if err == nil {
+			ps.inFaultOK++
+		}
+	}
+	if err != nil {
+		if ps.errors == 0 {
+			ps.firstErr = err.Error()
+		}
+		ps.errors++
+	}
 }
 
 func (r *run) notef(format string, args ...any) {
@@ -315,11 +371,14 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	r.log = slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tctx := transport.ContextWithLogger(ctx, r.log)
 
-	pub, err := transport.Open(tctx, r.b.URL(RolePublisher, r.queue))
+	pub, err := r.openPublisher(tctx)
 	if err != nil {
 		return nil, fmt.Errorf("open the publisher: %w", err)
 	}
 	defer closeTransport(pub)
+	if c, ok := r.pubSwitch.(io.Closer); ok {
+		defer c.Close()
+	}
 	app, err := babelqueue.New(pub, babelqueue.WithQueue(r.queue), babelqueue.WithDeadLetter(true), babelqueue.WithLogger(r.log))
 	if err != nil {
 		return nil, err
@@ -407,6 +466,29 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 	return r.result(started, published, drained), nil
 }
 
+// openPublisher opens the run's publisher: for a Cut run through the binding's
+// OpenPublisher when it has one, so that the cut takes the publisher's connections
+// too.
+func (r *run) openPublisher(ctx context.Context) (transport.Transport, error) {
+	url := r.b.URL(RolePublisher, r.queue)
+	if r.p.Scenario != Cut || r.b.OpenPublisher == nil {
+		return transport.Open(ctx, url)
+	}
+	tr, sw, err := r.b.OpenPublisher(ctx, WorkerSpec{Broker: r.b.Name, URL: url, Queue: r.queue, Worker: -1, Cut: r.b.Cut == nil})
+	if err != nil {
+		return nil, err
+	}
+	if r.b.Cut == nil {
+		if sw == nil {
+			_ = tr.Close(ctx)
+			return nil, errors.New("the binding's OpenPublisher gave no switch")
+		}
+		r.pubSwitch = sw
+	}
+	r.pubCut = true
+	return tr, nil
+}
+
 // publish publishes message i of the stream (every FailEvery-th one failing), with the
 // same bytes again until the broker takes it.
 func (r *run) publish(ctx context.Context, tr transport.Transport, app *babelqueue.App, i int) error {
@@ -431,9 +513,11 @@ func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelq
 	}
 	r.acct.Published(m.Projection.MessageID, i, failing)
 	for first := true; ; first = false {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, PublishTimeout)
+		start, began := time.Now(), r.pubs.faultOn.Load()
 		err := tr.Publish(pctx, m)
 		cancel()
+		r.pubs.record(start, began, err)
 		if err == nil {
 			return nil
 		}
@@ -447,6 +531,11 @@ func (r *run) publishAs(ctx context.Context, tr transport.Transport, app *babelq
 		sleep(ctx, 100*time.Millisecond)
 	}
 }
+
+// PublishTimeout is the context of each Publish call of a run: time enough to ride
+// out a cut of the publisher's connections (issue 38), which a transport must within
+// its context and its own default bound.
+const PublishTimeout = 30 * time.Second
 
 // probeEvery is the pace of the probes (see probe).
 const probeEvery = 100 * time.Millisecond
@@ -558,6 +647,12 @@ func (r *run) inject(ctx context.Context) error {
 		r.victim, r.orphans = victim, r.led.InFlight(victim.idx)
 		r.notef("killed worker %d holding %d deliveries", victim.idx, len(r.orphans))
 	case Cut:
+		if r.pubCut {
+			r.pubs.faultOn.Store(true)
+		}
+		if r.pubSwitch != nil {
+			r.pubSwitch.Down()
+		}
 		if r.b.Cut != nil {
 			r.b.Cut.Down()
 			r.injected = time.Now()
@@ -614,6 +709,7 @@ func (r *run) heal(ctx context.Context) error {
 		}
 		r.notef("replacement worker %d consuming %s after the kill", p.idx, time.Since(r.injected).Round(time.Millisecond))
 	case Cut:
+		defer r.pubs.faultOn.Store(false)
 		if r.b.Cut != nil {
 			r.b.Cut.Up()
 			r.healed = time.Now()
@@ -621,6 +717,9 @@ func (r *run) heal(ctx context.Context) error {
 		}
 		at, err := r.command(cmdHeal, EvHealed)
 		r.healed = at
+		if r.pubSwitch != nil {
+			r.pubSwitch.Up() // after the workers': the publisher's cut lasts at least as long
+		}
 		return err
 	case Blackhole, BlackholeForever:
 		cmd := cmdThaw
@@ -729,6 +828,21 @@ type Result struct {
 	DeadLetteredAgain int            `json:"dead_lettered_again,omitempty"`
 	Pause             time.Duration  `json:"pause_ns,omitempty"`
 
+	// The run's publisher through a cut (Cut runs whose binding can cut it): PublisherCut
+	// says its connections were cut with the workers' (PublisherUncut why not);
+	// PublishesInFault counts the Publish calls begun or ended while they were cut,
+	// PublishesInFaultOK those of them that returned nil; PublishErrors counts every
+	// Publish call of the run that returned an error (each is made again with the same
+	// bytes), PublishErrorOf the first one's error; LongestPublish is the longest
+	// Publish call of the run.
+	PublisherCut       bool          `json:"publisher_cut,omitempty"`
+	PublisherUncut     string        `json:"publisher_uncut,omitempty"`
+	PublishesInFault   int           `json:"publishes_in_fault,omitempty"`
+	PublishesInFaultOK int           `json:"publishes_in_fault_ok,omitempty"`
+	PublishErrors      int           `json:"publish_errors,omitempty"`
+	PublishErrorOf     string        `json:"publish_error_of,omitempty"`
+	LongestPublish     time.Duration `json:"longest_publish_ns,omitempty"`
+
 	Method         string   `json:"method,omitempty"`
 	Settings       string   `json:"settings,omitempty"`
 	PublishRetries int      `json:"publish_retries,omitempty"`
@@ -759,6 +873,11 @@ func (res *Result) Failures(slack float64) []string {
 		case res.Detection > limit:
 			out = append(out, fmt.Sprintf("dead connections found in %s, past %s: %s", res.Detection.Round(time.Millisecond), limit, res.DetectionOf))
 		}
+	}
+	if res.PublisherCut && res.PublishErrors > 0 {
+		// Each Publish had PublishTimeout: time enough to ride out the cut.
+		out = append(out, fmt.Sprintf("%d publishes failed through a cut of %s (each with a %s context), the first with: %s",
+			res.PublishErrors, res.Down.Round(time.Millisecond), PublishTimeout, firstLine(res.PublishErrorOf, 300)))
 	}
 	return append(out, res.Problems...)
 }
@@ -862,6 +981,16 @@ func (r *run) result(started, published, drained time.Time) *Result {
 		}
 	}
 	res.Settings = r.b.Settings
+	if r.p.Scenario == Cut {
+		res.PublisherCut = r.pubCut
+		if !r.pubCut {
+			res.PublisherUncut = cmp.Or(r.b.PublisherUncut, "the binding cannot put the publisher behind the cut")
+		}
+	}
+	r.pubs.mu.Lock()
+	res.PublishesInFault, res.PublishesInFaultOK = r.pubs.inFault, r.pubs.inFaultOK
+	res.PublishErrors, res.PublishErrorOf, res.LongestPublish = r.pubs.errors, r.pubs.firstErr, r.pubs.longest
+	r.pubs.mu.Unlock()
 	res.FailedSettles, res.ReceiveErrors = c.FailedSettles, c.ReceiveErrors
 	// A fault the workers never noticed proves nothing.
 	res.DeadLetteredAgain = c.DeadLetteredAgain

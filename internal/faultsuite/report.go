@@ -72,6 +72,20 @@ func Markdown(results []*Result) string {
 			}
 		}
 	}
+	if slices.ContainsFunc(results, func(r *Result) bool { return r.Scenario == Cut }) {
+		b.WriteString("\n| Broker | Publishing through a cut | Publishes during the cut (returned nil) | Publish errors | Longest Publish | Missing |\n|---|---|---:|---:|---:|---:|\n")
+		for _, r := range results {
+			if r.Scenario != Cut {
+				continue
+			}
+			if !r.PublisherCut {
+				fmt.Fprintf(&b, "| %s | not cut: %s | – | %d | %s | %d |\n", r.Broker, cell(r.PublisherUncut), r.PublishErrors, seconds(r.LongestPublish), r.Missing)
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | cut with the workers for %s | %d (%d) | %d | %s | %d |\n", r.Broker, seconds(r.Down),
+				r.PublishesInFault, r.PublishesInFaultOK, r.PublishErrors, seconds(r.LongestPublish), r.Missing)
+		}
+	}
 	var brokers []string
 	settings := map[string]string{}
 	for _, r := range results {
