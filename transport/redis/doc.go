@@ -18,7 +18,8 @@
 // Laravel-compatible layout and prefix its key prefix (default "queues:"). deferred_acks
 // turns on deferred acks with the given linger (a Go duration, or a number of
 // milliseconds; see [WithDeferredAcks]; default off). Durations follow the grammar of
-// [transport.Query]. The go-redis connection parameters (dial_timeout, read_timeout,
+// [transport.Query]. publish_wait bounds how long Publish waits for a Redis it cannot
+// reach (default 30 s; 0 fails at once; see [WithPublishWait]). The go-redis connection parameters (dial_timeout, read_timeout,
 // pool_size, …) are accepted too. Any other parameter, and a bad value, is an error
 // naming it that matches babelqueue.ErrInvalidOption.
 //

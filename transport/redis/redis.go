@@ -42,7 +42,7 @@ const DefaultPrefix = "queues:"
 var ErrReservationLost = errors.New("redis: reservation lapsed before it was settled")
 
 // ours lists the query parameters this package reads itself.
-var ours = []string{"cluster", "deferred_acks", "laravel", "prefix", "retry_after", "sentinel", "wait", "wait_timeout"}
+var ours = []string{"cluster", "deferred_acks", "laravel", "prefix", "publish_wait", "retry_after", "sentinel", "wait", "wait_timeout"}
 
 // goRedisParams lists the go-redis connection parameters accepted in a URL.
 var goRedisParams = []string{
@@ -116,6 +116,11 @@ func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
 		return nil, nil, err
 	} else if ok {
 		opts = append(opts, WithRetryAfter(d))
+	}
+	if d, ok, err := pq.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
+		return nil, nil, err
+	} else if ok {
+		opts = append(opts, WithPublishWait(d))
 	}
 	if d, ok, err := pq.Duration("deferred_acks", time.Millisecond, 0, time.Minute); err != nil {
 		return nil, nil, err
@@ -276,21 +281,22 @@ func (t *Transport) checkSize(queue string, el []byte) error {
 
 // Transport is a connection to one Redis. It is safe for concurrent use.
 type Transport struct {
-	client     goredis.UniversalClient
-	owned      bool
-	laravel    bool
-	prefix     string
-	retryAfter time.Duration
-	poll       time.Duration
-	batch      int
-	ackLinger  time.Duration
-	maxSize    int
-	log        *slog.Logger
-	bad        driverkit.Options
-	waitCap    time.Duration // the longest blocking look a pipeline's read timeout allows; 0: no bound
-	cluster    bool          // a Redis Cluster: a queue's keys need a hash tag
-	waitN      int           // WAIT for this many replicas after each write (0: no WAIT)
-	waitFor    time.Duration // WAIT's timeout
+	client      goredis.UniversalClient
+	owned       bool
+	laravel     bool
+	prefix      string
+	retryAfter  time.Duration
+	poll        time.Duration
+	batch       int
+	ackLinger   time.Duration
+	maxSize     int
+	log         *slog.Logger
+	bad         driverkit.Options
+	waitCap     time.Duration // the longest blocking look a pipeline's read timeout allows; 0: no bound
+	cluster     bool          // a Redis Cluster: a queue's keys need a hash tag
+	waitN       int           // WAIT for this many replicas after each write (0: no WAIT)
+	waitFor     time.Duration // WAIT's timeout
+	publishWait time.Duration // WithPublishWait
 
 	mu        sync.Mutex
 	closed    bool
@@ -309,14 +315,15 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	t := &Transport{
-		client:     client,
-		retryAfter: DefaultRetryAfter,
-		poll:       time.Second,
-		batch:      16,
-		maxSize:    MaxMessageSize,
-		log:        slog.Default(),
-		bad:        driverkit.Options{Broker: "redis"},
-		tokenPfx:   hex.EncodeToString(seed[:]),
+		client:      client,
+		retryAfter:  DefaultRetryAfter,
+		publishWait: DefaultPublishWait,
+		poll:        time.Second,
+		batch:       16,
+		maxSize:     MaxMessageSize,
+		log:         slog.Default(),
+		bad:         driverkit.Options{Broker: "redis"},
+		tokenPfx:    hex.EncodeToString(seed[:]),
 	}
 	for _, o := range opts {
 		o(t)
@@ -465,13 +472,15 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if w.err != nil {
 		return w.err
 	}
-	if w.op != "r" {
-		return t.store(ctx, []write{w})[0]
-	}
-	// Plain publishes that several goroutines make at once go in one round trip.
-	cl := &call[write]{arg: w}
-	t.pushes.do(ctx, cl)
-	return cl.err
+	return t.rideOut(ctx, func(ctx context.Context) error {
+		if w.op != "r" {
+			return t.store(ctx, []write{w})[0]
+		}
+		// Plain publishes that several goroutines make at once go in one round trip.
+		cl := &call[write]{arg: w}
+		t.pushes.do(ctx, cl)
+		return cl.err
+	})
 }
 
 // pushGroup writes a group of plain publishes: one RPUSH per run of publishes to the
