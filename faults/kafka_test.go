@@ -104,7 +104,7 @@ func kafkaBinding(t *testing.T, raw string) *faultsuite.Binding {
 	}
 }
 
-// openKafka opens a worker's transport from its URL, or, for a cut, around clients whose
+// openKafka opens a worker's transport (or the run's publisher's) from its URL, or, for a cut, around clients whose
 // every connection is dialled through a proxy's switch: a Kafka client dials the
 // addresses the cluster's metadata names, so a listening proxy would not carry them.
 func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
@@ -125,7 +125,14 @@ func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Trans
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := kafka.New(prod, kafka.Factory(base...), kafka.WithGroup(u.Query().Get("group")), kafka.WithLogger(transport.LoggerFrom(ctx)))
+	opts := []kafka.Option{kafka.WithLogger(transport.LoggerFrom(ctx))}
+	if g := u.Query().Get("group"); g != "" {
+		opts = append(opts, kafka.WithGroup(g))
+	}
+	if u.Query().Get("confirm") == "1" { // the run's publisher
+		opts = append(opts, kafka.WithConfirmedPublish(true))
+	}
+	tr, err := kafka.New(prod, kafka.Factory(base...), opts...)
 	if err != nil {
 		prod.Close()
 		return nil, nil, err
