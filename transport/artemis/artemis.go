@@ -45,6 +45,7 @@ type options struct {
 	dial           func(ctx context.Context) (*amqp.Conn, error)
 	confirmTimeout time.Duration
 	maxBackoff     time.Duration
+	publishWait    time.Duration // WithPublishWait
 	maxSize        int
 	pipeline       bool
 	bad            driverkit.Options // the bad values given to option functions
@@ -130,7 +131,8 @@ func WithPipelinedSettles(on bool) Option {
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true,
-		bad: driverkit.Options{Broker: "artemis"}}
+		publishWait: DefaultPublishWait,
+		bad:         driverkit.Options{Broker: "artemis"}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -171,6 +173,9 @@ type Config struct {
 	// PipelineSettles is the URL's pipeline_settles: true unless it is 0 (see
 	// [WithPipelinedSettles]).
 	PipelineSettles bool
+	// PublishWait is the URL's publish_wait: [DefaultPublishWait] unless given (see
+	// [WithPublishWait]).
+	PublishWait time.Duration
 }
 
 // String describes the configuration without the password.
@@ -209,7 +214,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	bad := func(param, reason string) (Config, error) {
 		return Config{}, &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
 	}
-	c := Config{PipelineSettles: true}
+	c := Config{PipelineSettles: true, PublishWait: DefaultPublishWait}
 	var secure bool
 	switch scheme {
 	case "artemis":
@@ -221,7 +226,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Opaque != "" {
 		return bad("host", "want artemis://host:port")
 	}
-	q, err := driverkit.ParseQuery("artemis", u, append([]string{"idle_timeout", "container_id", "server_name", "pipeline_settles"}, transport.TLSParams...)...)
+	q, err := driverkit.ParseQuery("artemis", u, append([]string{"idle_timeout", "container_id", "server_name", "pipeline_settles", "publish_wait"}, transport.TLSParams...)...)
 	if err != nil {
 		return Config{}, err
 	}
@@ -257,6 +262,11 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	} else if ok {
 		c.ContainerID = id
+	}
+	if d, ok, err := q.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
+		return Config{}, err
+	} else if ok {
+		c.PublishWait = d
 	}
 	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
 		return Config{}, err
@@ -357,7 +367,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles)}, opts...))
+	o, err := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait)}, opts...))
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +493,7 @@ func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
 	conn, err := t.opts.dial(dctx)
 	if err != nil {
 		t.failures++
-		return nil, fmt.Errorf("artemis: reconnect to %s: %w", t.desc, err)
+		return nil, &dialError{fmt.Errorf("artemis: reconnect to %s: %w", t.desc, err)}
 	}
 	t.failures = 0
 	t.conn = conn
@@ -608,9 +618,10 @@ func linkGone(err error) bool {
 	return errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &ce)
 }
 
-// Publish writes one message and returns once Artemis accepted it.
+// Publish writes one message and returns once Artemis accepted it. It waits for a
+// connection it cannot make ([WithPublishWait]).
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
-	return t.write(ctx, m)
+	return t.rideOut(ctx, func(ctx context.Context) error { return t.write(ctx, m) })
 }
 
 // Close closes the transport's consumers ([driverkit.Group.Close]: each waits, until

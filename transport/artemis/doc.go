@@ -29,6 +29,8 @@
 //	server_name       TLS server name to verify (artemis+ssl only; default: the host)
 //	pipeline_settles  0 makes Settle wait for the runtime's settle writes (default 1:
 //	                  pipelined; see Settlement and WithPipelinedSettles)
+//	publish_wait      Go duration; how long Publish waits for a connection it
+//	                  cannot make (default 30s; "0" fails at once; WithPublishWait)
 //
 // Any other parameter or a malformed value is an error from Open that names the
 // parameter, matches babelqueue.ErrInvalidOption and [transport.ErrBadURL], and never
