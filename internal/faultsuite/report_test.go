@@ -89,3 +89,34 @@ func TestFailures(t *testing.T) {
 		t.Errorf("Failures = %q", f)
 	}
 }
+
+// The publisher's side of a cut: its figures in the report, and a publish error through a
+// cut the publisher was behind fails the run (not one it was not behind).
+func TestPublishingThroughACut(t *testing.T) {
+	cut := &Result{Broker: "Redis", Scenario: Cut, Published: 300, Down: 5 * time.Second, PublisherCut: true,
+		PublishesInFault: 1, PublishesInFaultOK: 1, LongestPublish: 5850 * time.Millisecond}
+	failing := &Result{Broker: "SQS", Scenario: Cut, Published: 300, Down: 5 * time.Second, PublisherCut: true,
+		PublishesInFault: 2, PublishesInFaultOK: 1, PublishErrors: 1, PublishErrorOf: "read: connection reset by peer\nmore",
+		LongestPublish: 5578 * time.Millisecond}
+	uncut := &Result{Broker: "Pulsar", Scenario: Cut, Published: 300, PublisherUncut: "its clients connect where a lookup sends them",
+		PublishErrors: 2}
+	table := Markdown([]*Result{cut, failing, uncut})
+	for _, want := range []string{
+		"| Redis | cut with the workers for 5.00 s | 1 (1) | 0 | 5.85 s | 0 |",
+		"| SQS | cut with the workers for 5.00 s | 2 (1) | 1 | 5.58 s | 0 |",
+		"| Pulsar | not cut: its clients connect where a lookup sends them | – | 2 | 0 s | 0 |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+	if f := cut.Failures(1); len(f) != 0 {
+		t.Errorf("a publisher that rode out the cut fails the run: %q", f)
+	}
+	if f := failing.Failures(1); len(f) != 1 || !strings.Contains(f[0], "1 publishes failed through a cut") || strings.Contains(f[0], "more") {
+		t.Errorf("a publish error through the cut: failures %q", f)
+	}
+	if f := uncut.Failures(1); len(f) != 0 {
+		t.Errorf("publish errors of a publisher not behind the cut fail the run: %q", f)
+	}
+}
