@@ -1,8 +1,8 @@
 // Package faultproxy takes a broker away from a client and brings it back, without
 // touching the broker: fault tests run against the brokers other test suites share, so
 // they never stop them. A [Proxy] forwards loopback TCP connections to a target; while it
-// is down it cuts every connection it forwards and closes new ones at once, as a broker
-// that went away would; while it is frozen ([Proxy.Freeze]) every connection stays open
+// is down it cuts every connection it forwards and refuses new ones (it stops
+// listening), as a host whose broker went away does; while it is frozen ([Proxy.Freeze]) every connection stays open
 // and silent, as behind a network that drops packets, and [Proxy.Strand] leaves the
 // connections open at that moment silent for good while new ones pass, as after a
 // partition that healed behind a middlebox that forgot the old connections. Its [Proxy.DialContext] gives the same switch to clients that
@@ -29,7 +29,10 @@ var ErrDown = errors.New("faultproxy: target is down")
 // concurrent use.
 type Proxy struct {
 	target string
-	ln     net.Listener
+	addr   string // where it listens, kept while it is down
+
+	lnMu sync.Mutex   // guards ln; taken before mu when both are
+	ln   net.Listener // nil while the proxy is down
 
 	mu     sync.Mutex
 	down   bool
@@ -53,9 +56,9 @@ func New(target string) (*Proxy, error) {
 	}
 	thawed := make(chan struct{})
 	close(thawed)
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, thawed: thawed, stranded: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), ln: ln, conns: map[net.Conn]struct{}{}, thawed: thawed, stranded: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
@@ -76,11 +79,18 @@ func checkLoopback(addr string) error {
 }
 
 // Addr is the host:port clients connect to instead of the target.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Down cuts every connection the proxy carries (and every one DialContext made) and
-// makes new ones fail until Up.
+// makes new ones fail until Up: the proxy stops listening, so a dial is refused, as
+// by a host whose broker is gone (nothing a client sends then can reach the broker).
 func (p *Proxy) Down() {
+	p.lnMu.Lock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	p.lnMu.Unlock()
 	p.mu.Lock()
 	p.down = true
 	conns := p.conns
@@ -92,11 +102,33 @@ func (p *Proxy) Down() {
 	}
 }
 
-// Up lets connections through again.
+// Up lets connections through again: the proxy listens again on its address.
 func (p *Proxy) Up() {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
 	p.mu.Lock()
 	p.down = false
+	closed := p.closed
 	p.mu.Unlock()
+	if closed || p.ln != nil {
+		return
+	}
+	// The port was ours a moment ago; another listener may take it meanwhile only by
+	// chance, and then the proxy stays unreachable (a test sees its broker gone).
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
 }
 
 // Freeze turns the proxy into a black hole: every connection stays open, new ones are
@@ -198,10 +230,9 @@ func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	err := p.ln.Close()
 	p.Down()
 	p.wg.Wait()
-	return err
+	return nil
 }
 
 // track remembers c so Down can cut it; it reports false (and closes c) while the proxy
@@ -225,10 +256,10 @@ func (p *Proxy) untrack(c net.Conn) {
 	_ = c.Close()
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
