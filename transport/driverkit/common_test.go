@@ -1,0 +1,284 @@
+package driverkit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
+)
+
+// TestCommonRefusesBadValues: every setter keeps a good value and records a bad one as
+// an OptionError naming the option function, leaving the default in place.
+func TestCommonRefusesBadValues(t *testing.T) {
+	c := driverkit.NewCommon("mybroker", 10*time.Second, 1000, 2000)
+	if c.Logger != slog.Default() || c.Err() != nil {
+		t.Fatalf("defaults: logger %v, err %v", c.Logger, c.Err())
+	}
+	l := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	c.SetLogger(l)
+	c.SetLogger(nil)
+	c.SetConnectTimeout(time.Second)
+	c.SetMaxMessageSize(2000)
+	if c.Logger != l || c.ConnectTimeout != time.Second || c.MaxMessageSize != 2000 || c.Err() != nil {
+		t.Fatalf("good values: %+v, err %v", c, c.Err())
+	}
+	c.SetConnectTimeout(0)
+	c.SetMaxMessageSize(2001)
+	c.SetMaxMessageSize(0)
+	err := c.Err()
+	if !errors.Is(err, transport.ErrInvalidOption) || c.ConnectTimeout != time.Second || c.MaxMessageSize != 2000 {
+		t.Fatalf("bad values: err %v, settings %+v", err, c)
+	}
+	for _, want := range []string{"mybroker", "WithConnectTimeout", "WithMaxMessageSize", "want 1 to 2000 bytes, got 2001", "got 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	open := driverkit.NewCommon("b", time.Second, 10, 0)
+	open.MinMessageSize = 5
+	open.SetMaxMessageSize(1 << 40)
+	open.SetMaxMessageSize(4)
+	if open.MaxMessageSize != 1<<40 || !strings.Contains(open.Err().Error(), "want at least 5 bytes, got 4") {
+		t.Fatalf("no upper bound: %d, %v", open.MaxMessageSize, open.Err())
+	}
+}
+
+// TestCommonQuery: connect_timeout and max_message_size are read from a URL within
+// their bounds; a bad one is an error naming the parameter.
+func TestCommonQuery(t *testing.T) {
+	for _, tc := range []struct {
+		query   string
+		connect time.Duration
+		size    int
+		bad     string
+	}{
+		{query: "", connect: 10 * time.Second, size: 1000},
+		{query: "connect_timeout=3&max_message_size=1500", connect: 3 * time.Second, size: 1500},
+		{query: "connect_timeout=5ms", bad: "connect_timeout"},
+		{query: "max_message_size=1023", bad: "max_message_size"},
+		{query: "max_message_size=2001", bad: "max_message_size"},
+	} {
+		c := driverkit.NewCommon("b", 10*time.Second, 1000, 2000)
+		q, err := driverkit.ParseQuery("b", &url.URL{Scheme: "b", Host: "h", RawQuery: tc.query}, "connect_timeout", "max_message_size")
+		if err == nil {
+			err = c.Query(q)
+		}
+		switch {
+		case tc.bad != "":
+			if !errors.Is(err, transport.ErrInvalidOption) || !errors.Is(err, transport.ErrBadURL) || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("%q: err %v, want one naming %s", tc.query, err, tc.bad)
+			}
+		case err != nil || c.ConnectTimeout != tc.connect || c.MaxMessageSize != tc.size:
+			t.Errorf("%q: %v, %d, %v; want %v, %d", tc.query, c.ConnectTimeout, c.MaxMessageSize, err, tc.connect, tc.size)
+		}
+	}
+}
+
+// TestCommonCheckSize: the limit less the reserve, with the driver and queue named.
+func TestCommonCheckSize(t *testing.T) {
+	c := driverkit.NewCommon("b", time.Second, 100, 0)
+	if err := c.CheckSize("q", 90, 10); err != nil {
+		t.Fatalf("90 of 100-10: %v", err)
+	}
+	err := c.CheckSize("q", 91, 10)
+	var tl *transport.TooLargeError
+	if !errors.Is(err, transport.ErrTooLarge) || !errors.As(err, &tl) || tl.Limit != 90 || tl.Size != 91 {
+		t.Fatalf("91 of 100-10: %v", err)
+	}
+}
+
+// TestPoolMakesOnceAndCloses: concurrent first Gets make one client; a failed make is
+// forgotten; Drop replaces a client; Close frees every client and refuses Get.
+func TestPoolMakesOnceAndCloses(t *testing.T) {
+	type client struct{ name string }
+	var made, freed atomic.Int32
+	fail := atomic.Bool{}
+	fail.Store(true)
+	p := &driverkit.Pool[*client]{
+		Make: func(name string) (*client, error) {
+			if name == "flaky" && fail.Swap(false) {
+				return nil, errors.New("refused")
+			}
+			made.Add(1)
+			time.Sleep(5 * time.Millisecond)
+			return &client{name}, nil
+		},
+		Free: func(context.Context, *client) error { freed.Add(1); return nil },
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	got := make([]*client, 8)
+	for i := range got {
+		wg.Go(func() { got[i], _ = p.Get(ctx, "a") })
+	}
+	wg.Wait()
+	for _, c := range got {
+		if c == nil || c != got[0] {
+			t.Fatalf("concurrent Gets got %v", got)
+		}
+	}
+	if _, err := p.Get(ctx, "flaky"); err == nil {
+		t.Fatal("a failed make is not reported")
+	}
+	if c, err := p.Get(ctx, "flaky"); err != nil || c.name != "flaky" {
+		t.Fatalf("a failed make is not tried again: %v, %v", c, err)
+	}
+	p.Drop("a", &client{"a"}) // not the pooled one: kept
+	if c, _ := p.Get(ctx, "a"); c != got[0] {
+		t.Fatal("Drop of another client dropped the pooled one")
+	}
+	p.Drop("a", got[0])
+	if c, _ := p.Get(ctx, "a"); c == got[0] {
+		t.Fatal("Drop kept the client")
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, "a"); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for freed.Load() != made.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // Drop frees in the background
+	}
+	if freed.Load() != made.Load() || made.Load() != 3 {
+		t.Fatalf("made %d, freed %d", made.Load(), freed.Load())
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestPoolCloseReportsAndBounds: Free's errors are joined naming the destination, a
+// Get whose ctx ends stops waiting, and a client made after Close is freed.
+func TestPoolCloseReportsAndBounds(t *testing.T) {
+	release := make(chan struct{})
+	var freed atomic.Int32
+	p := &driverkit.Pool[int]{
+		Make: func(name string) (int, error) {
+			if name == "slow" {
+				<-release
+			}
+			return len(name), nil
+		},
+		Free: func(_ context.Context, n int) error {
+			freed.Add(1)
+			if n == 3 {
+				return errors.New("flush failed")
+			}
+			return nil
+		},
+	}
+	if _, err := p.Get(context.Background(), "bad"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Get(ctx, "slow"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get of a slow make: %v", err)
+	}
+	err := p.Close(ctx)
+	if err == nil || !strings.Contains(err.Error(), `"bad"`) || !strings.Contains(err.Error(), "flush failed") {
+		t.Fatalf("Close: %v", err)
+	}
+	close(release)
+	deadline := time.Now().Add(time.Second)
+	for freed.Load() != 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if freed.Load() != 2 {
+		t.Fatalf("the client made after Close was not freed: %d freed", freed.Load())
+	}
+}
+
+// TestReceipts: outcomes in batch order; a write never handed over keeps its Set error;
+// Wait reports the writes still open when ctx ends, and a late Done changes nothing.
+func TestReceipts(t *testing.T) {
+	r := driverkit.NewReceipts(4)
+	refused := errors.New("refused")
+	r.Set(0, refused)
+	r.Expect(1)
+	r.Expect(2)
+	r.Expect(3)
+	go func() {
+		r.Done(2, refused)
+		r.Done(1, nil)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	errs := r.Wait(ctx)
+	if errs[0] != refused || errs[1] != nil || errs[2] != refused || !errors.Is(errs[3], context.DeadlineExceeded) {
+		t.Fatalf("outcomes %v", errs)
+	}
+	r.Done(3, nil)
+	if !errors.Is(errs[3], context.DeadlineExceeded) {
+		t.Fatal("a late Done changed the outcome")
+	}
+	done := driverkit.NewReceipts(1)
+	done.Expect(0)
+	done.Done(0, nil)
+	if errs := done.Wait(context.Background()); errs[0] != nil {
+		t.Fatalf("all done: %v", errs)
+	}
+}
+
+// TestClientLog: the client's Info lines are logged at Debug, warnings as they are,
+// and Watch sees warnings even when the handler drops them.
+func TestClientLog(t *testing.T) {
+	var buf bytes.Buffer
+	var watched []string
+	h := driverkit.ClientLog{
+		Handler:   slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}),
+		Level:     driverkit.InfoAsDebug,
+		Watch:     func(r slog.Record) { watched = append(watched, r.Message) },
+		WatchFrom: slog.LevelWarn,
+	}
+	l := slog.New(h).With("component", "client")
+	l.Info("connected")
+	l.Warn("refused")
+	out := buf.String()
+	if !strings.Contains(out, `level=DEBUG msg=connected component=client`) || !strings.Contains(out, `level=WARN msg=refused`) {
+		t.Fatalf("logged:\n%s", out)
+	}
+	if len(watched) != 1 || watched[0] != "refused" {
+		t.Fatalf("watched %v", watched)
+	}
+	buf.Reset()
+	quiet := slog.New(driverkit.ClientLog{Handler: slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}),
+		Watch: func(r slog.Record) { watched = append(watched, r.Message) }, WatchFrom: slog.LevelWarn})
+	quiet.Warn("refused again")
+	if buf.Len() != 0 || len(watched) != 2 {
+		t.Fatalf("a warning below the handler's level: logged %q, watched %v", buf.String(), watched)
+	}
+}
+
+// TestHTTPURLs: CheckHTTPURL says what is wrong; IsLoopback knows this machine;
+// ParseURL never echoes a password.
+func TestHTTPURLs(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://127.0.0.1:9324": "", "https://h": "", "": "empty", "ftp://h": "want an http:// or https:// URL",
+		"http://u:p@h": "must not hold credentials", "http://": "has no host", "http://h/%zz": "not a URL",
+	} {
+		if got := driverkit.CheckHTTPURL(raw); got != want {
+			t.Errorf("CheckHTTPURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	for raw, want := range map[string]bool{"http://localhost:1": true, "http://a.localhost": true, "http://127.0.0.2": true,
+		"http://[::1]:3": true, "http://10.0.0.1": false, "https://sqs.eu-west-1.amazonaws.com": false, "": false} {
+		if got := driverkit.IsLoopback(raw); got != want {
+			t.Errorf("IsLoopback(%q) = %v", raw, got)
+		}
+	}
+	if _, err := driverkit.ParseURL("x", "x://u:secret@h/%zz"); !errors.Is(err, transport.ErrBadURL) || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("ParseURL: %v", err)
+	}
+}
