@@ -1,82 +1,24 @@
 // Package servicebus is the Azure Service Bus transport behind sb:// URLs (SPEC §7,
-// binding §4), built on the Azure SDK for Go (azservicebus).
+// binding §4), built on the Azure SDK for Go (azservicebus). docs/transports/servicebus.md
+// says how it behaves, with the tests behind each statement.
 //
 // Import it for its side effect to make sb:// available to babelqueue.Open:
 //
 //	import _ "github.com/babelqueue-go/babelqueue/transport/servicebus"
 //
-// # Connecting
+// The URL is sb://<namespace>.servicebus.windows.net[?lock_renewal=…&max_lock_renewal=…
+// &connect_timeout=…&max_message_size=…]; each parameter sets what the option of the
+// same name sets ([WithLockRenewal], [WithMaxLockRenewal], [WithConnectTimeout],
+// [WithMaxMessageSize]). The transport authenticates with
+// azidentity.DefaultAzureCredential, or [WithConnectionString] or [WithCredential]; a
+// client you built yourself goes through [New]. Consume checks that the queue can be
+// read before it returns ([ErrUnreachable]).
 //
-// The URL is sb://<namespace>.servicebus.windows.net. By default the transport
-// authenticates with azidentity.DefaultAzureCredential (environment, workload identity,
-// managed identity, Azure CLI, …). For SAS, call [Open] with [WithConnectionString]
-// (the connection string is never taken from the URL, so it cannot reach a log line);
-// with another Azure AD credential use [WithCredential]. A client you built yourself
-// (TLS, proxies, websockets, custom retry) goes through [New].
-//
-// Query parameters: lock_renewal (auto, off, or a duration; default auto),
-// max_lock_renewal (a duration; default: renew until the delivery is settled),
-// connect_timeout (how long Consume waits for the namespace to answer; default 10s) and
-// max_message_size (the entity's maximum message size in bytes; default 262144, the
-// Standard tier's). Durations are Go durations ("1500ms", "20s") or a bare number of
-// seconds, the grammar every BabelQueue URL shares. Any other parameter, or a value that
-// is malformed or out of range, is an error that names it (a bad value also matches
-// babelqueue.ErrInvalidOption, as does a bad value given to an option function).
-//
-// Consume checks that the queue can be read (one PeekMessages call) before it returns,
-// so a namespace that does not answer within connect_timeout, a queue that does not
-// exist or a credential without the Listen right fails at start with one error that
-// says which, rather than in the SDK's background retries.
-//
-// # Message size
-//
-// Service Bus refuses a message larger than the entity allows (256 KB on the Standard
-// tier; 1 MB by default and up to 100 MB on Premium), counting the body with its system
-// and application properties. Every write, Publish and settle write alike, is checked
-// first against max_message_size: a larger one fails with a *transport.TooLargeError
-// (matching transport.ErrTooLarge) naming the size and the limit. The SDK's own refusal
-// of a message too large for the link is reported the same way.
-//
-// # The binding
-//
-// The body is the envelope, byte for byte, in one AMQP data section. On produce the
-// transport sets Subject = URN, CorrelationID = trace_id, MessageID = meta.id,
-// ContentType = application/json and the typed application properties
-// bq-schema-version (int), bq-source-lang (string) and bq-created-at (long); see
-// [Project]. The attempts counter rides in a bq-attempts int property when it is above
-// zero; out-of-band headers are extra string application properties; a key is the
-// PartitionKey; a delay is the ScheduledEnqueueTime.
-//
-// On consume (see [Reconcile]) the delivery count becomes Redeliveries
-// (DeliveryCount − 1), so the runtime counts attempts as max(body, DeliveryCount − 1);
-// bq-schema-version is reported as typed, and the runtime's gate accepts the string "1"
-// and the integer 1 (any width) and rejects a float or a boolean.
-//
-// # Settlement
-//
-// Deliveries are received in peek-lock mode, at most ConsumeOptions.Prefetch unsettled
-// at a time. Ack completes the message after every settle write was sent and confirmed
-// by the broker (SendMessage returns after the broker's accepted disposition); a failed
-// write leaves the message locked and unsettled so the runtime rewinds it. Rewind and
-// HandOff abandon the message: Service Bus raises its DeliveryCount and, once it reaches
-// the queue's MaxDeliveryCount, moves it to the queue's own dead-letter sub-queue. While
-// a handler runs, the transport renews the message lock on a timer.
-//
-// Service Bus has no cross-entity transaction in the Go SDK: the writes and the
-// completion are separate steps, so a crash between them redelivers the message after
-// its writes were made (handlers and DLQ consumers should be idempotent on meta.id).
-// Likewise the settle writes are made in order and the first that fails stops them: the
-// ones before it stay made and are made again when the redelivery is settled.
-//
-// The consumer is the kit's (transport/driverkit): it owns the receive loop and the
-// prefetch, settle-once, give-back and Close. While settlements keep failing, Receive
-// backs off (50 ms doubling to 2 s) and the failures are logged with their cause. A
-// delivery held when its consumer closes is abandoned; settling it afterwards fails with
-// an error matching transport.ErrClosed.
-//
-// Queues must exist: the transport does not create them. The runtime's dead-letter queue
-// is another queue, <queue>.dlq by default; a missing one makes the settle write fail
-// and the delivery is rewound, never lost.
+// The body is the envelope, byte for byte; [Project] and [Reconcile] are the binding.
+// Deliveries are received in peek-lock mode and their locks renewed while held. Ack
+// completes the message after every settle write was confirmed; Rewind and HandOff
+// abandon it, so that Service Bus moves it to the queue's own dead-letter sub-queue at
+// MaxDeliveryCount. Queues must exist: the transport does not create them.
 package servicebus
 
 import (
