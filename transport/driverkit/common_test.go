@@ -282,3 +282,98 @@ func TestHTTPURLs(t *testing.T) {
 		t.Fatalf("ParseURL: %v", err)
 	}
 }
+
+// TestCoalescer: calls made while a request is on its way go together in the next one,
+// each gets its own outcome (or the one error of the request), and a caller whose ctx
+// ends stops waiting.
+func TestCoalescer(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var requests [][]int
+	c := &driverkit.Coalescer[int]{Send: func(items []int) []error {
+		mu.Lock()
+		requests = append(requests, append([]int(nil), items...))
+		first := len(requests) == 1
+		mu.Unlock()
+		if first {
+			<-release // the first request is on its way while the others come
+			return nil
+		}
+		if items[0] == 99 {
+			return []error{errors.New("all refused")}
+		}
+		errs := make([]error, len(items))
+		for i, v := range items {
+			if v%2 == 1 {
+				errs[i] = errors.New("odd")
+			}
+		}
+		return errs
+	}}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := c.Do(ctx, 0); err != nil {
+			t.Errorf("first: %v", err)
+		}
+	})
+	for len(snapshot(&mu, &requests)) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	errs := make([]error, 4)
+	for i := 1; i <= 4; i++ {
+		wg.Go(func() { errs[i-1] = c.Do(ctx, i) })
+	}
+	time.Sleep(20 * time.Millisecond) // let all four join the next request
+	close(release)
+	wg.Wait()
+	reqs := snapshot(&mu, &requests)
+	if len(reqs) != 2 || len(reqs[1]) != 4 {
+		t.Fatalf("requests %v, want [[0] [four items]]", reqs)
+	}
+	for i, err := range errs {
+		if (err != nil) != ((i+1)%2 == 1) {
+			t.Errorf("item %d: %v", i+1, err)
+		}
+	}
+	if err := c.Do(ctx, 99); err == nil || err.Error() != "all refused" {
+		t.Fatalf("one error for the request: %v", err)
+	}
+	block := &driverkit.Coalescer[int]{Send: func([]int) []error { select {} }}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := block.Do(cctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ctx ended: %v", err)
+	}
+}
+
+func snapshot(mu *sync.Mutex, r *[][]int) [][]int {
+	mu.Lock()
+	defer mu.Unlock()
+	return append([][]int(nil), (*r)...)
+}
+
+// TestAwait: the call's result when it comes first; ctx's error when ctx ends first,
+// and the late result handed to abandon.
+func TestAwait(t *testing.T) {
+	if v, err := driverkit.Await(context.Background(), func() (int, error) { return 7, nil }, nil); v != 7 || err != nil {
+		t.Fatalf("Await = %d, %v", v, err)
+	}
+	abandoned := make(chan int, 1)
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := driverkit.Await(ctx, func() (int, error) { <-release; return 8, nil }, func(v int) { abandoned <- v })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Await after cancel: %v", err)
+	}
+	close(release)
+	select {
+	case v := <-abandoned:
+		if v != 8 {
+			t.Fatalf("abandoned %d", v)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the late result was not abandoned")
+	}
+}
