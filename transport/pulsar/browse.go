@@ -31,7 +31,7 @@ var _ transport.Browser = (*Transport)(nil)
 func WithAdminURL(u string) Option {
 	return func(o *options) {
 		if p, err := url.Parse(u); u != "" && (err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "") {
-			o.bad.Invalid("WithAdminURL", "want the admin REST API's http(s)://host:port")
+			o.Invalid("WithAdminURL", "want the admin REST API's http(s)://host:port")
 			return
 		}
 		o.adminURL = strings.TrimRight(u, "/")
@@ -57,10 +57,10 @@ func adminParam(q driverkit.Query) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+	if driverkit.CheckHTTPURL(v) != "" {
 		return "", q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
 	}
+	u, _ := url.Parse(v)
 	return strings.TrimRight(u.String(), "/"), nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // access is how a transport reaches a secure cluster: the TLS configuration of
@@ -98,7 +99,7 @@ const accessCheckTopic = "persistent://public/default/babelqueue-access-check"
 // checkAccess makes one request that needs the connection's credentials, so a token
 // the broker refuses fails Open instead of the first producer or consumer, which the
 // client would retry until its operation timeout. refused carries the broker's reason
-// for refusing a connection ([refusalWatch]).
+// for refusing a connection ([clientLog]).
 func checkAccess(ctx context.Context, client pc.Client, timeout time.Duration, refused <-chan string) error {
 	done := make(chan error, 1)
 	go func() {
@@ -133,38 +134,19 @@ func authCause(err error) error {
 	return err
 }
 
-// refusalWatch passes the Pulsar client's log records on and reports, on ch, the
-// reason of a broker that refused a connection's handshake (a token it did not accept):
-// the client gives no error for it, only the warning "Failed to establish connection
-// with broker: '<the broker's reason>'", and retries.
-type refusalWatch struct {
-	slog.Handler
-	ch chan<- string
+// clientLog is the Pulsar client's log handler: its Info lines lowered to Debug, and
+// the broker's reason for refusing a connection's handshake (a token it did not
+// accept) reported on refused: the client gives no error for it, only the warning
+// "Failed to establish connection with broker: '<the broker's reason>'", and retries.
+func clientLog(h slog.Handler, refused chan<- string) slog.Handler {
+	return driverkit.ClientLog{Handler: h, Level: driverkit.InfoAsDebug, WatchFrom: slog.LevelWarn, Watch: func(r slog.Record) {
+		if why, ok := strings.CutPrefix(r.Message, refusedPrefix); ok && refused != nil {
+			select {
+			case refused <- strings.Trim(why, "'"):
+			default:
+			}
+		}
+	}}
 }
 
 const refusedPrefix = "Failed to establish connection with broker: "
-
-func (h refusalWatch) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || h.Handler.Enabled(ctx, l)
-}
-
-func (h refusalWatch) Handle(ctx context.Context, r slog.Record) error {
-	if why, ok := strings.CutPrefix(r.Message, refusedPrefix); ok {
-		select {
-		case h.ch <- strings.Trim(why, "'"):
-		default:
-		}
-	}
-	if !h.Handler.Enabled(ctx, r.Level) {
-		return nil
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h refusalWatch) WithAttrs(as []slog.Attr) slog.Handler {
-	return refusalWatch{h.Handler.WithAttrs(as), h.ch}
-}
-
-func (h refusalWatch) WithGroup(name string) slog.Handler {
-	return refusalWatch{h.Handler.WithGroup(name), h.ch}
-}
