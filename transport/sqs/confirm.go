@@ -44,7 +44,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 			errs[i] = err
 			continue
 		}
-		full := len(run.idx) > 0 && (run.queue != m.Queue || len(run.idx) == MaxBatchEntries || run.size+size > t.maxSize)
+		full := len(run.idx) > 0 && (run.queue != m.Queue || len(run.idx) == MaxBatchEntries || run.size+size > t.common.MaxMessageSize)
 		if full && !t.sendRun(ctx, &run, errs) {
 			for j := i; j < len(errs); j++ {
 				if errs[j] == nil {

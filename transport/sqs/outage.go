@@ -37,7 +37,7 @@ const DefaultPublishWait = 30 * time.Second
 func WithPublishWait(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 {
-			t.bad.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
+			t.common.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
 			return
 		}
 		t.publishWait = d

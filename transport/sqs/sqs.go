@@ -45,120 +45,87 @@ type api interface {
 	GetQueueAttributes(ctx context.Context, in *awssqs.GetQueueAttributesInput, optFns ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error)
 }
 
-// MaxMessageSize is the largest message SQS accepts, in bytes (1 MiB): the body and
-// every message attribute's name, type and value together. It is the default limit of
-// the size check; [WithMaxMessageSize] lowers it for a queue whose MaximumMessageSize
-// attribute is smaller.
+// MaxMessageSize is the largest message SQS accepts, in bytes (1 MiB), body and
+// attributes together: the default limit of the size check ([WithMaxMessageSize]).
 const MaxMessageSize = 1 << 20
 
 // Option configures a [Transport]. A value an option cannot use is an error of [Open]
 // or [New] that names the option and matches babelqueue.ErrInvalidOption.
 type Option func(*Transport)
 
-// WithLogger sets the logger for warnings (a failed heartbeat, a receive error). The
-// default (and a nil l) is slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(t *Transport) {
-		if l != nil {
-			t.log = l
-		}
-	}
-}
+// WithLogger sets the logger for warnings (default slog.Default(); nil keeps it).
+func WithLogger(l *slog.Logger) Option { return func(t *Transport) { t.common.SetLogger(l) } }
 
-// WithQueueURLPrefix makes the queue URL of a queue prefix + "/" + its SQS name, so the
-// transport never calls GetQueueUrl or CreateQueue (the queues must exist). It is the
-// URL's prefix parameter; prefix must be an http(s) URL with a host and no credentials.
+// WithQueueURLPrefix makes the URL of a queue prefix + "/" + its SQS name (prefix in
+// the URL): GetQueueUrl and CreateQueue are never called, so the queues must exist.
 func WithQueueURLPrefix(prefix string) Option {
 	return func(t *Transport) {
-		if why := checkHTTPURL(prefix); why != "" {
-			t.bad.Invalid("WithQueueURLPrefix", "%s", why)
+		if why := driverkit.CheckHTTPURL(prefix); why != "" {
+			t.common.Invalid("WithQueueURLPrefix", "%s", why)
 			return
 		}
 		t.prefix = strings.TrimRight(prefix, "/")
 	}
 }
 
-// WithFIFO makes every logical queue a FIFO queue named <queue>.fifo (the URL's fifo=1).
-// The transport then reports no per-message delay, which SQS FIFO queues lack.
-func WithFIFO(on bool) Option {
-	return func(t *Transport) { t.fifo = on }
-}
+// WithFIFO makes every logical queue a FIFO queue named <queue>.fifo (fifo=1 in the URL).
+func WithFIFO(on bool) Option { return func(t *Transport) { t.fifo = on } }
 
-// WithGroupID sets the MessageGroupId of every FIFO write (the URL's group_id): 1 to
-// 128 ASCII letters, digits or punctuation. Empty is the default (see the package doc).
+// WithGroupID sets the MessageGroupId of every FIFO write (group_id in the URL): 1 to
+// 128 ASCII letters, digits or punctuation; empty is the default (the key's).
 func WithGroupID(id string) Option {
 	return func(t *Transport) {
 		if id != "" && !validFIFOID(id) {
-			t.bad.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
+			t.common.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
 			return
 		}
 		t.groupID = id
 	}
 }
 
-// WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time), 0 to 20
-// seconds, rounded up to a whole second. The default is 10 seconds. Closing a consumer
-// waits for a poll in progress, so the wait time also bounds how long Close takes.
+// WithWaitTime sets the long-poll wait of ReceiveMessage (wait_time in the URL), 0 to
+// 20 seconds rounded up (default 10s). It also bounds how long closing a consumer waits.
 func WithWaitTime(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 || d > 20*time.Second {
-			t.bad.Invalid("WithWaitTime", "want 0 to 20s, got %s", d)
+			t.common.Invalid("WithWaitTime", "want 0 to 20s, got %s", d)
 			return
 		}
 		t.waitTime = int32((d + time.Second - 1) / time.Second)
 	}
 }
 
-// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout (at most 12
-// hours, rounded up to a whole second) instead of the queue's own; the heartbeat extends
-// held deliveries by the same amount. Zero (the default) uses the queue's
-// VisibilityTimeout attribute.
+// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout (at most 12h,
+// rounded up; visibility_timeout in the URL), which the heartbeat keeps up; zero (the
+// default) uses the queue's own.
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 || d > 12*time.Hour {
-			t.bad.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
+			t.common.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
 			return
 		}
 		t.visibility = d
 	}
 }
 
-// WithMaxMessageSize sets the size check's limit in bytes (the URL's max_message_size;
-// default and most [MaxMessageSize]): set it to the MaximumMessageSize attribute of
-// queues that have a smaller one. A write whose body and attributes together are
-// larger fails before it is sent, with an error matching [transport.ErrTooLarge] that
-// names the limit.
-func WithMaxMessageSize(n int) Option {
-	return func(t *Transport) {
-		if n < 1 || n > MaxMessageSize {
-			t.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", MaxMessageSize, n)
-			return
-		}
-		t.maxSize = n
-	}
-}
+// WithMaxMessageSize sets the size check's limit in bytes, 1 to [MaxMessageSize] (the
+// default; max_message_size in the URL): the MaximumMessageSize of queues that have a
+// smaller one. A larger write fails with [transport.ErrTooLarge] before it is sent.
+func WithMaxMessageSize(n int) Option { return func(t *Transport) { t.common.SetMaxMessageSize(n) } }
 
-// WithConnectTimeout bounds each start-up check of [Open] (the URL's connect_timeout;
+// WithConnectTimeout bounds each start-up check of [Open] (connect_timeout in the URL;
 // default [DefaultConnectTimeout]). [New] makes no such checks.
 func WithConnectTimeout(d time.Duration) Option {
-	return func(t *Transport) {
-		if d <= 0 {
-			t.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		t.connectTimeout = d
-	}
+	return func(t *Transport) { t.common.SetConnectTimeout(d) }
 }
 
-// WithCreateQueues controls whether a queue that GetQueueUrl does not find is created
-// (CreateQueue, with FifoQueue for a ".fifo" name). The default is true.
-func WithCreateQueues(on bool) Option {
-	return func(t *Transport) { t.create = on }
-}
+// WithCreateQueues sets whether a queue GetQueueUrl does not find is created (default true).
+func WithCreateQueues(on bool) Option { return func(t *Transport) { t.create = on } }
 
 // Transport is an SQS connection. It is safe for concurrent use.
 type Transport struct {
 	client     api
+	common     driverkit.Common // logger, connect timeout, size limit, bad option values
 	log        *slog.Logger
 	prefix     string
 	fifo       bool
@@ -166,13 +133,9 @@ type Transport struct {
 	waitTime   int32
 	visibility time.Duration
 	create     bool
-	maxSize    int
-	bad        driverkit.Options
 
 	publishWait time.Duration // WithPublishWait
 	unreachable atomic.Bool   // a publish found the endpoint unreachable: the others wait for it
-
-	connectTimeout time.Duration
 
 	urlMu sync.RWMutex
 	urls  map[string]string // SQS queue name -> queue URL
@@ -189,29 +152,19 @@ func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 		return nil, errors.New("sqs: New: nil client")
 	}
 	t := newTransport(client, opts...)
-	if err := t.bad.Err(); err != nil {
+	if err := t.common.Err(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
 func newTransport(client api, opts ...Option) *Transport {
-	t := &Transport{
-		client:   client,
-		log:      slog.Default(),
-		waitTime: 10,
-		create:   true,
-		maxSize:  MaxMessageSize,
-		bad:      driverkit.Options{Broker: "sqs"},
-
-		publishWait: DefaultPublishWait,
-
-		connectTimeout: DefaultConnectTimeout,
-		urls:           map[string]string{},
-	}
+	t := &Transport{client: client, common: driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize),
+		waitTime: 10, create: true, publishWait: DefaultPublishWait, urls: map[string]string{}}
 	for _, o := range opts {
 		o(t)
 	}
+	t.log = t.common.Logger
 	return t
 }
 
@@ -333,7 +286,7 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 		return e, 0, err
 	}
 	size := messageSize(m.Body, attrs)
-	if err := transport.CheckSize("sqs", m.Queue, size, t.maxSize); err != nil {
+	if err := t.common.CheckSize(m.Queue, size, 0); err != nil {
 		return e, 0, err
 	}
 	e = types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(m.Body)), MessageAttributes: attrs}
