@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,5 +376,74 @@ func TestAwait(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("the late result was not abandoned")
+	}
+}
+
+// TestPublishRuns: consecutive messages to one queue go in one call, within the count
+// and size bounds and in order; a refused message is reported and the others go on; a
+// call that fails as a whole fails its messages and leaves the rest not attempted.
+func TestPublishRuns(t *testing.T) {
+	msg := func(q, body string) *transport.Message { return &transport.Message{Queue: q, Body: []byte(body)} }
+	msgs := []*transport.Message{msg("a", "1"), msg("a", "22"), msg("a", "333"), msg("b", "4"), msg("b", ""), msg("b", "5"), msg("a", "6")}
+	var calls []string
+	refuse := errors.New("refused")
+	prepare := func(m *transport.Message) (string, int, error) {
+		if len(m.Body) == 0 {
+			return "", 0, refuse
+		}
+		return string(m.Body), len(m.Body), nil
+	}
+	send := func(_ context.Context, r *driverkit.Run[string]) ([]error, error) {
+		calls = append(calls, r.Queue+":"+strings.Join(r.Entries, ","))
+		each := make([]error, len(r.Entries))
+		for k, e := range r.Entries {
+			if e == "22" {
+				each[k] = refuse
+			}
+		}
+		return each, nil
+	}
+	err := driverkit.PublishRuns(context.Background(), msgs, 2, 5, prepare, send)
+	if got := strings.Join(calls, " "); got != "a:1,22 a:333 b:4,5 a:6" {
+		t.Fatalf("calls %q", got)
+	}
+	var be *transport.BatchError
+	if !errors.As(err, &be) || be.Errs[1] != refuse || be.Errs[4] != refuse || be.Errs[0] != nil || be.Errs[6] != nil {
+		t.Fatalf("results %v", err)
+	}
+	calls = nil
+	down := errors.New("unreachable")
+	err = driverkit.PublishRuns(context.Background(), msgs, 2, 5, prepare, func(_ context.Context, r *driverkit.Run[string]) ([]error, error) {
+		calls = append(calls, r.Queue)
+		return nil, down
+	})
+	if !errors.As(err, &be) || len(calls) != 1 || be.Errs[0] != down || be.Errs[1] != down ||
+		!errors.Is(be.Errs[2], transport.ErrNotAttempted) || !errors.Is(be.Errs[4], transport.ErrNotAttempted) || !errors.Is(be.Errs[6], transport.ErrNotAttempted) {
+		t.Fatalf("a failed call: calls %v, %v", calls, err)
+	}
+	if err := driverkit.PublishRuns(context.Background(), msgs[:1], 2, 5, prepare, send); err != nil {
+		t.Fatalf("all sent: %v", err)
+	}
+}
+
+// TestProject: the known fields of a projection, in order, under the binding's names;
+// an empty projection (a raw write) projects nothing.
+func TestProject(t *testing.T) {
+	var got []string
+	set := func(name, text string, number bool, n int64) {
+		if number && strconv.FormatInt(n, 10) != text {
+			t.Errorf("%s: text %q, number %d", name, text, n)
+		}
+		got = append(got, name+"="+text)
+	}
+	driverkit.Project(transport.Projection{URN: "urn:x", TraceID: "t", MessageID: "m", SchemaVersion: 2, Lang: "go", CreatedAt: 1700000000000}, set)
+	want := "bq-job=urn:x bq-trace-id=t bq-message-id=m bq-schema-version=2 bq-source-lang=go bq-created-at=1700000000000"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("projected %v", got)
+	}
+	got = nil
+	driverkit.Project(transport.Projection{}, set)
+	if len(got) != 0 {
+		t.Fatalf("a raw write projected %v", got)
 	}
 }
