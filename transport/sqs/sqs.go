@@ -24,8 +24,7 @@ import (
 // MaxDelay is the longest per-message delay SQS accepts (DelaySeconds 900).
 const MaxDelay = 15 * time.Minute
 
-// DefaultGroupID is the MessageGroupId of a FIFO write that has neither a configured
-// group id nor a key.
+// DefaultGroupID is the MessageGroupId of a FIFO write with no group id and no key.
 const DefaultGroupID = "babelqueue"
 
 // fifoSuffix ends the name of every SQS FIFO queue.
@@ -144,9 +143,8 @@ type Transport struct {
 	warnedDelay atomic.Bool
 }
 
-// New returns a transport around a client the caller built (credentials, endpoint,
-// retries and HTTP settings are the client's). It fails only for a nil client or an
-// option's bad value.
+// New returns a transport around a client the caller built; it fails only for a nil
+// client or an option's bad value.
 func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 	if client == nil {
 		return nil, errors.New("sqs: New: nil client")
@@ -169,8 +167,8 @@ func newTransport(client api, opts ...Option) *Transport {
 }
 
 // Capabilities reports the SQS binding: attempts are max(body, ApproximateReceiveCount−1),
-// delays up to 15 minutes (none on FIFO queues), hand-off to the RedrivePolicy, the
-// schema-version gate, and "-dlq" dead-letter names placed before ".fifo".
+// delays up to 15 minutes (none with fifo=1), hand-off to the RedrivePolicy, the schema
+// gate, and "-dlq" dead-letter names placed before ".fifo".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
 		Attempts:         transport.AttemptsMaxNative,
@@ -184,8 +182,8 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// QueueName returns the SQS queue name of a logical queue: the queue itself, with
-// ".fifo" appended when the transport is FIFO and the name lacks it.
+// QueueName returns the SQS name of a logical queue: ".fifo" is appended on a FIFO
+// transport when the name lacks it.
 func (t *Transport) QueueName(queue string) string {
 	if t.fifo && !strings.HasSuffix(queue, fifoSuffix) {
 		return queue + fifoSuffix
@@ -193,14 +191,14 @@ func (t *Transport) QueueName(queue string) string {
 	return queue
 }
 
-// QueueURL returns the URL of a logical queue, creating the queue when it does not
-// exist (unless [WithCreateQueues](false) or a prefix is set). URLs are cached.
+// QueueURL returns the (cached) URL of a logical queue, creating the queue when it does
+// not exist, unless [WithCreateQueues](false) or a prefix is set.
 func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) {
 	return t.lookup(ctx, queue, t.create)
 }
 
-// lookup returns the URL of a logical queue: cached, built from the prefix, or from
-// GetQueueUrl, creating a queue that does not exist when create is set.
+// lookup returns the URL of a logical queue: cached, from the prefix, or GetQueueUrl
+// (and CreateQueue when create is set).
 func (t *Transport) lookup(ctx context.Context, queue string, create bool) (string, error) {
 	if queue == "" {
 		return "", errors.New("sqs: empty queue name")
@@ -255,9 +253,8 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return t.send(ctx, m, "", "", t.publish)
 }
 
-// send writes m with via (publish, or withURL for a settle write); seed, when set,
-// makes the FIFO deduplication id of a settle write, and group is the consumed message's
-// group, the fallback of a settle write's.
+// send writes m with via (publish, or withURL for a settle write); seed and group are a
+// settle write's FIFO deduplication seed and fallback group.
 func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group string, via sender) error {
 	o, _, err := t.outgoing(m, seed, group)
 	if err != nil {
@@ -271,8 +268,8 @@ func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group 
 	})
 }
 
-// outgoing checks m and builds what SQS takes of it (as a batch entry, without its Id;
-// SendMessage takes the same fields), with the size SQS counts.
+// outgoing checks m and builds what SQS takes of it (a batch entry without its Id),
+// with the size SQS counts.
 func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.SendMessageBatchRequestEntry, int, error) {
 	var e types.SendMessageBatchRequestEntry
 	if m == nil || m.Queue == "" {
@@ -305,9 +302,8 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 // sender makes call, one send to queue: [Transport.withURL] or [Transport.publish].
 type sender func(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error
 
-// withURL makes call with the URL of queue. When SQS answers that the queue does not
-// exist (the cached URL names a queue that was deleted), it resolves the URL again and
-// makes call once more.
+// withURL makes call with the URL of queue, once more with a fresh URL when SQS
+// answers that the queue does not exist (it was deleted since).
 func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error {
 	url, err := t.QueueURL(ctx, queue)
 	if err != nil {
@@ -326,8 +322,7 @@ func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx con
 	return nil
 }
 
-// messageSize is the size SQS counts of a message: the body and each attribute's name,
-// data type and value.
+// messageSize is the size SQS counts: the body and each attribute's name, type and value.
 func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int {
 	n := len(body)
 	for name, a := range attrs {
@@ -349,8 +344,8 @@ func isMissingQueue(err error) bool {
 	return errors.As(err, &missing)
 }
 
-// groupFor picks the MessageGroupId of a FIFO write: the configured group id, else the
-// key (hashed when it is not a valid group id), else the fallback, else DefaultGroupID.
+// groupFor picks the MessageGroupId of a FIFO write: the group id, else the key (hashed
+// when it is not a valid id), else the fallback, else DefaultGroupID.
 func (t *Transport) groupFor(m *transport.Message, fallback string) string {
 	if t.groupID != "" {
 		return t.groupID
@@ -368,10 +363,9 @@ func (t *Transport) groupFor(m *transport.Message, fallback string) string {
 	return DefaultGroupID
 }
 
-// dedupID is the MessageDeduplicationId of a FIFO write. A user publish uses meta.id and
-// the attempts, so a retry re-publish (attempts+1) is a new message; a settle write is
-// seeded by the delivery it settles, so re-settling the same delivery is deduplicated
-// while a release of an unchanged body is not.
+// dedupID is the MessageDeduplicationId of a FIFO write: meta.id and the attempts for a
+// publish (a retry is a new message), a hash seeded by the settled delivery for a
+// settle write (settling it again is deduplicated, a release is not).
 func dedupID(m *transport.Message, seed string) string {
 	if seed == "" && m.Projection.MessageID != "" {
 		id := m.Projection.MessageID + ":" + strconv.Itoa(m.Attempts)
@@ -396,8 +390,7 @@ func dedupID(m *transport.Message, seed string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId:
-// 1 to 128 ASCII letters, digits and punctuation.
+// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId.
 func validFIFOID(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false
@@ -411,12 +404,12 @@ func validFIFOID(s string) bool {
 }
 
 // Close stops every consumer (their unsettled deliveries are made visible again) and
-// refuses further publishes. The client is the caller's and stays usable.
+// refuses further publishes. The client stays usable.
 func (t *Transport) Close(ctx context.Context) error { return t.consumers.Close(ctx) }
 
-// setVisibility sets the visibility timeout of up to ten messages, by their receipt
-// handles, in one ChangeMessageVisibilityBatch call. It fails when the call does, or
-// when SQS refuses an entry that excused (which may be nil) does not excuse.
+// setVisibility sets the visibility timeout of up to ten messages in one
+// ChangeMessageVisibilityBatch call. It fails when the call does, or SQS refuses an
+// entry excused (which may be nil) does not excuse.
 func (t *Transport) setVisibility(ctx context.Context, url string, receipts []string, secs int32, excused func(i int) bool) error {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(receipts))
 	for i, r := range receipts {
@@ -438,8 +431,7 @@ func (t *Transport) setVisibility(ctx context.Context, url string, receipts []st
 	return nil
 }
 
-// entryIndex returns the index the Id of a batch call's result names, or -1 when it
-// names none of the call's n entries.
+// entryIndex returns the index a batch result's Id names, or -1 when none of n.
 func entryIndex(id *string, n int) int {
 	i, err := strconv.Atoi(aws.ToString(id))
 	if err != nil || i < 0 || i >= n {
