@@ -13,14 +13,9 @@ import (
 
 var _ transport.QueueStatter = (*Transport)(nil)
 
-// QueueStats reads the queue's approximate counts (GetQueueAttributes, which SQS
-// documents as eventually consistent: a count may lag a change by a minute): Ready is
-// ApproximateNumberOfMessages, InFlight ApproximateNumberOfMessagesNotVisible (received
-// and not deleted), Delayed ApproximateNumberOfMessagesDelayed. Appended is
-// [transport.UnknownCount], and Oldest is unknown (zero): SQS tells the age of the
-// oldest message only to CloudWatch (ApproximateAgeOfOldestMessage), and a receive
-// to look would count as one. Nothing is received, so no receive is counted; a queue
-// that does not exist has Exists false and nothing is created.
+// QueueStats reads the queue's approximate counts (GetQueueAttributes, eventually
+// consistent): Ready, InFlight (received and not deleted) and Delayed. Appended and
+// Oldest are unknown. A queue that does not exist has Exists false; nothing is created.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{Appended: transport.UnknownCount}
 	if t.consumers.Closed() {
