@@ -30,7 +30,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,16 +51,14 @@ func init() {
 	})
 }
 
-// DefaultLockRenewal is the renewal interval used when the received message carries no
-// LockedUntil time (with lock_renewal=auto the transport otherwise renews when half of
-// the remaining lock time has passed).
+// DefaultLockRenewal is the renewal interval of lock_renewal=auto for a message that
+// carries no LockedUntil time (otherwise: when half of the lock time left has passed).
 const DefaultLockRenewal = 10 * time.Second
 
 // DefaultConnectTimeout bounds the start-up check of Consume.
 const DefaultConnectTimeout = 10 * time.Second
 
-// DefaultMaxMessageSize is the default limit of the size check: the Standard tier's
-// 256 KB.
+// DefaultMaxMessageSize is the default limit of the size check: the Standard tier's 256 KB.
 const DefaultMaxMessageSize = 256 << 10
 
 // maxMessageSizeLimit is the largest entity message size Service Bus offers (Premium).
@@ -73,27 +70,20 @@ const maxMessageSizeLimit = 100 << 20
 type Option func(*config)
 
 type config struct {
-	connString    string
-	credential    azcore.TokenCredential
-	clientOptions *azservicebus.ClientOptions
-	logger        *slog.Logger
-	renewEvery    time.Duration // 0: auto; <0: off
-	maxRenewal    time.Duration // 0: until settled
-	connect       time.Duration
-	maxSize       int
-	now           func() time.Time
-	admin         queueAdmin // QueueStats counts through it (stats.go)
-	bad           driverkit.Options
+	driverkit.Common // logger, connect timeout (of Consume's check), size limit
+	connString       string
+	credential       azcore.TokenCredential
+	clientOptions    *azservicebus.ClientOptions
+	renewEvery       time.Duration // 0: auto; <0: off
+	maxRenewal       time.Duration // 0: until settled
+	now              func() time.Time
+	admin            queueAdmin // QueueStats counts through it (stats.go)
 }
 
-// WithConnectionString authenticates with a Service Bus connection string (SAS:
-// SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature) instead of
-// DefaultAzureCredential. The URL's host may then be empty (sb://) or must name the
-// connection string's endpoint. The string never appears in errors or logs. New ignores
-// it.
-func WithConnectionString(cs string) Option {
-	return func(c *config) { c.connString = cs }
-}
+// WithConnectionString authenticates with a Service Bus connection string (SAS) instead
+// of DefaultAzureCredential; the URL's host may then be empty (sb://) or must be the
+// string's endpoint. The string never appears in errors or logs. New ignores it.
+func WithConnectionString(cs string) Option { return func(c *config) { c.connString = cs } }
 
 // WithCredential authenticates with cred instead of DefaultAzureCredential. New
 // ignores it.
@@ -107,25 +97,20 @@ func WithClientOptions(o *azservicebus.ClientOptions) Option {
 	return func(c *config) { c.clientOptions = o }
 }
 
-// WithLogger sets the logger for lock-renewal and close problems. Default:
-// slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
-}
+// WithLogger sets the logger for lock-renewal and close problems (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.SetLogger(l) } }
 
-// WithLockRenewal sets how often the lock of an unsettled delivery is renewed: a
-// positive interval renews on that period, zero (the default) renews when half of the
-// remaining lock time has passed, a negative value turns renewal off.
-func WithLockRenewal(every time.Duration) Option {
-	return func(c *config) { c.renewEvery = every }
-}
+// WithLockRenewal sets how often the lock of an unsettled delivery is renewed: on a
+// positive period, when half of the lock time left has passed for zero (the default),
+// never for a negative value.
+func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.renewEvery = every } }
 
 // WithMaxLockRenewal stops renewing the lock of a delivery d after it was received.
 // Zero (the default) renews until the delivery is settled; d may not be negative.
 func WithMaxLockRenewal(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.bad.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
+			c.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
 			return
 		}
 		c.maxRenewal = d
@@ -133,38 +118,18 @@ func WithMaxLockRenewal(d time.Duration) Option {
 }
 
 // WithConnectTimeout bounds the start-up check of Consume (default
-// [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same.
-func WithConnectTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		c.connect = d
-	}
-}
+// [DefaultConnectTimeout]; connect_timeout in the URL).
+func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.SetConnectTimeout(d) } }
 
 // WithMaxMessageSize sets the limit of the size check in bytes (default
-// [DefaultMaxMessageSize]): the maximum message size of the entities written to, larger
-// on Premium namespaces, at most 100 MiB. The URL parameter max_message_size sets the
-// same.
-func WithMaxMessageSize(n int) Option {
-	return func(c *config) {
-		if n < 1 || n > maxMessageSizeLimit {
-			c.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", maxMessageSizeLimit, n)
-			return
-		}
-		c.maxSize = n
-	}
-}
+// [DefaultMaxMessageSize]; max_message_size in the URL): the maximum message size of
+// the entities written to, up to 100 MiB on Premium namespaces.
+func WithMaxMessageSize(n int) Option { return func(c *config) { c.SetMaxMessageSize(n) } }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now, connect: DefaultConnectTimeout, maxSize: DefaultMaxMessageSize, bad: driverkit.Options{Broker: "servicebus"}}
+	c := config{Common: driverkit.NewCommon("servicebus", DefaultConnectTimeout, DefaultMaxMessageSize, maxMessageSizeLimit), now: time.Now}
 	for _, o := range opts {
 		o(&c)
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
 	}
 	return c
 }
@@ -174,11 +139,9 @@ type Transport struct {
 	ns  namespace
 	cfg config
 
-	consumers driverkit.Group // closed by Close; then no sender is made
+	consumers driverkit.Group        // closed by Close; then no sender is made
+	senders   driverkit.Pool[sender] // one per queue written to
 	closing   atomic.Bool
-
-	mu      sync.Mutex
-	senders map[string]sender
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -190,28 +153,24 @@ func New(client *azservicebus.Client, opts ...Option) (*Transport, error) {
 		return nil, errors.New("servicebus: New: nil client")
 	}
 	cfg := newConfig(opts)
-	if err := cfg.bad.Err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	return newTransport(sdkNamespace{client: client}, cfg), nil
 }
 
 func newTransport(ns namespace, cfg config) *Transport {
-	return &Transport{ns: ns, cfg: cfg, senders: map[string]sender{}}
+	t := &Transport{ns: ns, cfg: cfg}
+	t.senders = driverkit.Pool[sender]{Make: ns.newSender, Free: func(ctx context.Context, s sender) error { return s.Close(ctx) }}
+	return t
 }
 
-// Open parses an sb:// URL and connects to its namespace (the SDK connects lazily, on the
-// first send or receive). It is what transport.Open calls, with opts for what cannot be
-// in a URL: a connection string, a credential, SDK client options.
+// Open parses an sb:// URL and connects to its namespace (lazily, on the first send or
+// receive), with opts for what cannot be in a URL: a connection string, a credential.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL(Scheme, rawURL)
 	if err != nil {
-		var ue *url.Error
-		reason := "cannot parse URL"
-		if errors.As(err, &ue) {
-			reason += ": " + ue.Err.Error()
-		}
-		return nil, &transport.BadURLError{Scheme: Scheme, Param: "url", Reason: reason}
+		return nil, err
 	}
 	return openURL(ctx, u, opts...)
 }
@@ -270,16 +229,11 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	} else if ok {
 		uc.maxRenewal, uc.maxSet = d, true
 	}
-	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
+	common := newConfig(nil).Common
+	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
 		return uc, err
-	} else if ok {
-		uc.opts = append(uc.opts, WithConnectTimeout(d))
 	}
-	if n, ok, err := q.Int("max_message_size", 1024, maxMessageSizeLimit); err != nil {
-		return uc, err
-	} else if ok {
-		uc.opts = append(uc.opts, WithMaxMessageSize(n))
-	}
+	uc.opts = append(uc.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
 	host := u.Host
 	if host != "" {
 		h := u.Hostname()
@@ -305,7 +259,7 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 		return nil, err
 	}
 	cfg := newConfig(append(uc.opts, opts...))
-	if err := cfg.bad.Err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	if uc.renewSet {
@@ -355,9 +309,8 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 // [WithConnectionString]. Its message never holds the key or the signature.
 var ErrConnectionString = errors.New("servicebus: bad connection string")
 
-// connString is what the transport reads from a connection string: only the endpoint
-// host (the SDK parses and validates the rest) and the secrets, to scrub them from the
-// SDK's errors.
+// connString is what the transport reads of a connection string: the endpoint host (the
+// SDK reads the rest) and the secrets, to scrub them from the SDK's errors.
 type connString struct {
 	endpointHost string
 	secrets      []string
@@ -419,8 +372,7 @@ func clientFromConnectionString(host, cs string, co *azservicebus.ClientOptions)
 }
 
 // Capabilities reports the Service Bus binding: attempts are max(body, DeliveryCount −
-// 1), delays use ScheduledEnqueueTime, poison and schema-gate rejections with the
-// runtime's DLQ off are handed to the broker (abandoned until MaxDeliveryCount), and the
+// 1), delays use ScheduledEnqueueTime, hand-off abandons until MaxDeliveryCount, and the
 // schema gate accepts the integer 1 as well as "1".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
@@ -434,24 +386,6 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// sender returns the cached sender for queue, creating it on first use.
-func (t *Transport) sender(queue string) (sender, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.consumers.Closed() { // Close takes the senders after it closed the group
-		return nil, transport.ErrClosed
-	}
-	if s, ok := t.senders[queue]; ok {
-		return s, nil
-	}
-	s, err := t.ns.newSender(queue)
-	if err != nil {
-		return nil, err
-	}
-	t.senders[queue] = s
-	return s, nil
-}
-
 // send projects m and sends it, returning once the broker confirmed it.
 func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if m.Queue == "" {
@@ -462,10 +396,13 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		return err
 	}
 	size := messageSize(sm)
-	if err := transport.CheckSize("servicebus", m.Queue, size, t.cfg.maxSize); err != nil {
+	if err := t.cfg.CheckSize(m.Queue, size, 0); err != nil {
 		return err
 	}
-	s, err := t.sender(m.Queue)
+	if t.consumers.Closed() { // Close closes the consumers, then the senders
+		return transport.ErrClosed
+	}
+	s, err := t.senders.Get(ctx, m.Queue)
 	if err != nil {
 		return err
 	}
@@ -474,7 +411,7 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		// The entity allows less than max_message_size (the SDK checks the encoded
 		// message against the link's limit).
 		return fmt.Errorf("%w: servicebus: message for %q (%d bytes of body and properties) refused as larger than the entity allows, which is below max_message_size=%d: %w",
-			transport.ErrTooLarge, m.Queue, size, t.cfg.maxSize, err)
+			transport.ErrTooLarge, m.Queue, size, t.cfg.MaxMessageSize, err)
 	}
 	return err
 }
@@ -497,14 +434,8 @@ func (t *Transport) Close(ctx context.Context) error {
 		return nil
 	}
 	errs := []error{t.consumers.Close(ctx)}
-	t.mu.Lock()
-	senders := t.senders
-	t.senders = map[string]sender{}
-	t.mu.Unlock()
-	for q, s := range senders {
-		if err := s.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("servicebus: close sender for %q: %w", q, err))
-		}
+	if err := t.senders.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("servicebus: senders: %w", err))
 	}
 	if err := t.ns.close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("servicebus: close client: %w", err))
