@@ -3,8 +3,12 @@ package driverkit_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -119,7 +123,8 @@ func TestPoolMakesOnceAndCloses(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make([]*client, 8)
 	for i := range got {
-		wg.Go(func() { got[i], _ = p.Get(ctx, "a") })
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i], _ = p.Get(ctx, "a") }()
 	}
 	wg.Wait()
 	for _, c := range got {
@@ -313,17 +318,20 @@ func TestCoalescer(t *testing.T) {
 	}}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		if err := c.Do(ctx, 0); err != nil {
 			t.Errorf("first: %v", err)
 		}
-	})
+	}()
 	for len(snapshot(&mu, &requests)) == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	errs := make([]error, 4)
 	for i := 1; i <= 4; i++ {
-		wg.Go(func() { errs[i-1] = c.Do(ctx, i) })
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i-1] = c.Do(ctx, i) }()
 	}
 	time.Sleep(20 * time.Millisecond) // let all four join the next request
 	close(release)
@@ -445,5 +453,47 @@ func TestProject(t *testing.T) {
 	driverkit.Project(transport.Projection{}, set)
 	if len(got) != 0 {
 		t.Fatalf("a raw write projected %v", got)
+	}
+}
+
+// TestReach: a node that accepts is enough; none accepting is every node's error.
+func TestReach(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := driverkit.Reach(ctx, []string{dead, ln.Addr().String()}, nil); err != nil {
+		t.Fatalf("one node accepts: %v", err)
+	}
+	if err := driverkit.Reach(ctx, []string{dead, dead}, nil); err == nil || !strings.Contains(err.Error(), dead) {
+		t.Fatalf("no node accepts: %v", err)
+	}
+	// A certificate the client refuses stops at the first node: it answered.
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	err = driverkit.Reach(ctx, []string{srv.Listener.Addr().String(), ln.Addr().String()}, &tls.Config{ServerName: "example.com"})
+	if !transport.IsTLSError(err) {
+		t.Fatalf("a refused certificate: %v", err)
+	}
+	if err := driverkit.Reach(ctx, []string{srv.Listener.Addr().String()}, srv.Client().Transport.(*http.Transport).TLSClientConfig); err != nil {
+		t.Fatalf("a trusted certificate: %v", err)
 	}
 }
