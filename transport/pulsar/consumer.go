@@ -14,10 +14,9 @@ import (
 // ErrForeignDelivery is returned by Settle for a delivery another consumer handed out.
 var ErrForeignDelivery = driverkit.ErrForeign
 
-// Consume subscribes to the topic queue with the transport's subscription. Messages
-// published before the subscription first existed are received too (the initial
-// position is the earliest message). The receive loop, the settlements and Close are
-// the kit's ([driverkit.Consumer]); this file is Pulsar's side of them.
+// Consume subscribes to the topic queue with the transport's subscription, from the
+// earliest message. The consumer is the kit's ([driverkit.Consumer]) on Pulsar's
+// primitives.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("pulsar: Consume needs a queue")
@@ -33,10 +32,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		SubscriptionInitialPosition: pc.SubscriptionPositionEarliest,
 		ReceiverQueueSize:           t.opts.receiverQueue,
 		NackRedeliveryDelay:         t.opts.nackDelay,
-		// An Ack returns once the broker has it: without this the client groups acks
-		// for up to 100ms, and Close (or a crash) can lose the last ones, so a message
-		// whose settle writes were made comes back (a redrive's move, a retry twice).
-		// The consumer sends the acks made at once in one request (acker).
+		// An Ack returns once the broker has it: a grouped ack can be lost with Close or a
+		// crash, and its message's settle writes made again (ackIDs groups them instead).
 		AckWithResponse:   true,
 		BackOffPolicyFunc: newReconnectBackoff,
 	}
@@ -50,9 +47,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		}
 		return nil, fmt.Errorf("pulsar: subscribe %q to %q: %w", t.opts.subscription, queue, err)
 	}
-	// A Transactional consumer (a DLQ redrive) does not pipeline: without a Pulsar
-	// transaction here, settling before Settle returns keeps a kill's duplicates to the
-	// one delivery in hand (the kit ignores Pipeline for it).
+	// A Transactional consumer (a DLQ redrive) does not pipeline (the kit ignores Pipeline).
 	c := &consumer{t: t, queue: queue, pc: sub, ch: sub.Chan(), awaited: !t.opts.pipeline || opts.Transactional}
 	c.acks.Send = c.ackIDs
 	k, err := driverkit.New[pc.Message](c, driverkit.Config{
@@ -74,7 +69,6 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 }
 
 // consumer is Pulsar's side of one consumer: a subscription's consumer of the topic.
-// The Pulsar client reconnects it by itself, so a receive never fails but for Close.
 type consumer struct {
 	t       *Transport
 	queue   string
@@ -118,10 +112,8 @@ func (c *consumer) Ack(ctx context.Context, m pc.Message) error {
 	return nil
 }
 
-// GiveBack negatively acknowledges the messages: the broker delivers them again after
-// the nack redelivery delay, with their redelivery count one higher. Closing needs
-// nothing: closing the Pulsar consumer returns every unacknowledged message to the
-// subscription.
+// GiveBack negatively acknowledges the messages (redelivered after the nack delay);
+// closing the Pulsar consumer gives back the rest.
 func (c *consumer) GiveBack(_ context.Context, ms []pc.Message, why driverkit.Reason) error {
 	if why != driverkit.Closing {
 		for _, m := range ms {
@@ -131,12 +123,9 @@ func (c *consumer) GiveBack(_ context.Context, ms []pc.Message, why driverkit.Re
 	return nil
 }
 
-// Write makes the settle writes of an Ack. Awaited (pipeline_settles=0, or a
-// Transactional consumer) it sends them in order and waits for each receipt, stopping
-// at the first that fails (those before it stay made). Pipelined, it checks every
-// write and finds its producer before it hands any over, so an error it returns means
-// nothing was written; then it hands them all to their producers (SendAsync) and
-// returns the wait for their receipts.
+// Write makes the settle writes of an Ack: awaited, in order, each receipt waited for;
+// pipelined, every write checked and its producer found before any is handed over
+// (SendAsync), returning the wait for their receipts.
 func (c *consumer) Write(ctx context.Context, _ pc.Message, ws []*transport.Message) (driverkit.Confirm, error) {
 	t := c.t
 	if c.awaited {
@@ -174,9 +163,8 @@ func (c *consumer) Write(ctx context.Context, _ pc.Message, ws []*transport.Mess
 	}, nil
 }
 
-// Close closes the Pulsar consumer, bounded by ctx: the broker gives what it handed out
-// and was not acknowledged (the receiver queue too) to the subscription's other
-// consumers.
+// Close closes the Pulsar consumer, bounded by ctx: the broker gives what was not
+// acknowledged to the subscription's other consumers.
 func (c *consumer) Close(ctx context.Context) error {
 	if _, err := driverkit.Await(ctx, func() (any, error) { c.pc.Close(); return nil, nil }, nil); err != nil {
 		return fmt.Errorf("pulsar: closing the subscription's consumer of %q: %w", c.queue, err)
@@ -184,9 +172,7 @@ func (c *consumer) Close(ctx context.Context) error {
 	return nil
 }
 
-// ackIDs acknowledges ids in one request (AckIDList; one ack alone costs less as AckID),
-// so the acknowledgements of many workers and pipelined settlements do not wait in line,
-// one round trip each, as the client's own acknowledgements with response do.
+// ackIDs acknowledges ids in one request (one alone as AckID), for the Coalescer.
 func (c *consumer) ackIDs(ids []pc.MessageID) []error {
 	if len(ids) == 1 {
 		return []error{c.pc.AckID(ids[0])}

@@ -38,8 +38,7 @@ type SubscriptionType string
 
 // The subscription types a pulsar:// URL accepts in its subscription_type parameter.
 const (
-	// Shared lets every consumer of the subscription receive messages round-robin; it is
-	// the default and the only type (with KeyShared) on which delays are honoured.
+	// Shared hands messages to the subscription's consumers round-robin (the default).
 	Shared SubscriptionType = "shared"
 	// Exclusive admits one consumer on the subscription.
 	Exclusive SubscriptionType = "exclusive"
@@ -438,26 +437,17 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 // connection within the connect timeout.
 var ErrUnreachable = errors.New("pulsar: broker unreachable")
 
-// probe dials the brokers of serviceURL until one accepts a TCP connection (and, with
-// tlsConfig, completes a TLS handshake), within timeout (and ctx), where the client
-// would retry until each operation's timeout.
+// probe dials the brokers of serviceURL within timeout ([driverkit.Reach]), where the
+// client would retry until each operation's timeout.
 func probe(ctx context.Context, serviceURL string, timeout time.Duration, tlsConfig *tls.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	_, hosts, _ := strings.Cut(serviceURL, "://")
-	var errs []error
-	for _, hp := range strings.Split(hosts, ",") {
-		conn, err := dialProbe(ctx, hp, tlsConfig)
-		if err == nil {
-			_ = conn.Close()
-			return nil
-		}
-		if isTLSRefusal(err) {
-			return err // the broker answered: its certificate was refused
-		}
-		errs = append(errs, err)
+	err := driverkit.Reach(ctx, strings.Split(hosts, ","), tlsConfig)
+	if err == nil || transport.IsTLSError(err) {
+		return err // a refused certificate: the broker answered
 	}
-	return fmt.Errorf("%w: no broker of %s accepted a connection within %s (connect_timeout): %w", ErrUnreachable, serviceURL, timeout, errors.Join(errs...))
+	return fmt.Errorf("%w: no broker of %s accepted a connection within %s (connect_timeout): %w", ErrUnreachable, serviceURL, timeout, err)
 }
 
 // New builds a transport around a client you built yourself (TLS, token or OAuth2
@@ -503,9 +493,8 @@ type Transport struct {
 // Client returns the Pulsar client the transport uses.
 func (t *Transport) Client() pc.Client { return t.client }
 
-// Capabilities reports the Pulsar binding: attempts are the larger of the body's and
-// the broker's 0-based redelivery count, delays are honoured on Shared and Key_Shared
-// subscriptions only, and the dead-letter suffix is ".dlq".
+// Capabilities reports the Pulsar binding: attempts are max(body, redelivery count),
+// delays on Shared and Key_Shared subscriptions only, dead letters in "<queue>.dlq".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
 		Attempts:         transport.AttemptsMaxNative,
@@ -541,9 +530,8 @@ func (t *Transport) createProducer(topic string) (pc.Producer, error) {
 // refused with NotAllowedError, and its later writes all time out (issue 16).
 func (t *Transport) dropProducer(topic string, p pc.Producer) { t.producers.Drop(topic, p) }
 
-// ErrEmptyBody is returned for a write with an empty body: the Pulsar Go client
-// discards a received message with an empty payload as corrupt, so such a write would be
-// lost.
+// ErrEmptyBody is returned for a write with an empty body, which Pulsar Go consumers
+// discard as corrupt.
 var ErrEmptyBody = errors.New("pulsar: empty message body (Pulsar Go consumers discard empty payloads)")
 
 // check refuses a write the transport cannot make (no queue, an empty body, over the
@@ -584,9 +572,8 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	return nil
 }
 
-// refused is err, the failure of a write of size bytes to queue; when the broker's
-// maxMessageSize is below max_message_size it matches [transport.ErrTooLarge] (the
-// client reports that with an error of its internal package, known only by its text).
+// refused is err, a write's failure, matching [transport.ErrTooLarge] when the broker's
+// maxMessageSize refused it (an internal error of the client, known by its text).
 func (t *Transport) refused(queue string, size int, err error) error {
 	if errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize") {
 		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
@@ -624,8 +611,7 @@ func (t *Transport) sendSettle(ctx context.Context, m *transport.Message) error 
 	return t.send(ctx, m)
 }
 
-// Publish writes one message to the topic m.Queue and waits for the broker to confirm
-// it.
+// Publish writes one message to the topic m.Queue and waits for the broker's receipt.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err := t.send(ctx, m); err != nil {
 		q := ""

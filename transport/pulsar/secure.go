@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -28,15 +27,12 @@ type access struct {
 	token, tokenFile string
 }
 
-// WithTLSConfig sets the TLS configuration of the broker connections of a transport
-// opened from a pulsar+ssl:// URL, in place of the one the URL's TLS parameters describe
-// (docs/security.md; [transport.TLSOptions] builds the same configuration in code), and
-// of the https admin API that Browse and QueueStats read ([WithAdminURL]), for [New] too.
+// WithTLSConfig sets the TLS configuration of a pulsar+ssl:// URL's broker connections,
+// in place of the URL's TLS parameters (docs/security.md), and of an https admin API.
 func WithTLSConfig(c *tls.Config) Option { return func(o *options) { o.secure.tls = c } }
 
-// WithToken authenticates with a token (a JWT): the broker connections of a transport
-// opened from a URL (the token= parameter), and the admin API ([WithAdminURL]), for
-// [New] too.
+// WithToken authenticates with a token (a JWT; token= in the URL) with the brokers of a
+// URL and with the admin API.
 func WithToken(token string) Option {
 	return func(o *options) { o.secure.token, o.secure.tokenFile = token, "" }
 }
@@ -78,28 +74,12 @@ func (a access) admin(url string) (admin.Client, error) {
 	return admin.NewPulsarClientWithAuthProvider(&config.Config{WebServiceURL: url}, p)
 }
 
-// dialProbe opens a TCP connection to hp, and with c a TLS handshake over it.
-func dialProbe(ctx context.Context, hp string, c *tls.Config) (net.Conn, error) {
-	if c == nil {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", hp)
-	}
-	d := tls.Dialer{Config: c}
-	return d.DialContext(ctx, "tcp", hp)
-}
-
-// isTLSRefusal reports a handshake that failed on a certificate, as opposed to a
-// broker that is not there.
-func isTLSRefusal(err error) bool { return transport.IsTLSError(err) }
-
 // accessCheckTopic is the topic whose metadata checkAccess asks for: the lookup needs
 // an authenticated, authorised connection, and creates nothing.
 const accessCheckTopic = "persistent://public/default/babelqueue-access-check"
 
-// checkAccess makes one request that needs the connection's credentials, so a token
-// the broker refuses fails Open instead of the first producer or consumer, which the
-// client would retry until its operation timeout. refused carries the broker's reason
-// for refusing a connection ([clientLog]).
+// checkAccess makes one request that needs the connection's credentials, so that a
+// token the broker refuses fails Open; refused carries the broker's reason ([clientLog]).
 func checkAccess(ctx context.Context, client pc.Client, timeout time.Duration, refused <-chan string) error {
 	done := make(chan error, 1)
 	go func() {

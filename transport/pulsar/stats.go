@@ -15,20 +15,10 @@ import (
 
 var _ transport.QueueStatter = (*Transport)(nil)
 
-// QueueStats asks the admin REST API ([WithAdminURL]) for the topic's stats. Once the
-// transport's subscription exists: Ready is its backlog without the delayed messages
-// and without those dispatched to a consumer and not acknowledged, which are InFlight;
-// Delayed is the subscription's delayed messages (Pulsar counts them once a consumer
-// of a Shared subscription has been handed them); Oldest is the publish time of the
-// earliest message in its backlog (Pulsar's earliestMsgPublishTimeInBacklog: messages
-// dispatched and not acknowledged count too). Before the subscription exists, a
-// consumer would read the topic from its earliest retained message, so Ready is the
-// topic's stored entries (one per message, with batching off, the default; one per
-// batch with [WithBatching]), InFlight 0, Delayed [transport.UnknownCount] and Oldest
-// unknown (zero).
-// Appended is [transport.UnknownCount]: the broker's counter of messages in starts
-// again when it loads the topic. A topic that does not exist has Exists false.
-// Without an admin URL QueueStats returns a [transport.CannotCountError].
+// QueueStats asks the admin REST API ([WithAdminURL]) for the counts of the
+// transport's subscription (its backlog as Ready, InFlight, Delayed and Oldest), or of
+// the topic's stored entries before the subscription exists. Without an admin URL it
+// returns a [transport.CannotCountError].
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{Appended: transport.UnknownCount}
 	if t.opts.adminURL == "" {
