@@ -497,3 +497,20 @@ func TestReach(t *testing.T) {
 		t.Fatalf("a trusted certificate: %v", err)
 	}
 }
+
+// TestRefuseParts: the first part the URL has is refused, naming its parameter.
+func TestRefuseParts(t *testing.T) {
+	parts := []driverkit.URLPart{{"opaque", "host", "o"}, {"user", "userinfo", "u"}, {"port", "region", "p"}, {"path", "path", "pa"}, {"fragment", "fragment", "f"}}
+	for raw, param := range map[string]string{"x:opaque": "host", "x://u:secret@h:1/p": "userinfo", "x://h:1/p": "region",
+		"x://h/p#f": "path", "x://h/#f": "fragment", "x://h/": "", "x://h": ""} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = driverkit.RefuseParts("x", u, parts...)
+		var bad *transport.BadURLError
+		if param == "" && err != nil || param != "" && (!errors.As(err, &bad) || bad.Param != param || strings.Contains(err.Error(), "secret")) {
+			t.Errorf("%s: %v, want param %q", raw, err, param)
+		}
+	}
+}

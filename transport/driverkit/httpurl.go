@@ -51,3 +51,32 @@ func IsLoopback(raw string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// URLPart refuses one part of a driver's URL that its scheme does not take: Part is
+// "opaque", "user", "port", "path" (any but "" and "/") or "fragment"; Param names it in
+// the error and Reason says what to do instead.
+type URLPart struct{ Part, Param, Reason string }
+
+// RefuseParts returns the *[transport.BadURLError] of scheme for the first of parts that
+// u has, or nil.
+func RefuseParts(scheme string, u *url.URL, parts ...URLPart) error {
+	for _, p := range parts {
+		var has bool
+		switch p.Part {
+		case "opaque":
+			has = u.Opaque != ""
+		case "user":
+			has = u.User != nil
+		case "port":
+			has = u.Port() != ""
+		case "path":
+			has = u.Path != "" && u.Path != "/"
+		case "fragment":
+			has = u.Fragment != ""
+		}
+		if has {
+			return &transport.BadURLError{Scheme: scheme, Param: p.Param, Reason: p.Reason}
+		}
+	}
+	return nil
+}
