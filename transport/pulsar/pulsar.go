@@ -292,21 +292,19 @@ func ParseURL(u *url.URL) (Config, error) {
 	default:
 		return bad("scheme", "want pulsar:// or pulsar+ssl://")
 	}
-	if u.Opaque != "" {
-		return bad("host", "want pulsar://host:port")
-	}
-	if u.User != nil {
-		return bad("user", "pulsar:// URLs carry no user: give token_file= (or token=) for token authentication, or build a client and use pulsar.New")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "opaque", Param: "host", Reason: "want pulsar://host:port"},
+		driverkit.URLPart{Part: "user", Param: "user", Reason: "pulsar:// URLs carry no user: give token_file= (or token=) for token authentication, or build a client and use pulsar.New"}); err != nil {
+		return Config{}, err
 	}
 	q, err := driverkit.ParseQuery("pulsar", u, append(append([]string(nil), urlParams...), transport.TLSParams...)...)
 	if err != nil {
 		return Config{}, err
 	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("path", "pulsar:// takes no path (topics are named by the queue)")
-	}
-	if u.Fragment != "" {
-		return bad("fragment", "pulsar:// takes no fragment")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "pulsar:// takes no path (topics are named by the queue)"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "pulsar:// takes no fragment"}); err != nil {
+		return Config{}, err
 	}
 	if u.Host == "" {
 		return bad("host", "missing (want pulsar://host:port)")

@@ -193,17 +193,12 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if !strings.EqualFold(u.Scheme, Scheme) {
 		return uc, bad("scheme", fmt.Sprintf("want sb://, got %q", u.Scheme+"://"))
 	}
-	if u.Opaque != "" {
-		return uc, bad("url", "want sb://<namespace>.servicebus.windows.net")
-	}
-	if u.User != nil {
-		return uc, bad("userinfo", "credentials do not go in an sb:// URL: use DefaultAzureCredential, servicebus.WithConnectionString or servicebus.WithCredential")
-	}
-	if u.Path != "" && u.Path != "/" {
-		return uc, bad("path", "an sb:// URL names a namespace, not a queue: the queue is the runtime's queue option")
-	}
-	if u.Fragment != "" {
-		return uc, bad("fragment", "an sb:// URL takes no fragment")
+	if err := driverkit.RefuseParts(Scheme, u,
+		driverkit.URLPart{Part: "opaque", Param: "url", Reason: "want sb://<namespace>.servicebus.windows.net"},
+		driverkit.URLPart{Part: "user", Param: "userinfo", Reason: "credentials do not go in an sb:// URL: use DefaultAzureCredential, servicebus.WithConnectionString or servicebus.WithCredential"},
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "an sb:// URL names a namespace, not a queue: the queue is the runtime's queue option"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "an sb:// URL takes no fragment"}); err != nil {
+		return uc, err
 	}
 	q, err := driverkit.ParseQuery("servicebus", u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size")
 	if err != nil {

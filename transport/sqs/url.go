@@ -93,14 +93,13 @@ func parseURL(u *url.URL) (settings, error) {
 	if !strings.EqualFold(u.Scheme, "sqs") {
 		return s, bad("scheme", fmt.Sprintf("want sqs://, got %q", u.Scheme+"://"))
 	}
-	if u.Opaque != "" {
-		return s, bad("region", "want sqs://<region>, e.g. sqs://eu-central-1")
-	}
-	if u.User != nil {
-		return s, bad("userinfo", "credentials in the URL are not supported; they come from the default AWS chain (or build the client yourself and call sqs.New)")
-	}
-	if u.Port() != "" {
-		return s, bad("region", "a region takes no port; set the emulator address with ?endpoint=")
+	if err := driverkit.RefuseParts("sqs", u,
+		driverkit.URLPart{Part: "opaque", Param: "region", Reason: "want sqs://<region>, e.g. sqs://eu-central-1"},
+		driverkit.URLPart{Part: "user", Param: "userinfo", Reason: "credentials in the URL are not supported; they come from the default AWS chain (or build the client yourself and call sqs.New)"},
+		driverkit.URLPart{Part: "port", Param: "region", Reason: "a region takes no port; set the emulator address with ?endpoint="},
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "sqs:// takes no path; name queues in the runtime, or use ?prefix= for a queue-URL prefix"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "sqs:// takes no fragment"}); err != nil {
+		return s, err
 	}
 	s.region = u.Hostname()
 	if s.region == "" {
@@ -108,12 +107,6 @@ func parseURL(u *url.URL) (settings, error) {
 	}
 	if !validRegion(s.region) {
 		return s, bad("region", fmt.Sprintf("%q is not a region name (lower-case letters, digits and dashes)", s.region))
-	}
-	if u.Path != "" && u.Path != "/" {
-		return s, bad("path", "sqs:// takes no path; name queues in the runtime, or use ?prefix= for a queue-URL prefix")
-	}
-	if u.Fragment != "" {
-		return s, bad("fragment", "sqs:// takes no fragment")
 	}
 	q, err := driverkit.ParseQuery("sqs", u, urlParams...)
 	if err != nil {
