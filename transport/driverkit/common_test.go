@@ -514,3 +514,64 @@ func TestRefuseParts(t *testing.T) {
 		}
 	}
 }
+
+// TestPoller: a poll is never cancelled for its caller; what it receives after its
+// caller stopped waiting goes to the next Receive, extra messages wait their turn, a
+// poll's error goes to one Receive, and Drain returns what nobody took.
+func TestPoller(t *testing.T) {
+	release, last := make(chan struct{}), make(chan struct{})
+	var polls atomic.Int32
+	p := &driverkit.Poller[int]{Poll: func(n int) ([]int, error) {
+		switch polls.Add(1) {
+		case 1:
+			<-release
+			return []int{1, 2, 3}, nil
+		case 2:
+			return nil, errors.New("throttled")
+		case 4:
+			<-last
+		}
+		return []int{9}, nil
+	}}
+	closed := make(chan struct{})
+	into := make([]int, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Receive(ctx, closed, into); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Receive whose ctx ended: %v", err)
+	}
+	close(release)
+	bg := context.Background()
+	if n, err := p.Receive(bg, closed, into); n != 2 || err != nil || into[0] != 1 || into[1] != 2 {
+		t.Fatalf("the abandoned poll's messages: %d %v %v", n, into, err)
+	}
+	if w := p.Waiting(func(m int) bool { return m == 3 }); len(w) != 1 {
+		t.Fatalf("waiting %v", w)
+	}
+	if n, err := p.Receive(bg, closed, into); n != 1 || err != nil || into[0] != 3 {
+		t.Fatalf("the extra message: %d %v %v", n, into, err)
+	}
+	if _, err := p.Receive(bg, closed, into); err == nil || err.Error() != "throttled" {
+		t.Fatalf("the poll's error: %v", err)
+	}
+	if n, err := p.Receive(bg, closed, into[:1]); n != 1 || err != nil || into[0] != 9 {
+		t.Fatalf("after the error: %d %v", n, err)
+	}
+	if polls.Load() != 3 {
+		t.Fatalf("%d polls for three calls' worth", polls.Load())
+	}
+	close(closed)
+	if _, err := p.Receive(bg, closed, into); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("closed: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(bg, 10*time.Millisecond)
+	defer cancelShort()
+	p.Wait(short) // the poll in flight is not done: Wait gives up with ctx
+	close(last)
+	if back := p.Drain(); len(back) != 1 || back[0] != 9 {
+		t.Fatalf("Drain %v", back)
+	}
+	if back := p.Drain(); len(back) != 0 {
+		t.Fatalf("second Drain %v", back)
+	}
+}
