@@ -55,6 +55,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	}
 	c.url.Store(&qurl)
 	c.life, c.end = context.WithCancel(context.Background())
+	c.polls.Poll = c.receive
 	k, err := driverkit.New[*held](c, driverkit.Config{
 		Broker: "sqs", Queue: queue, Logger: t.log, Group: &t.consumers,
 		HandOff: true, MaxBatch: maxBatch,
@@ -81,10 +82,7 @@ type consumer struct {
 	life   context.Context // ends in Close: bounds the polls and the heartbeat's calls
 	end    context.CancelFunc
 	beat   sync.WaitGroup
-
-	mu    sync.Mutex
-	poll  *poll   // the ReceiveMessage call in flight; nil when none
-	stash []*held // received by a poll whose caller stopped waiting, for the next Receive
+	polls  driverkit.Poller[*held] // ReceiveMessage calls, never cancelled for their caller
 }
 
 // held is one received message: what settling it and extending its visibility need.
@@ -99,64 +97,15 @@ type held struct {
 	deleted  atomic.Bool // an Ack is deleting it: an extension racing it may fail
 }
 
-// poll is one ReceiveMessage call.
-type poll struct {
-	done chan struct{} // closed when got and err are set
-	got  []*held
-	err  error
-}
-
-// Receive stores up to len(into) messages: those an earlier poll left, else those of
-// the poll in flight, or of a new one. A poll is never cancelled for its caller (SQS
-// may have handed it messages already): what it receives waits for the next Receive,
-// or Close gives it back.
+// Receive stores up to len(into) messages received by a poll ([driverkit.Poller]: SQS may
+// have handed a cancelled poll messages already).
 func (c *consumer) Receive(ctx context.Context, into []*held) (int, error) {
-	for {
-		c.mu.Lock()
-		if len(c.stash) > 0 {
-			n := copy(into, c.stash)
-			clear(c.stash[:n])
-			c.stash = c.stash[n:]
-			c.mu.Unlock()
-			return n, nil
-		}
-		p := c.poll
-		if p == nil {
-			p = &poll{done: make(chan struct{})}
-			c.poll = p
-			go c.receive(p, len(into))
-		}
-		c.mu.Unlock()
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.kit.Done():
-			return 0, transport.ErrClosed
-		}
-		if err := c.collect(p); err != nil {
-			return 0, err
-		}
-	}
+	return c.polls.Receive(ctx, c.kit.Done(), into)
 }
 
-// collect moves what the finished poll p received to the stash and returns its error,
-// once.
-func (c *consumer) collect(p *poll) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.poll != p {
-		return nil
-	}
-	c.poll = nil
-	c.stash = append(c.stash, p.got...)
-	return p.err
-}
-
-// receive makes the ReceiveMessage call of p for up to n messages, bounded by the
-// long-poll wait plus receiveGrace (a connection that died without a reset).
-func (c *consumer) receive(p *poll, n int) {
-	defer close(p.done)
+// receive makes a ReceiveMessage call for up to n messages, bounded by the long-poll
+// wait plus receiveGrace (a connection that died without a reset).
+func (c *consumer) receive(n int) (got []*held, _ error) {
 	ctx, cancel := context.WithTimeout(c.life, time.Duration(c.t.waitTime)*time.Second+receiveGrace)
 	defer cancel()
 	out, err := c.t.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
@@ -175,8 +124,7 @@ func (c *consumer) receive(p *poll, n int) {
 				c.url.Store(&u)
 			}
 		}
-		p.err = fmt.Errorf("sqs: receive from %q: %w", c.queue, err)
-		return
+		return nil, fmt.Errorf("sqs: receive from %q: %w", c.queue, err)
 	}
 	if out == nil {
 		out = &awssqs.ReceiveMessageOutput{}
@@ -188,21 +136,22 @@ func (c *consumer) receive(p *poll, n int) {
 		switch {
 		case m.ReceiptHandle == nil || *m.ReceiptHandle == "":
 			c.t.log.Warn("sqs: received a message without a receipt handle; skipped", "queue", c.queue, "message_id", aws.ToString(m.MessageId))
-		case len(p.got) == n: // more than asked for: no slot holds it
+		case len(got) == n: // more than asked for: no slot holds it
 			extra = append(extra, &held{receipt: *m.ReceiptHandle})
 		default:
-			p.got = append(p.got, &held{msg: m, receipt: *m.ReceiptHandle, msgID: aws.ToString(m.MessageId),
+			got = append(got, &held{msg: m, receipt: *m.ReceiptHandle, msgID: aws.ToString(m.MessageId),
 				group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], extended: now})
 		}
 	}
 	c.giveBackLogged(extra)
-	if len(p.got) == 0 && c.t.waitTime == 0 {
+	if len(got) == 0 && c.t.waitTime == 0 {
 		// Short polling on an empty queue: do not spin on the broker.
 		select {
 		case <-time.After(idlePause):
 		case <-c.life.Done():
 		}
 	}
+	return got, nil
 }
 
 func (c *consumer) queueURL() string { return *c.url.Load() }
@@ -298,14 +247,7 @@ func (c *consumer) heartbeat() {
 		}
 		now := time.Now()
 		due := func(h *held) bool { return now.Sub(h.extended) >= every }
-		hs := c.kit.Unsettled(due)
-		c.mu.Lock()
-		for _, h := range c.stash {
-			if due(h) {
-				hs = append(hs, h)
-			}
-		}
-		c.mu.Unlock()
+		hs := append(c.kit.Unsettled(due), c.polls.Waiting(due)...)
 		for len(hs) > 0 {
 			n := min(len(hs), maxBatch)
 			c.extend(hs[:n], every)
@@ -341,27 +283,11 @@ func (c *consumer) extend(hs []*held, timeout time.Duration) {
 // Close waits for a poll in flight (at most the wait time), stops the heartbeat and
 // gives back what the polls received and nobody took.
 func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	p := c.poll
-	c.mu.Unlock()
-	if p != nil {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-		}
-	}
+	c.polls.Wait(ctx)
 	c.end() // a poll still in flight returns now
 	c.beat.Wait()
-	if p != nil {
-		<-p.done
-		_ = c.collect(p)
+	if back := c.polls.Drain(); len(back) > 0 {
+		return c.GiveBack(ctx, back, driverkit.Closing)
 	}
-	c.mu.Lock()
-	back := c.stash
-	c.stash = nil
-	c.mu.Unlock()
-	if len(back) == 0 {
-		return nil
-	}
-	return c.GiveBack(ctx, back, driverkit.Closing)
+	return nil
 }
