@@ -185,21 +185,11 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 
 // browseVisibility is how long a walk hides what it read, from the queue's size.
 func (t *Transport) browseVisibility(ctx context.Context, url string) (time.Duration, error) {
-	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-		},
-	})
+	n, err := t.queueNumbers(ctx, url, types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, k := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
-		v, _ := strconv.Atoi(out.Attributes[string(k)])
-		n += v
-	}
-	vis := 2*time.Duration(n)*time.Second/browseRate + minBrowseVisibility
+	vis := 2*time.Duration(max(n[0], 0)+max(n[1], 0))*time.Second/browseRate + minBrowseVisibility
 	return min(vis, maxBrowseVisibility), nil
 }
 

@@ -40,18 +40,11 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		c.askVis = int32((c.vis + time.Second - 1) / time.Second)
 		c.vis = time.Duration(c.askVis) * time.Second
 	} else {
-		out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-			QueueUrl:       aws.String(qurl),
-			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout},
-		})
+		n, err := t.queueNumbers(ctx, qurl, types.QueueAttributeNameVisibilityTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("sqs: visibility timeout of %q: %w", queue, err)
 		}
-		if out != nil {
-			if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)]); err == nil && n > 0 {
-				c.vis = time.Duration(n) * time.Second
-			}
-		}
+		c.vis = time.Duration(max(n[0], 0)) * time.Second
 	}
 	c.url.Store(&qurl)
 	c.life, c.end = context.WithCancel(context.Background())
@@ -118,9 +111,7 @@ func (c *consumer) receive(n int) (got []*held, _ error) {
 	})
 	if err != nil {
 		if isMissingQueue(err) {
-			// Deleted under us (or an emulator restarted): look it up (or create it) again.
-			c.t.forgetURL(c.queue)
-			if u, rerr := c.t.QueueURL(ctx, c.queue); rerr == nil {
+			if u, rerr := c.t.freshURL(ctx, c.queue); rerr == nil {
 				c.url.Store(&u)
 			}
 		}

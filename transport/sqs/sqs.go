@@ -311,8 +311,7 @@ func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx con
 	}
 	err = call(ctx, url)
 	if err != nil && isMissingQueue(err) && t.prefix == "" {
-		t.forgetURL(queue)
-		if url, rerr := t.QueueURL(ctx, queue); rerr == nil {
+		if url, rerr := t.freshURL(ctx, queue); rerr == nil {
 			err = call(ctx, url)
 		}
 	}
@@ -331,11 +330,13 @@ func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int 
 	return n
 }
 
-// forgetURL drops the cached URL of a logical queue.
-func (t *Transport) forgetURL(queue string) {
+// freshURL looks the URL of a logical queue up again (creating the queue when creating
+// is on), for a queue SQS said does not exist: it was deleted, or an emulator restarted.
+func (t *Transport) freshURL(ctx context.Context, queue string) (string, error) {
 	t.urlMu.Lock()
 	delete(t.urls, t.QueueName(queue))
 	t.urlMu.Unlock()
+	return t.QueueURL(ctx, queue)
 }
 
 // isMissingQueue reports an error saying the queue does not exist.
@@ -429,6 +430,26 @@ func (t *Transport) setVisibility(ctx context.Context, url string, receipts []st
 		return fmt.Errorf("%d of %d refused: %s: %s", len(refused), len(receipts), aws.ToString(refused[0].Code), aws.ToString(refused[0].Message))
 	}
 	return nil
+}
+
+// queueNumbers reads numeric queue attributes (GetQueueAttributes); one SQS gives no
+// number for reads -1.
+func (t *Transport) queueNumbers(ctx context.Context, url string, names ...types.QueueAttributeName) ([]int64, error) {
+	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = &awssqs.GetQueueAttributesOutput{}
+	}
+	ns := make([]int64, len(names))
+	for i, name := range names {
+		ns[i] = -1
+		if n, err := strconv.ParseInt(out.Attributes[string(name)], 10, 64); err == nil {
+			ns[i] = n
+		}
+	}
+	return ns, nil
 }
 
 // entryIndex returns the index a batch result's Id names, or -1 when none of n.

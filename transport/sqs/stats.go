@@ -3,9 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -25,30 +23,14 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if err != nil || !ok {
 		return s, err
 	}
-	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl: &url,
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
+	n, err := t.queueNumbers(ctx, url, types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed)
 	switch {
 	case isMissingQueue(err):
 		return s, nil
 	case err != nil:
 		return s, fmt.Errorf("sqs: stats %q: %w", t.QueueName(queue), err)
 	}
-	count := func(name types.QueueAttributeName) int64 {
-		n, err := strconv.ParseInt(out.Attributes[string(name)], 10, 64)
-		if err != nil {
-			return transport.UnknownCount
-		}
-		return n
-	}
-	s.Exists = true
-	s.Ready = count(types.QueueAttributeNameApproximateNumberOfMessages)
-	s.InFlight = count(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
-	s.Delayed = count(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)
+	s.Exists, s.Ready, s.InFlight, s.Delayed = true, n[0], n[1], n[2] // -1 (unknown) when SQS gave no number
 	return s, nil
 }
