@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -573,5 +574,48 @@ func TestPoller(t *testing.T) {
 	}
 	if back := p.Drain(); len(back) != 0 {
 		t.Fatalf("second Drain %v", back)
+	}
+}
+
+// TestAMQPBody: Data sections joined, an AmqpValue string or binary, else empty.
+func TestAMQPBody(t *testing.T) {
+	for _, c := range []struct {
+		data  [][]byte
+		value any
+		want  string
+	}{
+		{[][]byte{[]byte(`{"a"`), []byte(`:1}`)}, nil, `{"a":1}`},
+		{[][]byte{{}}, nil, ""},
+		{nil, `{"s":1}`, `{"s":1}`},
+		{nil, []byte(`{"b":1}`), `{"b":1}`},
+		{nil, int64(7), ""},
+		{nil, nil, ""},
+	} {
+		got := driverkit.AMQPBody(c.data, c.value)
+		if got == nil || string(got) != c.want {
+			t.Errorf("AMQPBody(%q, %v) = %q, want %q", c.data, c.value, got, c.want)
+		}
+	}
+}
+
+type symbol string
+
+// TestSchemaValue: every AMQP type a schema-version property may have, in the forms the
+// gate reads; none but the integer 1 and the text "1" reads as version 1.
+func TestSchemaValue(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		in   any
+		want any
+	}{
+		{nil, nil}, {"1", "1"}, {symbol("1"), "1"}, {int8(1), int64(1)}, {int16(-2), int64(-2)}, {int32(1), int64(1)},
+		{int64(3), int64(3)}, {1, int64(1)}, {uint8(1), int64(1)}, {uint16(2), int64(2)}, {uint32(1), int64(1)},
+		{uint64(1), int64(1)}, {uint(4), int64(4)}, {uint64(math.MaxUint64), "18446744073709551615"},
+		{float32(1.5), 1.5}, {1.0, 1.0}, {true, true}, {[]byte("1"), "binary:[49]"},
+		{at, "timestamp:2026-01-02T03:04:05Z"}, {[]int{1}, "[]int:[1]"},
+	} {
+		if got := driverkit.SchemaValue(c.in); got != c.want {
+			t.Errorf("SchemaValue(%#v) = %#v, want %#v", c.in, got, c.want)
+		}
 	}
 }
