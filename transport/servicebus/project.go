@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -148,85 +146,22 @@ func reconcile(d *transport.Delivery, rm *azservicebus.ReceivedMessage) {
 	}
 }
 
-// body returns the payload: the Data sections joined, else a string or binary AMQP
-// value, else an empty body (poison to the runtime).
+// body returns the payload: the SDK's Body, else the AMQP body sections'.
 func body(rm *azservicebus.ReceivedMessage) []byte {
-	if rm.Body != nil {
+	switch {
+	case rm.Body != nil:
 		return rm.Body
-	}
-	raw := rm.RawAMQPMessage
-	if raw == nil {
+	case rm.RawAMQPMessage == nil:
 		return []byte{}
 	}
-	if len(raw.Body.Data) > 0 {
-		var out []byte
-		for _, s := range raw.Body.Data {
-			out = append(out, s...)
-		}
-		if out == nil {
-			out = []byte{}
-		}
-		return out
-	}
-	switch v := raw.Body.Value.(type) {
-	case string:
-		return []byte(v)
-	case []byte:
-		return v
-	}
-	return []byte{}
+	return driverkit.AMQPBody(rm.RawAMQPMessage.Body.Data, rm.RawAMQPMessage.Body.Value)
 }
 
 // SchemaVersion normalises the bq-schema-version property to what
-// [transport.Delivery.SchemaVersion] holds: nil, a string (or symbol) as sent, an int64
-// for any integer (a uint64 above its range as decimal text), a float64, a bool; any
-// other AMQP type as its kind and printed form ("binary:[49]"), which the gate rejects.
-func SchemaVersion(v any) any {
-	switch x := v.(type) {
-	case nil:
-		return nil
-	case string:
-		return x
-	case int8:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case int64:
-		return x
-	case int:
-		return int64(x)
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	case uint64:
-		if x > math.MaxInt64 {
-			return strconv.FormatUint(x, 10)
-		}
-		return int64(x)
-	case uint:
-		return SchemaVersion(uint64(x))
-	case float32:
-		return float64(x)
-	case float64:
-		return x
-	case bool:
-		return x
-	case []byte:
-		return "binary:" + fmt.Sprint(x)
-	case time.Time:
-		return "timestamp:" + x.UTC().Format(time.RFC3339Nano)
-	}
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.String { // amqp.Symbol and other named string types
-		return rv.String()
-	}
-	return fmt.Sprintf("%T:%v", v, v)
-}
+// [transport.Delivery.SchemaVersion] holds ([driverkit.SchemaValue]): nil, a string (or
+// symbol) as sent, an int64 for any integer, a float64, a bool; any other AMQP type as
+// its kind and printed form ("binary:[49]"), which the gate rejects.
+func SchemaVersion(v any) any { return driverkit.SchemaValue(v) }
 
 // messageSize is what the size check counts: the body, the system properties the
 // transport sets and every application property's name and value.
