@@ -185,16 +185,10 @@ func WithCloseClient() Option { return func(o *options) { o.closeClient = true }
 
 // Defaults of the options that bound the transport's waits and writes.
 const (
-	// DefaultConnectTimeout bounds the wait for a connection to the broker.
-	DefaultConnectTimeout = 10 * time.Second
-	// DefaultMaxMessageSize is the broker's default maxMessageSize (5 MiB).
-	DefaultMaxMessageSize = 5 << 20
-	// MetadataReserve is the part of the broker's maxMessageSize the size check leaves
-	// for the metadata the Pulsar client adds to every message.
-	MetadataReserve = 512
-	// DefaultReceiverQueueSize is the receiver queue of a consumer
-	// ([WithReceiverQueueSize]).
-	DefaultReceiverQueueSize = 1000
+	DefaultConnectTimeout    = 10 * time.Second // the wait for a connection to the broker
+	DefaultMaxMessageSize    = 5 << 20          // the broker's default maxMessageSize (5 MiB)
+	MetadataReserve          = 512              // the part of maxMessageSize left for what the client adds to every message
+	DefaultReceiverQueueSize = 1000             // [WithReceiverQueueSize]
 )
 
 func buildOptions(opts []Option) (options, error) {
@@ -214,37 +208,22 @@ func buildOptions(opts []Option) (options, error) {
 	return o, o.Err()
 }
 
-// Config is what a pulsar:// URL says, parsed by [ParseURL].
+// Config is what a pulsar:// URL says, parsed by [ParseURL]: each field is the URL
+// parameter named beside it (see the option function of the same setting), zero when
+// not given.
 type Config struct {
-	// ServiceURL is the URL handed to the Pulsar client: pulsar://host:port[,host:port]
-	// or pulsar+ssl://…, without the query.
-	ServiceURL string
-	// Subscription is the subscription name.
-	Subscription string
-	// SubscriptionType is the subscription type.
-	SubscriptionType SubscriptionType
-	// ConnectTimeout is the connect_timeout parameter; zero when not given.
-	ConnectTimeout time.Duration
-	// SendTimeout is the send_timeout parameter; zero when not given.
-	SendTimeout time.Duration
-	// NackDelay is the nack_delay parameter; zero when not given.
-	NackDelay time.Duration
-	// MaxMessageSize is the max_message_size parameter in bytes; zero when not given.
-	MaxMessageSize int
-	// ReceiverQueueSize is the receiver_queue parameter; zero when not given.
-	ReceiverQueueSize int
-	// AdminURL is the admin parameter: the http(s) URL of the admin REST API that
-	// Browse reads through; empty when not given (see [WithAdminURL]).
-	AdminURL string
-	// PipelineSettles is the pipeline_settles parameter: true unless it is 0 (see
-	// [WithPipelinedSettles]).
-	PipelineSettles bool
-	// TLS is the TLS configuration of a pulsar+ssl:// URL, from the TLS parameters
-	// every scheme shares (docs/security.md); nil for pulsar://.
-	TLS *tls.Config
-	// Token and TokenFile are the token and token_file parameters: token
-	// authentication with the JWT itself or the file holding it.
-	Token, TokenFile string
+	ServiceURL        string           // pulsar://host:port[,host:port…] or pulsar+ssl://…, without the query
+	Subscription      string           // subscription
+	SubscriptionType  SubscriptionType // subscription_type
+	ConnectTimeout    time.Duration    // connect_timeout
+	SendTimeout       time.Duration    // send_timeout
+	NackDelay         time.Duration    // nack_delay
+	MaxMessageSize    int              // max_message_size, in bytes
+	ReceiverQueueSize int              // receiver_queue
+	AdminURL          string           // admin: the admin REST API ([WithAdminURL])
+	PipelineSettles   bool             // pipeline_settles: true unless it is 0
+	TLS               *tls.Config      // the shared TLS parameters of pulsar+ssl:// (docs/security.md); nil for pulsar://
+	Token, TokenFile  string           // token, token_file: the JWT itself or the file holding it
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
