@@ -12,11 +12,11 @@ import (
 
 // The message properties of the Pulsar binding (SPEC §7.5). All are strings.
 const (
-	PropJob           = "bq-job"            // the URN
-	PropTraceID       = "bq-trace-id"       // trace_id
-	PropMessageID     = "bq-message-id"     // meta.id
-	PropSchemaVersion = "bq-schema-version" // meta.schema_version, as a decimal string
-	PropSourceLang    = "bq-source-lang"    // meta.lang
+	PropJob           = driverkit.PropJob           // the URN
+	PropTraceID       = driverkit.PropTraceID       // trace_id
+	PropMessageID     = driverkit.PropMessageID     // meta.id
+	PropSchemaVersion = driverkit.PropSchemaVersion // meta.schema_version, as a decimal string
+	PropSourceLang    = driverkit.PropSourceLang    // meta.lang
 	PropAttempts      = "bq-attempts"       // attempts, as a decimal string
 )
 

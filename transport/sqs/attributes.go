@@ -17,12 +17,12 @@ import (
 
 // The MessageAttributes of the binding.
 const (
-	AttrJob           = "bq-job"            // String: the URN
-	AttrTraceID       = "bq-trace-id"       // String: trace_id
-	AttrMessageID     = "bq-message-id"     // String: meta.id
-	AttrSchemaVersion = "bq-schema-version" // Number: meta.schema_version
-	AttrSourceLang    = "bq-source-lang"    // String: meta.lang
-	AttrCreatedAt     = "bq-created-at"     // Number: meta.created_at (Unix ms)
+	AttrJob           = driverkit.PropJob           // String: the URN
+	AttrTraceID       = driverkit.PropTraceID       // String: trace_id
+	AttrMessageID     = driverkit.PropMessageID     // String: meta.id
+	AttrSchemaVersion = driverkit.PropSchemaVersion // Number: meta.schema_version
+	AttrSourceLang    = driverkit.PropSourceLang    // String: meta.lang
+	AttrCreatedAt     = driverkit.PropCreatedAt     // Number: meta.created_at (Unix ms)
 	AttrAttempts      = "bq-attempts"       // Number: Message.Attempts, when not zero
 	AttrKey           = "bq-key"            // Binary: the record key ("String.empty" for an empty key)
 )
