@@ -17,7 +17,7 @@ const (
 	PropMessageID     = driverkit.PropMessageID     // meta.id
 	PropSchemaVersion = driverkit.PropSchemaVersion // meta.schema_version, as a decimal string
 	PropSourceLang    = driverkit.PropSourceLang    // meta.lang
-	PropAttempts      = "bq-attempts"       // attempts, as a decimal string
+	PropAttempts      = "bq-attempts"               // attempts, as a decimal string
 )
 
 // projected reports whether name is one of the binding's own properties; they never

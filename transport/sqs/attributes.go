@@ -23,8 +23,8 @@ const (
 	AttrSchemaVersion = driverkit.PropSchemaVersion // Number: meta.schema_version
 	AttrSourceLang    = driverkit.PropSourceLang    // String: meta.lang
 	AttrCreatedAt     = driverkit.PropCreatedAt     // Number: meta.created_at (Unix ms)
-	AttrAttempts      = "bq-attempts"       // Number: Message.Attempts, when not zero
-	AttrKey           = "bq-key"            // Binary: the record key ("String.empty" for an empty key)
+	AttrAttempts      = "bq-attempts"               // Number: Message.Attempts, when not zero
+	AttrKey           = "bq-key"                    // Binary: the record key ("String.empty" for an empty key)
 )
 
 // MaxAttributes is the number of MessageAttributes SQS accepts on one message.
