@@ -65,7 +65,8 @@ func (s SubscriptionType) native() (pc.SubscriptionType, bool) {
 // delays reports whether the broker honours DeliverAfter on this subscription type.
 func (s SubscriptionType) delays() bool { return s == Shared || s == KeyShared || s == "" }
 
-// Option configures a [Transport].
+// Option configures a [Transport]. A value an option cannot use is an error of [New] and
+// [OpenURL] naming the option and matching babelqueue.ErrInvalidOption.
 type Option func(*options)
 
 type options struct {
@@ -136,7 +137,7 @@ func WithSendTimeout(d time.Duration) Option {
 
 // WithConnectTimeout bounds how long [OpenURL] waits for the broker, and the client it
 // builds for each new connection (default [DefaultConnectTimeout]; connect_timeout in
-// the URL).
+// the URL); [New] ignores it.
 func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.SetConnectTimeout(d) } }
 
 // WithReceiverQueueSize sets how many messages the Pulsar client fetches ahead of the
