@@ -2,18 +2,14 @@ package pulsar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
@@ -73,21 +69,13 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if queue == "" {
-		return transport.Page{}, errors.New("pulsar: browse: empty queue name")
-	}
 	limit = max(limit, 1)
-	name, err := utils.GetTopicName(queue)
+	adm, name, err := t.adminFor("browse", queue)
 	if err != nil {
-		return transport.Page{}, fmt.Errorf("pulsar: browse: %w", err)
-	}
-	adm, err := t.opts.secure.admin(t.opts.adminURL)
-	if err != nil {
-		return transport.Page{}, fmt.Errorf("pulsar: browse: admin client for %s: %w", t.opts.adminURL, err)
+		return transport.Page{}, err
 	}
 	st, err := adm.Topics().GetInternalStatsWithContext(ctx, *name)
-	var re rest.Error
-	if errors.As(err, &re) && re.Code == http.StatusNotFound {
+	if isNotFound(err) {
 		return transport.Page{Next: from, End: true}, nil
 	}
 	if err != nil {

@@ -138,16 +138,12 @@ func (c *consumer) Write(ctx context.Context, _ pc.Message, ws []*transport.Mess
 		if err == nil {
 			pms[i], err = t.check(m)
 		}
+		if err == nil {
+			ps[i], err = t.producer(ctx, m.Queue)
+		}
 		if err != nil {
 			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}
-	}
-	for i, m := range ws {
-		p, err := t.producer(ctx, m.Queue)
-		if err != nil {
-			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
-		}
-		ps[i] = p
 	}
 	r := driverkit.NewReceipts(len(ws))
 	for i, m := range ws {

@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -48,18 +49,11 @@ const (
 	KeyShared SubscriptionType = "key_shared"
 )
 
+var nativeTypes = map[SubscriptionType]pc.SubscriptionType{Shared: pc.Shared, "": pc.Shared, Exclusive: pc.Exclusive, Failover: pc.Failover, KeyShared: pc.KeyShared}
+
 func (s SubscriptionType) native() (pc.SubscriptionType, bool) {
-	switch s {
-	case Shared, "":
-		return pc.Shared, true
-	case Exclusive:
-		return pc.Exclusive, true
-	case Failover:
-		return pc.Failover, true
-	case KeyShared:
-		return pc.KeyShared, true
-	}
-	return 0, false
+	t, ok := nativeTypes[s]
+	return t, ok
 }
 
 // delays reports whether the broker honours DeliverAfter on this subscription type.
@@ -231,29 +225,15 @@ type Config struct {
 var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size",
 	"receiver_queue", "admin", "pipeline_settles", "token", "token_file"}
 
-// options returns the options the URL's parameters stand for.
+// options returns the option the URL's parameters stand for (ParseURL checked them).
 func (c Config) options() []Option {
-	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType), WithPipelinedSettles(c.PipelineSettles),
-		func(o *options) { o.secure = access{tls: c.TLS, token: c.Token, tokenFile: c.TokenFile} }}
-	if c.ConnectTimeout > 0 {
-		opts = append(opts, WithConnectTimeout(c.ConnectTimeout))
-	}
-	if c.SendTimeout > 0 {
-		opts = append(opts, WithSendTimeout(c.SendTimeout))
-	}
-	if c.NackDelay > 0 {
-		opts = append(opts, WithNackRedeliveryDelay(c.NackDelay))
-	}
-	if c.MaxMessageSize > 0 {
-		opts = append(opts, WithMaxMessageSize(c.MaxMessageSize))
-	}
-	if c.ReceiverQueueSize > 0 {
-		opts = append(opts, WithReceiverQueueSize(c.ReceiverQueueSize))
-	}
-	if c.AdminURL != "" {
-		opts = append(opts, WithAdminURL(c.AdminURL))
-	}
-	return opts
+	return []Option{func(o *options) {
+		o.subscription, o.subType, o.pipeline = c.Subscription, c.SubscriptionType, c.PipelineSettles
+		o.secure = access{tls: c.TLS, token: c.Token, tokenFile: c.TokenFile}
+		o.ConnectTimeout, o.sendTimeout = cmp.Or(c.ConnectTimeout, o.ConnectTimeout), cmp.Or(c.SendTimeout, o.sendTimeout)
+		o.nackDelay, o.MaxMessageSize = cmp.Or(c.NackDelay, o.nackDelay), cmp.Or(c.MaxMessageSize, o.MaxMessageSize)
+		o.receiverQueue, o.adminURL = cmp.Or(c.ReceiverQueueSize, o.receiverQueue), cmp.Or(c.AdminURL, o.adminURL)
+	}}
 }
 
 // ParseURL reads a pulsar:// or pulsar+ssl:// URL. Errors match [transport.ErrBadURL]

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
@@ -14,6 +15,28 @@ import (
 )
 
 var _ transport.QueueStatter = (*Transport)(nil)
+
+// adminFor returns the admin REST API's client and queue's topic, for op (a browse, the stats).
+func (t *Transport) adminFor(op, queue string) (admin.Client, *utils.TopicName, error) {
+	if queue == "" {
+		return nil, nil, fmt.Errorf("pulsar: %s: empty queue name", op)
+	}
+	name, err := utils.GetTopicName(queue)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pulsar: %s: %w", op, err)
+	}
+	adm, err := t.opts.secure.admin(t.opts.adminURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pulsar: %s: admin client for %s: %w", op, t.opts.adminURL, err)
+	}
+	return adm, name, nil
+}
+
+// isNotFound reports the admin API's answer for a topic that does not exist.
+func isNotFound(err error) bool {
+	var re rest.Error
+	return errors.As(err, &re) && re.Code == http.StatusNotFound
+}
 
 // QueueStats asks the admin REST API ([WithAdminURL]) for the counts of the
 // transport's subscription (its backlog as Ready, InFlight, Delayed and Oldest), or of
@@ -24,20 +47,12 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if t.opts.adminURL == "" {
 		return s, &transport.CannotCountError{Transport: "pulsar", Reason: "no admin URL: the counts come from the admin REST API (pulsar.WithAdminURL, or admin= in the URL)"}
 	}
-	if queue == "" {
-		return s, errors.New("pulsar: stats: empty queue name")
-	}
-	name, err := utils.GetTopicName(queue)
+	adm, name, err := t.adminFor("stats", queue)
 	if err != nil {
-		return s, fmt.Errorf("pulsar: stats: %w", err)
-	}
-	adm, err := t.opts.secure.admin(t.opts.adminURL)
-	if err != nil {
-		return s, fmt.Errorf("pulsar: stats: admin client for %s: %w", t.opts.adminURL, err)
+		return s, err
 	}
 	st, err := adm.Topics().GetStatsWithOptionWithContext(ctx, *name, utils.GetStatsOptions{GetEarliestTimeInBacklog: true})
-	var re rest.Error
-	if errors.As(err, &re) && re.Code == http.StatusNotFound {
+	if isNotFound(err) {
 		return s, nil
 	}
 	if err != nil {
