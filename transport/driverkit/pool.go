@@ -29,6 +29,7 @@ type Pool[C comparable] struct {
 // poolSlot is one destination's client; ready is closed once c or err is set.
 type poolSlot[C any] struct {
 	ready chan struct{}
+	made  bool // c or err is set (under the pool's lock): Get needs no channel
 	c     C
 	err   error
 }
@@ -43,6 +44,10 @@ func (p *Pool[C]) Get(ctx context.Context, name string) (C, error) {
 		return zero, transport.ErrClosed
 	}
 	s, ok := p.slots[name]
+	if ok && s.made {
+		p.mu.Unlock()
+		return s.c, s.err
+	}
 	if !ok {
 		if p.slots == nil {
 			p.slots = map[string]*poolSlot[C]{}
@@ -76,6 +81,7 @@ func (p *Pool[C]) make(name string, s *poolSlot[C]) {
 	default:
 		s.c = c
 	}
+	s.made = true
 	close(s.ready)
 }
 
