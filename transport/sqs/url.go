@@ -124,38 +124,28 @@ func parseURL(u *url.URL) (settings, error) {
 		}
 		s.opts = append(s.opts, WithQueueURLPrefix(p))
 	}
-	if on, ok, err := q.Bool("fifo"); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithFIFO(on))
-	}
 	if g, ok := q.String("group_id"); ok {
 		if !validFIFOID(g) {
 			return s, q.Bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
 		}
 		s.opts = append(s.opts, WithGroupID(g))
 	}
-	if d, ok, err := q.Duration("wait_time", time.Second, 0, 20*time.Second); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithWaitTime(d))
-	}
-	if d, ok, err := q.Duration("visibility_timeout", time.Second, time.Second, 12*time.Hour); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithVisibilityTimeout(d))
-	}
 	common := driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
 	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
 		return s, err
 	}
 	s.opts = append(s.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
-	if d, ok, err := q.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithPublishWait(d))
-	}
-	return s, nil
+	opts, err := urlOptions.Read(q)
+	s.opts = append(s.opts, opts...)
+	return s, err
+}
+
+// urlOptions are the parameters that go to an option function as they are.
+var urlOptions = driverkit.Params[Option]{
+	{Name: "fifo", Bool: WithFIFO},
+	{Name: "wait_time", Duration: WithWaitTime, Hi: 20 * time.Second},
+	{Name: "visibility_timeout", Duration: WithVisibilityTimeout, Lo: time.Second, Hi: 12 * time.Hour},
+	{Name: "publish_wait", Duration: WithPublishWait, Hi: time.Hour},
 }
 
 func validRegion(r string) bool {
