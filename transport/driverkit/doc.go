@@ -105,7 +105,8 @@
 // publishes; [Coalescer], one request for the calls made while another is on its way
 // (acknowledgements); [Poller], long polls never cancelled for their caller; [Await], a
 // blocking client call bounded by a context; [ClientLog], the log handler a driver
-// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers.
+// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers; and [Backoff],
+// [Params], [FIFO], [Confirmations], [RunCoalesced] and [RunDue].
 //
 // # Testing
 //
