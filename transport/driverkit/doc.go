@@ -93,6 +93,21 @@
 // babelqueue.ErrInvalidOption is). An attempts header is read with [Attempts] (or
 // [ParseAttempts] for text): one coercion on every broker.
 //
+// # The transport's plumbing
+//
+// What every transport repeats around its consumers is here too, each tested once:
+// [Common], the settings every driver takes (logger, connect timeout, size limit) with
+// one validation path and their URL parameters ([Common.Query]); [ParseURL],
+// [RefuseParts], [CheckHTTPURL] and [IsLoopback] for reading a URL; [Reach], the
+// start-up check that a node answers; [Pool], a client per destination (a producer per
+// topic, a sender per queue) made once and closed together; [Project], the envelope's
+// fields under the bq- property names; [PublishRuns] and [Receipts] for confirmed
+// publishes; [Coalescer], one request for the calls made while another is on its way
+// (acknowledgements); [Poller], long polls never cancelled for their caller; [Await], a
+// blocking client call bounded by a context; [ClientLog], the log handler a driver
+// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers; and [Backoff],
+// [Params], [FIFO], [Confirmations], [RunCoalesced] and [RunDue].
+//
 // # Testing
 //
 // The kit is tested once, with fault injection and on memory://. A driver's tests

@@ -43,7 +43,9 @@ func (r *ackRecorder) sizes() []int {
 // its message alone.
 func TestAckerGroupsAcknowledgements(t *testing.T) {
 	rec := &ackRecorder{answer: make(chan error)}
-	a := &acker{pc: rec}
+	c := &consumer{pc: rec}
+	c.acks.Send = c.ackIDs
+	a := &c.acks
 	ctx, cancelAll := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelAll()
 	answer := func(err error) {
@@ -64,7 +66,7 @@ func TestAckerGroupsAcknowledgements(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = a.ack(ctx, ids[i])
+			errs[i] = a.Do(ctx, ids[i])
 		}()
 	}
 	ack(0)
@@ -92,12 +94,12 @@ func TestAckerGroupsAcknowledgements(t *testing.T) {
 	// whose context ends stops waiting.
 	gone := errors.New("connection closed")
 	go func() { rec.answer <- gone }()
-	if err := a.ack(ctx, ids[0]); !errors.Is(err, gone) {
+	if err := a.Do(ctx, ids[0]); !errors.Is(err, gone) {
 		t.Errorf("ack of a failed request = %v, want %v", err, gone)
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := a.ack(short, ids[1]); !errors.Is(err, context.DeadlineExceeded) {
+	if err := a.Do(short, ids[1]); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("ack whose context ended = %v, want DeadlineExceeded", err)
 	}
 	answer(nil) // the request still goes out; the sender is left idle

@@ -2,18 +2,14 @@ package pulsar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 
 	pc "github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
-	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
@@ -21,17 +17,13 @@ import (
 
 var _ transport.Browser = (*Transport)(nil)
 
-// WithAdminURL sets the http(s) URL of the cluster's admin REST API, which [Transport.Browse]
-// reads the subscription's position through. A transport opened from a URL defaults
-// it to port 8080 (8443 for pulsar+ssl://) of the URL's first host; the URL parameter
-// admin sets it. A transport built with [New] has none unless this option gives it,
-// and cannot browse without it (an empty u leaves it so). The admin client uses the
-// transport's TLS configuration and token ([WithTLSConfig], [WithToken], or the URL's).
-// A u that is not an http(s) URL with a host is refused.
+// WithAdminURL sets the http(s) URL of the admin REST API that Browse and QueueStats
+// read (admin in the URL; a URL's default is port 8080, 8443 for pulsar+ssl://, of its
+// first host; none for [New]), reached with the transport's TLS configuration and token.
 func WithAdminURL(u string) Option {
 	return func(o *options) {
 		if p, err := url.Parse(u); u != "" && (err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "") {
-			o.bad.Invalid("WithAdminURL", "want the admin REST API's http(s)://host:port")
+			o.Invalid("WithAdminURL", "want the admin REST API's http(s)://host:port")
 			return
 		}
 		o.adminURL = strings.TrimRight(u, "/")
@@ -57,23 +49,18 @@ func adminParam(q driverkit.Query) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+	if driverkit.CheckHTTPURL(v) != "" {
 		return "", q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
 	}
+	u, _ := url.Parse(v)
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Browse reads up to limit messages of queue from the cursor from without consuming
-// them: the messages the transport's subscription has not acknowledged yet, in topic
-// order. It asks the admin REST API ([WithAdminURL]) for the topic's internal stats
-// (the subscription's mark-delete position, the messages acknowledged one by one
-// beyond it, the last entry written), then reads from that position with a reader,
-// which leaves no trace on the subscription, skipping what was acknowledged. A topic
-// the subscription never attached to is read from its earliest retained message, as
-// a new consumer would. The cursor is a message position (ledger:entry:batch), so
-// paging is exact however far into the topic it goes. A topic that does not exist is
-// empty. Without an admin URL Browse returns a [transport.CannotPeekError].
+// them: those the subscription has not acknowledged, in topic order, read with a reader
+// from the position the admin REST API ([WithAdminURL]) reports. The cursor is a
+// message position (ledger:entry:batch). Without an admin URL Browse returns a
+// [transport.CannotPeekError].
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
 	if t.opts.adminURL == "" {
 		return transport.Page{}, &transport.CannotPeekError{Transport: "pulsar", Reason: "no admin URL: a browse reads the subscription's position through the admin REST API (pulsar.WithAdminURL, or admin= in the URL)"}
@@ -82,21 +69,13 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if queue == "" {
-		return transport.Page{}, errors.New("pulsar: browse: empty queue name")
-	}
 	limit = max(limit, 1)
-	name, err := utils.GetTopicName(queue)
+	adm, name, err := t.adminFor("browse", queue)
 	if err != nil {
-		return transport.Page{}, fmt.Errorf("pulsar: browse: %w", err)
-	}
-	adm, err := t.opts.secure.admin(t.opts.adminURL)
-	if err != nil {
-		return transport.Page{}, fmt.Errorf("pulsar: browse: admin client for %s: %w", t.opts.adminURL, err)
+		return transport.Page{}, err
 	}
 	st, err := adm.Topics().GetInternalStatsWithContext(ctx, *name)
-	var re rest.Error
-	if errors.As(err, &re) && re.Code == http.StatusNotFound {
+	if isNotFound(err) {
 		return transport.Page{Next: from, End: true}, nil
 	}
 	if err != nil {
@@ -182,8 +161,8 @@ func (a position) before(b position) bool {
 	return a.batch < b.batch
 }
 
-// after reports whether a comes after start: after its entry when start names a
-// whole entry (batch -1, as a mark-delete position does), else after its batch index.
+// after reports whether a comes after start: its entry when start names a whole entry
+// (batch -1), else its batch index.
 func (a position) after(start position) bool {
 	if start.batch < 0 {
 		return start.entryBefore(a)
@@ -227,8 +206,7 @@ func readPosition(s string) (position, bool) {
 	return position{ledger: ln, entry: en, batch: -1}, true
 }
 
-// ackedRange is a range of entries acknowledged one by one, past the mark-delete
-// position.
+// ackedRange is a range of entries acknowledged one by one, past the mark-delete position.
 type ackedRange struct {
 	from, to         position
 	fromIncl, toIncl bool

@@ -12,12 +12,12 @@ import (
 
 // The message properties of the Pulsar binding (SPEC §7.5). All are strings.
 const (
-	PropJob           = "bq-job"            // the URN
-	PropTraceID       = "bq-trace-id"       // trace_id
-	PropMessageID     = "bq-message-id"     // meta.id
-	PropSchemaVersion = "bq-schema-version" // meta.schema_version, as a decimal string
-	PropSourceLang    = "bq-source-lang"    // meta.lang
-	PropAttempts      = "bq-attempts"       // attempts, as a decimal string
+	PropJob           = driverkit.PropJob           // the URN
+	PropTraceID       = driverkit.PropTraceID       // trace_id
+	PropMessageID     = driverkit.PropMessageID     // meta.id
+	PropSchemaVersion = driverkit.PropSchemaVersion // meta.schema_version, as a decimal string
+	PropSourceLang    = driverkit.PropSourceLang    // meta.lang
+	PropAttempts      = "bq-attempts"               // attempts, as a decimal string
 )
 
 // projected reports whether name is one of the binding's own properties; they never
@@ -40,22 +40,11 @@ func Properties(m *transport.Message) map[string]string {
 			props[k] = v
 		}
 	}
-	p := m.Projection
-	if p.URN != "" {
-		props[PropJob] = p.URN
-	}
-	if p.TraceID != "" {
-		props[PropTraceID] = p.TraceID
-	}
-	if p.MessageID != "" {
-		props[PropMessageID] = p.MessageID
-	}
-	if p.SchemaVersion != 0 {
-		props[PropSchemaVersion] = strconv.Itoa(p.SchemaVersion)
-	}
-	if p.Lang != "" {
-		props[PropSourceLang] = p.Lang
-	}
+	driverkit.Project(m.Projection, func(name, v string, _ bool, _ int64) {
+		if name != driverkit.PropCreatedAt { // the event time carries it
+			props[name] = v
+		}
+	})
 	props[PropAttempts] = strconv.Itoa(max(m.Attempts, 0))
 	return props
 }
@@ -81,9 +70,7 @@ func producerMessage(m *transport.Message) *pc.ProducerMessage {
 }
 
 // deliveryFields fills d from a received message: body, key, out-of-band headers,
-// redelivery count and attempts header (read with the kit's one coercion,
-// [driverkit.ParseAttempts]: an integer as written, anything else is no header).
-// Nothing in msg can make it panic.
+// redelivery count and attempts header. Nothing in msg can make it panic.
 func deliveryFields(d *transport.Delivery, msg pc.Message) {
 	if p := msg.Payload(); p != nil {
 		d.Body = p

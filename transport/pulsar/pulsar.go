@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +39,7 @@ type SubscriptionType string
 
 // The subscription types a pulsar:// URL accepts in its subscription_type parameter.
 const (
-	// Shared lets every consumer of the subscription receive messages round-robin; it is
-	// the default and the only type (with KeyShared) on which delays are honoured.
+	// Shared hands messages to the subscription's consumers round-robin (the default).
 	Shared SubscriptionType = "shared"
 	// Exclusive admits one consumer on the subscription.
 	Exclusive SubscriptionType = "exclusive"
@@ -50,78 +49,58 @@ const (
 	KeyShared SubscriptionType = "key_shared"
 )
 
+var nativeTypes = map[SubscriptionType]pc.SubscriptionType{Shared: pc.Shared, "": pc.Shared, Exclusive: pc.Exclusive, Failover: pc.Failover, KeyShared: pc.KeyShared}
+
 func (s SubscriptionType) native() (pc.SubscriptionType, bool) {
-	switch s {
-	case Shared, "":
-		return pc.Shared, true
-	case Exclusive:
-		return pc.Exclusive, true
-	case Failover:
-		return pc.Failover, true
-	case KeyShared:
-		return pc.KeyShared, true
-	}
-	return 0, false
+	t, ok := nativeTypes[s]
+	return t, ok
 }
 
 // delays reports whether the broker honours DeliverAfter on this subscription type.
 func (s SubscriptionType) delays() bool { return s == Shared || s == KeyShared || s == "" }
 
-// Option configures a [Transport].
+// Option configures a [Transport]. A value an option cannot use is an error of [New] and
+// [OpenURL] naming the option and matching babelqueue.ErrInvalidOption.
 type Option func(*options)
 
 type options struct {
-	logger          *slog.Logger
-	subscription    string
-	subType         SubscriptionType
-	nackDelay       time.Duration
-	sendTimeout     time.Duration
-	connectTimeout  time.Duration
-	maxMessageSize  int
-	receiverQueue   int
-	batching        bool
-	closeClient     bool
-	producerOptions func(*pc.ProducerOptions)
-	consumerOptions func(*pc.ConsumerOptions)
-	adminURL        string // the admin REST API, for Browse (browse.go)
-	pipeline        bool   // pipelined settlements (WithPipelinedSettles)
-	secure          access // TLS and token for the broker and the admin API (secure.go)
-	bad             driverkit.Options
+	driverkit.Common // logger, connect timeout, max message size
+	subscription     string
+	subType          SubscriptionType
+	nackDelay        time.Duration
+	sendTimeout      time.Duration
+	receiverQueue    int
+	batching         bool
+	closeClient      bool
+	producerOptions  func(*pc.ProducerOptions)
+	consumerOptions  func(*pc.ConsumerOptions)
+	adminURL         string // the admin REST API, for Browse (browse.go)
+	pipeline         bool   // pipelined settlements (WithPipelinedSettles)
+	secure           access // TLS and token for the broker and the admin API (secure.go)
 }
 
-// WithLogger sets the logger of the transport (default slog.Default()). A transport
-// opened from a URL hands it to the Pulsar client too.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l != nil {
-			o.logger = l
-		}
-	}
-}
-
-// The option functions refuse a value the transport cannot work with: [New] and
-// [OpenURL] then fail with an error naming the option that matches
-// babelqueue.ErrInvalidOption (transport.ErrInvalidOption).
+// WithLogger sets the logger of the transport and of the client [OpenURL] builds
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.SetLogger(l) } }
 
 // WithSubscription sets the subscription name consumers attach with (default
-// [DefaultSubscription]). The URL parameter subscription sets the same. An empty name
-// is refused.
+// [DefaultSubscription]; subscription in the URL).
 func WithSubscription(name string) Option {
 	return func(o *options) {
 		if name == "" {
-			o.bad.Invalid("WithSubscription", "want a subscription name, got an empty one")
+			o.Invalid("WithSubscription", "want a subscription name, got an empty one")
 			return
 		}
 		o.subscription = name
 	}
 }
 
-// WithSubscriptionType sets the subscription type (default [Shared]). The URL parameter
-// subscription_type sets the same. An unknown type is refused.
+// WithSubscriptionType sets the subscription type (default [Shared]; subscription_type
+// in the URL).
 func WithSubscriptionType(t SubscriptionType) Option {
 	return func(o *options) {
 		if _, ok := t.native(); !ok {
-			o.bad.Invalid("WithSubscriptionType", "unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(t))
+			o.Invalid("WithSubscriptionType", "unknown subscription type %q (want shared, exclusive, failover or key_shared)", string(t))
 			return
 		}
 		o.subType = t
@@ -131,48 +110,37 @@ func WithSubscriptionType(t SubscriptionType) Option {
 // positive records d as the duration of option into, refusing one that is not positive.
 func (o *options) positive(option string, d time.Duration, into *time.Duration) {
 	if d <= 0 {
-		o.bad.Invalid(option, "want a duration above zero, got %s", d)
+		o.Invalid(option, "want a duration above zero, got %s", d)
 		return
 	}
 	*into = d
 }
 
-// WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a delivery
-// that was rewound (negatively acknowledged). Default 1s; the URL parameter nack_delay
-// sets the same. A delay that is not positive is refused.
+// WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a rewound
+// delivery (default 1s; nack_delay in the URL).
 func WithNackRedeliveryDelay(d time.Duration) Option {
 	return func(o *options) { o.positive("WithNackRedeliveryDelay", d, &o.nackDelay) }
 }
 
 // WithSendTimeout bounds the wait for the broker to confirm a write when the caller's
-// context has no deadline, and for the broker's answer to a pipelined settlement's
-// writes and acknowledgement (default 30s); the URL parameter send_timeout sets the
-// same. A timeout that is not positive is refused.
+// context has no deadline, and for a pipelined settlement's confirmations (default 30s;
+// send_timeout in the URL).
 func WithSendTimeout(d time.Duration) Option {
 	return func(o *options) { o.positive("WithSendTimeout", d, &o.sendTimeout) }
 }
 
-// WithConnectTimeout bounds how long [OpenURL] waits for the broker to answer, and how
-// long the client it builds waits for each new connection (default
-// [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same. [New]
-// ignores it: the client is yours. A timeout that is not positive is refused.
-func WithConnectTimeout(d time.Duration) Option {
-	return func(o *options) { o.positive("WithConnectTimeout", d, &o.connectTimeout) }
-}
+// WithConnectTimeout bounds how long [OpenURL] waits for the broker, and the client it
+// builds for each new connection (default [DefaultConnectTimeout]; connect_timeout in
+// the URL); [New] ignores it.
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.SetConnectTimeout(d) } }
 
-// WithReceiverQueueSize sets the receiver queue of the transport's consumers: how many
-// messages the Pulsar client fetches ahead of the workers (default
-// [DefaultReceiverQueueSize], the Pulsar clients' own default; receiver_queue in the
-// URL). It is independent of the runtime's prefetch (babelqueue.WithPrefetch), which
-// bounds the deliveries handed to the workers and not yet settled: messages waiting in
-// the receiver queue were not handed out, and when the consumer closes or dies the
-// broker gives them to the subscription's other consumers, their redelivery count
-// unchanged. A small queue (1) makes every receive wait a round trip to the broker. A
-// size below 1 is refused.
+// WithReceiverQueueSize sets how many messages the Pulsar client fetches ahead of the
+// workers (default [DefaultReceiverQueueSize]; receiver_queue in the URL), independent
+// of the runtime's prefetch.
 func WithReceiverQueueSize(n int) Option {
 	return func(o *options) {
 		if n < 1 {
-			o.bad.Invalid("WithReceiverQueueSize", "want a number of messages above zero, got %d", n)
+			o.Invalid("WithReceiverQueueSize", "want a number of messages above zero, got %d", n)
 			return
 		}
 		o.receiverQueue = n
@@ -180,43 +148,19 @@ func WithReceiverQueueSize(n int) Option {
 }
 
 // WithMaxMessageSize tells the transport the broker's maxMessageSize in bytes (default
-// [DefaultMaxMessageSize], the broker's own default); the URL parameter
-// max_message_size sets the same. The broker counts a message's payload with its
-// metadata, so the transport allows the body, properties and key together up to that
-// size less [MetadataReserve] for what the client adds (producer name, sequence id,
-// timestamps). A larger write fails before it reaches the client with an error
-// matching [transport.ErrTooLarge] that names the size and that limit. A size not above
-// MetadataReserve is refused.
-func WithMaxMessageSize(n int) Option {
-	return func(o *options) {
-		if n <= MetadataReserve {
-			o.bad.Invalid("WithMaxMessageSize", "want a number of bytes above %d (MetadataReserve), got %d", MetadataReserve, n)
-			return
-		}
-		o.maxMessageSize = n
-	}
-}
+// [DefaultMaxMessageSize]; max_message_size in the URL): a write whose body, properties
+// and key are larger than that less [MetadataReserve] fails with [transport.ErrTooLarge].
+func WithMaxMessageSize(n int) Option { return func(o *options) { o.SetMaxMessageSize(n) } }
 
-// WithBatching turns on the Pulsar producer's batching. It is off by default: every
-// write is confirmed on its own, so a single synchronous send does not wait for a batch
-// to fill. Turn it on when many goroutines publish at once.
-func WithBatching(on bool) Option {
-	return func(o *options) { o.batching = on }
-}
+// WithBatching turns on the Pulsar producer's batching (off by default, so that a
+// single send does not wait for a batch to fill).
+func WithBatching(on bool) Option { return func(o *options) { o.batching = on } }
 
 // WithPipelinedSettles sets whether settlements are pipelined (default true;
-// pipeline_settles in the URL; the package doc's Settlement). Pipelined, Settle of an
-// Ack returns once its writes are handed to their producers, or its acknowledgement to
-// the consumer, and the transport acknowledges the delivery once the broker confirmed
-// them, or rewinds it itself (logged, and receiving backs off) when one fails: nothing
-// is lost, and a worker never waits for the broker. Not pipelined, Settle waits for
-// each write's receipt and the acknowledgement's answer, and returns a failed write as
-// a [transport.SettleWriteError], which costs the worker a round trip per write and
-// per acknowledgement. An Option given to [OpenURL] overrides the URL's
-// pipeline_settles.
-func WithPipelinedSettles(on bool) Option {
-	return func(o *options) { o.pipeline = on }
-}
+// pipeline_settles in the URL): Settle of an Ack returns once its writes, or its
+// acknowledgement, are handed over, and the delivery is acknowledged once the broker
+// confirmed them, or rewound. Not pipelined, Settle waits for the broker's answers.
+func WithPipelinedSettles(on bool) Option { return func(o *options) { o.pipeline = on } }
 
 // WithProducerOptions lets fn adjust the options every producer is created with, after
 // the transport set the topic and its own defaults.
@@ -232,103 +176,64 @@ func WithConsumerOptions(fn func(*pc.ConsumerOptions)) Option {
 
 // WithCloseClient makes [Transport.Close] close the client given to [New] as well. A
 // transport opened from a URL always closes the client it built.
-func WithCloseClient() Option {
-	return func(o *options) { o.closeClient = true }
-}
+func WithCloseClient() Option { return func(o *options) { o.closeClient = true } }
 
 // Defaults of the options that bound the transport's waits and writes.
 const (
-	// DefaultConnectTimeout bounds the wait for a connection to the broker.
-	DefaultConnectTimeout = 10 * time.Second
-	// DefaultMaxMessageSize is the broker's default maxMessageSize (5 MiB).
-	DefaultMaxMessageSize = 5 << 20
-	// MetadataReserve is the part of the broker's maxMessageSize the size check leaves
-	// for the metadata the Pulsar client adds to every message.
-	MetadataReserve = 512
-	// DefaultReceiverQueueSize is the receiver queue of a consumer
-	// ([WithReceiverQueueSize]).
-	DefaultReceiverQueueSize = 1000
+	DefaultConnectTimeout    = 10 * time.Second // the wait for a connection to the broker
+	DefaultMaxMessageSize    = 5 << 20          // the broker's default maxMessageSize (5 MiB)
+	MetadataReserve          = 512              // the part of maxMessageSize left for what the client adds to every message
+	DefaultReceiverQueueSize = 1000             // [WithReceiverQueueSize]
 )
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{
-		logger:         slog.Default(),
-		subscription:   DefaultSubscription,
-		subType:        Shared,
-		nackDelay:      time.Second,
-		sendTimeout:    30 * time.Second,
-		connectTimeout: DefaultConnectTimeout,
-		maxMessageSize: DefaultMaxMessageSize,
-		receiverQueue:  DefaultReceiverQueueSize,
-		pipeline:       true,
-		bad:            driverkit.Options{Broker: "pulsar"},
+		Common:        driverkit.NewCommon("pulsar", DefaultConnectTimeout, DefaultMaxMessageSize, 0),
+		subscription:  DefaultSubscription,
+		subType:       Shared,
+		nackDelay:     time.Second,
+		sendTimeout:   30 * time.Second,
+		receiverQueue: DefaultReceiverQueueSize,
+		pipeline:      true,
 	}
+	o.MinMessageSize = MetadataReserve + 1
 	for _, f := range opts {
 		f(&o)
 	}
-	return o, o.bad.Err()
+	return o, o.Err()
 }
 
-// Config is what a pulsar:// URL says, parsed by [ParseURL].
+// Config is what a pulsar:// URL says, parsed by [ParseURL]: each field is the URL
+// parameter named beside it (see the option function of the same setting), zero when
+// not given.
 type Config struct {
-	// ServiceURL is the URL handed to the Pulsar client: pulsar://host:port[,host:port]
-	// or pulsar+ssl://…, without the query.
-	ServiceURL string
-	// Subscription is the subscription name.
-	Subscription string
-	// SubscriptionType is the subscription type.
-	SubscriptionType SubscriptionType
-	// ConnectTimeout is the connect_timeout parameter; zero when not given.
-	ConnectTimeout time.Duration
-	// SendTimeout is the send_timeout parameter; zero when not given.
-	SendTimeout time.Duration
-	// NackDelay is the nack_delay parameter; zero when not given.
-	NackDelay time.Duration
-	// MaxMessageSize is the max_message_size parameter in bytes; zero when not given.
-	MaxMessageSize int
-	// ReceiverQueueSize is the receiver_queue parameter; zero when not given.
-	ReceiverQueueSize int
-	// AdminURL is the admin parameter: the http(s) URL of the admin REST API that
-	// Browse reads through; empty when not given (see [WithAdminURL]).
-	AdminURL string
-	// PipelineSettles is the pipeline_settles parameter: true unless it is 0 (see
-	// [WithPipelinedSettles]).
-	PipelineSettles bool
-	// TLS is the TLS configuration of a pulsar+ssl:// URL, from the TLS parameters
-	// every scheme shares (docs/security.md); nil for pulsar://.
-	TLS *tls.Config
-	// Token and TokenFile are the token and token_file parameters: token
-	// authentication with the JWT itself or the file holding it.
-	Token, TokenFile string
+	ServiceURL        string           // pulsar://host:port[,host:port…] or pulsar+ssl://…, without the query
+	Subscription      string           // subscription
+	SubscriptionType  SubscriptionType // subscription_type
+	ConnectTimeout    time.Duration    // connect_timeout
+	SendTimeout       time.Duration    // send_timeout
+	NackDelay         time.Duration    // nack_delay
+	MaxMessageSize    int              // max_message_size, in bytes
+	ReceiverQueueSize int              // receiver_queue
+	AdminURL          string           // admin: the admin REST API ([WithAdminURL])
+	PipelineSettles   bool             // pipeline_settles: true unless it is 0
+	TLS               *tls.Config      // the shared TLS parameters of pulsar+ssl:// (docs/security.md); nil for pulsar://
+	Token, TokenFile  string           // token, token_file: the JWT itself or the file holding it
 }
 
 // urlParams are the query parameters a pulsar:// URL accepts.
 var urlParams = []string{"subscription", "subscription_type", "connect_timeout", "send_timeout", "nack_delay", "max_message_size",
 	"receiver_queue", "admin", "pipeline_settles", "token", "token_file"}
 
-// options returns the options the URL's parameters stand for.
+// options returns the option the URL's parameters stand for (ParseURL checked them).
 func (c Config) options() []Option {
-	opts := []Option{WithSubscription(c.Subscription), WithSubscriptionType(c.SubscriptionType), WithPipelinedSettles(c.PipelineSettles),
-		func(o *options) { o.secure = access{tls: c.TLS, token: c.Token, tokenFile: c.TokenFile} }}
-	if c.ConnectTimeout > 0 {
-		opts = append(opts, WithConnectTimeout(c.ConnectTimeout))
-	}
-	if c.SendTimeout > 0 {
-		opts = append(opts, WithSendTimeout(c.SendTimeout))
-	}
-	if c.NackDelay > 0 {
-		opts = append(opts, WithNackRedeliveryDelay(c.NackDelay))
-	}
-	if c.MaxMessageSize > 0 {
-		opts = append(opts, WithMaxMessageSize(c.MaxMessageSize))
-	}
-	if c.ReceiverQueueSize > 0 {
-		opts = append(opts, WithReceiverQueueSize(c.ReceiverQueueSize))
-	}
-	if c.AdminURL != "" {
-		opts = append(opts, WithAdminURL(c.AdminURL))
-	}
-	return opts
+	return []Option{func(o *options) {
+		o.subscription, o.subType, o.pipeline = c.Subscription, c.SubscriptionType, c.PipelineSettles
+		o.secure = access{tls: c.TLS, token: c.Token, tokenFile: c.TokenFile}
+		o.ConnectTimeout, o.sendTimeout = cmp.Or(c.ConnectTimeout, o.ConnectTimeout), cmp.Or(c.SendTimeout, o.sendTimeout)
+		o.nackDelay, o.MaxMessageSize = cmp.Or(c.NackDelay, o.nackDelay), cmp.Or(c.MaxMessageSize, o.MaxMessageSize)
+		o.receiverQueue, o.adminURL = cmp.Or(c.ReceiverQueueSize, o.receiverQueue), cmp.Or(c.AdminURL, o.adminURL)
+	}}
 }
 
 // ParseURL reads a pulsar:// or pulsar+ssl:// URL. Errors match [transport.ErrBadURL]
@@ -347,21 +252,19 @@ func ParseURL(u *url.URL) (Config, error) {
 	default:
 		return bad("scheme", "want pulsar:// or pulsar+ssl://")
 	}
-	if u.Opaque != "" {
-		return bad("host", "want pulsar://host:port")
-	}
-	if u.User != nil {
-		return bad("user", "pulsar:// URLs carry no user: give token_file= (or token=) for token authentication, or build a client and use pulsar.New")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "opaque", Param: "host", Reason: "want pulsar://host:port"},
+		driverkit.URLPart{Part: "user", Param: "user", Reason: "pulsar:// URLs carry no user: give token_file= (or token=) for token authentication, or build a client and use pulsar.New"}); err != nil {
+		return Config{}, err
 	}
 	q, err := driverkit.ParseQuery("pulsar", u, append(append([]string(nil), urlParams...), transport.TLSParams...)...)
 	if err != nil {
 		return Config{}, err
 	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("path", "pulsar:// takes no path (topics are named by the queue)")
-	}
-	if u.Fragment != "" {
-		return bad("fragment", "pulsar:// takes no fragment")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "pulsar:// takes no path (topics are named by the queue)"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "pulsar:// takes no fragment"}); err != nil {
+		return Config{}, err
 	}
 	if u.Host == "" {
 		return bad("host", "missing (want pulsar://host:port)")
@@ -445,12 +348,10 @@ func ParseURL(u *url.URL) (Config, error) {
 	return c, nil
 }
 
-// OpenURL builds a transport from a pulsar:// or pulsar+ssl:// URL. The options are
-// applied after the URL's parameters; the logger defaults to the one ctx carries
-// ([transport.LoggerFrom]), and the Pulsar client logs through it too. OpenURL checks
-// that a broker of the URL answers within the connect timeout and fails with an error
-// matching [ErrUnreachable] when none does, rather than leaving the client to retry in
-// the background. The client it builds is closed by [Transport.Close].
+// OpenURL builds a transport from a pulsar:// or pulsar+ssl:// URL; opts are applied
+// after the URL's parameters, and the logger defaults to ctx's ([transport.LoggerFrom]).
+// It fails with [ErrUnreachable] when no broker of the URL answers within the connect
+// timeout. [Transport.Close] closes the client it builds.
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	cfg, err := ParseURL(u)
 	if err != nil {
@@ -462,16 +363,16 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		return nil, err
 	}
 	redacted := transport.RedactURL(u)
-	transport.WarnInsecureTLS(o.logger, "pulsar", redacted, o.secure.tls)
-	if err := probe(ctx, cfg.ServiceURL, o.connectTimeout, o.secure.tls); err != nil {
+	transport.WarnInsecureTLS(o.Logger, "pulsar", redacted, o.secure.tls)
+	if err := probe(ctx, cfg.ServiceURL, o.ConnectTimeout, o.secure.tls); err != nil {
 		return nil, transport.OpenFailed("pulsar", redacted, err)
 	}
 	refused := make(chan string, 1)
 	copts := pc.ClientOptions{
 		URL:               cfg.ServiceURL,
-		Logger:            pclog.NewLoggerWithSlog(slog.New(refusalWatch{quietInfo{o.logger.Handler()}, refused}).With("component", "pulsar-client")),
+		Logger:            pclog.NewLoggerWithSlog(slog.New(clientLog(o.Logger.Handler(), refused)).With("component", "pulsar-client")),
 		OperationTimeout:  30 * time.Second,
-		ConnectionTimeout: o.connectTimeout,
+		ConnectionTimeout: o.ConnectTimeout,
 		TLSConfig:         o.secure.tls,
 	}
 	if copts.Authentication, err = o.secure.authentication(); err != nil {
@@ -481,7 +382,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: client for %s: %w", redacted, err)
 	}
-	if err := checkAccess(ctx, client, o.connectTimeout, refused); err != nil {
+	if err := checkAccess(ctx, client, o.ConnectTimeout, refused); err != nil {
 		client.Close()
 		return nil, transport.OpenFailed("pulsar", redacted, err)
 	}
@@ -494,27 +395,17 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 // connection within the connect timeout.
 var ErrUnreachable = errors.New("pulsar: broker unreachable")
 
-// probe dials the brokers of serviceURL until one accepts a TCP connection (and, with
-// tlsConfig, completes a TLS handshake), within timeout (and ctx). The Pulsar client
-// itself would retry a missing broker, or one whose certificate it refuses, until each
-// operation's timeout, logging every attempt.
+// probe dials the brokers of serviceURL within timeout ([driverkit.Reach]), where the
+// client would retry until each operation's timeout.
 func probe(ctx context.Context, serviceURL string, timeout time.Duration, tlsConfig *tls.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	_, hosts, _ := strings.Cut(serviceURL, "://")
-	var errs []error
-	for _, hp := range strings.Split(hosts, ",") {
-		conn, err := dialProbe(ctx, hp, tlsConfig)
-		if err == nil {
-			_ = conn.Close()
-			return nil
-		}
-		if isTLSRefusal(err) {
-			return err // the broker answered: its certificate was refused
-		}
-		errs = append(errs, err)
+	err := driverkit.Reach(ctx, strings.Split(hosts, ","), tlsConfig)
+	if err == nil || transport.IsTLSError(err) {
+		return err // a refused certificate: the broker answered
 	}
-	return fmt.Errorf("%w: no broker of %s accepted a connection within %s (connect_timeout): %w", ErrUnreachable, serviceURL, timeout, errors.Join(errs...))
+	return fmt.Errorf("%w: no broker of %s accepted a connection within %s (connect_timeout): %w", ErrUnreachable, serviceURL, timeout, err)
 }
 
 // New builds a transport around a client you built yourself (TLS, token or OAuth2
@@ -534,12 +425,12 @@ func New(client pc.Client, opts ...Option) (*Transport, error) {
 }
 
 func newTransport(client pc.Client, o options) *Transport {
-	return &Transport{
-		client:    client,
-		opts:      o,
-		log:       o.logger,
-		producers: map[string]*producerSlot{},
-	}
+	t := &Transport{client: client, opts: o, log: o.Logger}
+	t.producers = driverkit.Pool[pc.Producer]{Make: t.createProducer, Free: func(ctx context.Context, p pc.Producer) error {
+		defer p.Close()
+		return p.FlushWithCtx(ctx)
+	}}
+	return t
 }
 
 // Transport is a connection to a Pulsar cluster. It is safe for concurrent use.
@@ -552,27 +443,16 @@ type Transport struct {
 	// faultHook, when set (by tests), fails the settle writes it returns an error for.
 	faultHook atomic.Pointer[func(*transport.Message) error]
 
-	consumers driverkit.Group // the consumers opened, closed with the transport
-
-	mu        sync.Mutex
-	closed    bool
-	producers map[string]*producerSlot
-}
-
-// producerSlot holds one topic's producer; ready is closed once p or err is set, so
-// concurrent first writes to a topic create one producer.
-type producerSlot struct {
-	ready chan struct{}
-	p     pc.Producer
-	err   error
+	consumers driverkit.Group             // the consumers opened, closed with the transport
+	producers driverkit.Pool[pc.Producer] // one per topic written to
+	closing   atomic.Bool
 }
 
 // Client returns the Pulsar client the transport uses.
 func (t *Transport) Client() pc.Client { return t.client }
 
-// Capabilities reports the Pulsar binding: attempts are the larger of the body's and
-// the broker's 0-based redelivery count, delays are honoured on Shared and Key_Shared
-// subscriptions only, and the dead-letter suffix is ".dlq".
+// Capabilities reports the Pulsar binding: attempts are max(body, redelivery count),
+// delays on Shared and Key_Shared subscriptions only, dead letters in "<queue>.dlq".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
 		Attempts:         transport.AttemptsMaxNative,
@@ -582,30 +462,15 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// producer returns the cached producer of topic, creating it on first use. Creation
-// runs in its own goroutine so a caller whose context ends stops waiting for it.
+// producer returns the cached producer of topic, creating it on first use.
 func (t *Transport) producer(ctx context.Context, topic string) (pc.Producer, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if t.consumers.Closed() { // Close closes the consumers, then the producers
 		return nil, transport.ErrClosed
 	}
-	slot, ok := t.producers[topic]
-	if !ok {
-		slot = &producerSlot{ready: make(chan struct{})}
-		t.producers[topic] = slot
-		go t.createProducer(topic, slot)
-	}
-	t.mu.Unlock()
-	select {
-	case <-slot.ready:
-		return slot.p, slot.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return t.producers.Get(ctx, topic)
 }
 
-func (t *Transport) createProducer(topic string, slot *producerSlot) {
+func (t *Transport) createProducer(topic string) (pc.Producer, error) {
 	po := pc.ProducerOptions{
 		Topic:             topic,
 		DisableBatching:   !t.opts.batching,
@@ -615,47 +480,16 @@ func (t *Transport) createProducer(topic string, slot *producerSlot) {
 	if t.opts.producerOptions != nil {
 		t.opts.producerOptions(&po)
 	}
-	p, err := t.client.CreateProducer(po)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch {
-	case err != nil:
-		// Forget the failed slot so a later write tries again.
-		if t.producers[topic] == slot {
-			delete(t.producers, topic)
-		}
-		slot.err = err
-	case t.closed:
-		slot.err = transport.ErrClosed
-		go p.Close()
-	default:
-		slot.p = p
-	}
-	close(slot.ready)
+	return t.client.CreateProducer(po)
 }
 
-// dropProducer forgets the cached producer p of topic after a write through it failed,
-// and closes it in the background, so the next write gets a new one. pulsar-client-go
-// detaches a producer from its connection when the broker refuses a write with
-// NotAllowedError: its later writes reach the broker but their receipts are dropped,
-// so each one fails at the send timeout for ever (found by the fault suite, issue 16,
-// with a dead-letter topic whose maxMessageSize refused the dead letters for a while).
-func (t *Transport) dropProducer(topic string, p pc.Producer) {
-	t.mu.Lock()
-	slot, ok := t.producers[topic]
-	drop := ok && slot.p == p
-	if drop {
-		delete(t.producers, topic)
-	}
-	t.mu.Unlock()
-	if drop {
-		go p.Close()
-	}
-}
+// dropProducer forgets the producer p of topic after a write through it failed, so the
+// next write gets a new one: pulsar-client-go detaches a producer whose write the broker
+// refused with NotAllowedError, and its later writes all time out (issue 16).
+func (t *Transport) dropProducer(topic string, p pc.Producer) { t.producers.Drop(topic, p) }
 
-// ErrEmptyBody is returned for a write with an empty body: the Pulsar Go client
-// discards a received message with an empty payload as corrupt, so such a write would be
-// lost.
+// ErrEmptyBody is returned for a write with an empty body, which Pulsar Go consumers
+// discard as corrupt.
 var ErrEmptyBody = errors.New("pulsar: empty message body (Pulsar Go consumers discard empty payloads)")
 
 // check refuses a write the transport cannot make (no queue, an empty body, over the
@@ -668,7 +502,7 @@ func (t *Transport) check(m *transport.Message) (*pc.ProducerMessage, error) {
 		return nil, ErrEmptyBody
 	}
 	pm := producerMessage(m)
-	if err := transport.CheckSize("pulsar", m.Queue, wireSize(pm), t.opts.maxMessageSize-MetadataReserve); err != nil {
+	if err := t.opts.CheckSize(m.Queue, wireSize(pm), MetadataReserve); err != nil {
 		return nil, err
 	}
 	return pm, nil
@@ -696,13 +530,12 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	return nil
 }
 
-// refused is err, the failure of a write of size bytes to queue; when the broker's
-// maxMessageSize is below max_message_size it matches [transport.ErrTooLarge] (the
-// client reports that with an error of its internal package, known only by its text).
+// refused is err, a write's failure, matching [transport.ErrTooLarge] when the broker's
+// maxMessageSize refused it (an internal error of the client, known by its text).
 func (t *Transport) refused(queue string, size int, err error) error {
 	if errors.Is(err, pc.ErrMessageTooLarge) || strings.Contains(err.Error(), "exceeds MaxMessageSize") {
 		return fmt.Errorf("%w: %d bytes for %q, over the broker's maxMessageSize, which is below the transport's max_message_size=%d: %w",
-			transport.ErrTooLarge, size, queue, t.opts.maxMessageSize, err)
+			transport.ErrTooLarge, size, queue, t.opts.MaxMessageSize, err)
 	}
 	return err
 }
@@ -736,8 +569,7 @@ func (t *Transport) sendSettle(ctx context.Context, m *transport.Message) error 
 	return t.send(ctx, m)
 }
 
-// Publish writes one message to the topic m.Queue and waits for the broker to confirm
-// it.
+// Publish writes one message to the topic m.Queue and waits for the broker's receipt.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err := t.send(ctx, m); err != nil {
 		q := ""
@@ -749,67 +581,19 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return nil
 }
 
-// Close closes the consumers still open (their unsettled deliveries go back to the
-// broker), waiting, until ctx ends, for their pipelined settlements in flight (each
-// delivery is acknowledged once its writes are confirmed, or rewound), flushes and
-// closes every producer and, when the transport owns it, the client. It returns the
-// errors of those steps joined.
+// Close closes the consumers (their unsettled deliveries go back to the broker, their
+// pipelined settlements finish, bounded by ctx), flushes and closes every producer and,
+// when the transport owns it, the client. It returns the errors of those steps joined.
 func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	t.closed = true
-	slots := make([]*producerSlot, 0, len(t.producers))
-	for _, s := range t.producers {
-		slots = append(slots, s)
-	}
-	t.mu.Unlock()
-	errs := []error{t.consumers.Close(ctx)}
-	for _, s := range slots {
-		select {
-		case <-s.ready:
-		case <-ctx.Done():
-			continue
-		}
-		if s.p != nil {
-			errs = append(errs, s.p.FlushWithCtx(ctx))
-			s.p.Close()
-		}
-	}
+	err := errors.Join(t.consumers.Close(ctx), t.producers.Close(ctx))
 	if t.ownsClient {
 		t.client.Close()
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("pulsar: close: %w", err)
 	}
 	return nil
-}
-
-// quietInfo lowers the Pulsar client's Info records (a line for every connection,
-// producer and consumer it opens or closes) to Debug; warnings and errors pass as
-// they are.
-type quietInfo struct{ slog.Handler }
-
-func (h quietInfo) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.Handler.Enabled(ctx, lower(l))
-}
-
-func (h quietInfo) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = lower(r.Level)
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h quietInfo) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietInfo{h.Handler.WithAttrs(as)}
-}
-
-func (h quietInfo) WithGroup(name string) slog.Handler { return quietInfo{h.Handler.WithGroup(name)} }
-
-func lower(l slog.Level) slog.Level {
-	if l == slog.LevelInfo {
-		return slog.LevelDebug
-	}
-	return l
 }

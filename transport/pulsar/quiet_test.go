@@ -11,7 +11,7 @@ import (
 func TestClientInfoIsLoweredToDebug(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	client := slog.New(quietInfo{base.Handler()}).With("component", "pulsar-client")
+	client := slog.New(clientLog(base.Handler(), nil)).With("component", "pulsar-client")
 
 	client.Info("Connection is ready")
 	client.Warn("Reconnecting to broker")
@@ -28,7 +28,7 @@ func TestClientInfoIsLoweredToDebug(t *testing.T) {
 	}
 
 	buf.Reset()
-	debug := slog.New(quietInfo{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})})
+	debug := slog.New(clientLog(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), nil))
 	debug.Info("Connection is ready")
 	if !strings.Contains(buf.String(), "level=DEBUG msg=\"Connection is ready\"") {
 		t.Errorf("a Debug-level handler should see the client's Info as Debug:\n%s", buf.String())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // access is how a transport reaches a secure cluster: the TLS configuration of
@@ -27,15 +27,12 @@ type access struct {
 	token, tokenFile string
 }
 
-// WithTLSConfig sets the TLS configuration of the broker connections of a transport
-// opened from a pulsar+ssl:// URL, in place of the one the URL's TLS parameters describe
-// (docs/security.md; [transport.TLSOptions] builds the same configuration in code), and
-// of the https admin API that Browse and QueueStats read ([WithAdminURL]), for [New] too.
+// WithTLSConfig sets the TLS configuration of a pulsar+ssl:// URL's broker connections,
+// in place of the URL's TLS parameters (docs/security.md), and of an https admin API.
 func WithTLSConfig(c *tls.Config) Option { return func(o *options) { o.secure.tls = c } }
 
-// WithToken authenticates with a token (a JWT): the broker connections of a transport
-// opened from a URL (the token= parameter), and the admin API ([WithAdminURL]), for
-// [New] too.
+// WithToken authenticates with a token (a JWT; token= in the URL) with the brokers of a
+// URL and with the admin API.
 func WithToken(token string) Option {
 	return func(o *options) { o.secure.token, o.secure.tokenFile = token, "" }
 }
@@ -77,28 +74,12 @@ func (a access) admin(url string) (admin.Client, error) {
 	return admin.NewPulsarClientWithAuthProvider(&config.Config{WebServiceURL: url}, p)
 }
 
-// dialProbe opens a TCP connection to hp, and with c a TLS handshake over it.
-func dialProbe(ctx context.Context, hp string, c *tls.Config) (net.Conn, error) {
-	if c == nil {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", hp)
-	}
-	d := tls.Dialer{Config: c}
-	return d.DialContext(ctx, "tcp", hp)
-}
-
-// isTLSRefusal reports a handshake that failed on a certificate, as opposed to a
-// broker that is not there.
-func isTLSRefusal(err error) bool { return transport.IsTLSError(err) }
-
 // accessCheckTopic is the topic whose metadata checkAccess asks for: the lookup needs
 // an authenticated, authorised connection, and creates nothing.
 const accessCheckTopic = "persistent://public/default/babelqueue-access-check"
 
-// checkAccess makes one request that needs the connection's credentials, so a token
-// the broker refuses fails Open instead of the first producer or consumer, which the
-// client would retry until its operation timeout. refused carries the broker's reason
-// for refusing a connection ([refusalWatch]).
+// checkAccess makes one request that needs the connection's credentials, so that a
+// token the broker refuses fails Open; refused carries the broker's reason ([clientLog]).
 func checkAccess(ctx context.Context, client pc.Client, timeout time.Duration, refused <-chan string) error {
 	done := make(chan error, 1)
 	go func() {
@@ -133,38 +114,19 @@ func authCause(err error) error {
 	return err
 }
 
-// refusalWatch passes the Pulsar client's log records on and reports, on ch, the
-// reason of a broker that refused a connection's handshake (a token it did not accept):
-// the client gives no error for it, only the warning "Failed to establish connection
-// with broker: '<the broker's reason>'", and retries.
-type refusalWatch struct {
-	slog.Handler
-	ch chan<- string
+// clientLog is the Pulsar client's log handler: its Info lines lowered to Debug, and
+// the broker's reason for refusing a connection's handshake (a token it did not
+// accept) reported on refused: the client gives no error for it, only the warning
+// "Failed to establish connection with broker: '<the broker's reason>'", and retries.
+func clientLog(h slog.Handler, refused chan<- string) slog.Handler {
+	return driverkit.ClientLog{Handler: h, Level: driverkit.InfoAsDebug, WatchFrom: slog.LevelWarn, Watch: func(r slog.Record) {
+		if why, ok := strings.CutPrefix(r.Message, refusedPrefix); ok && refused != nil {
+			select {
+			case refused <- strings.Trim(why, "'"):
+			default:
+			}
+		}
+	}}
 }
 
 const refusedPrefix = "Failed to establish connection with broker: "
-
-func (h refusalWatch) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || h.Handler.Enabled(ctx, l)
-}
-
-func (h refusalWatch) Handle(ctx context.Context, r slog.Record) error {
-	if why, ok := strings.CutPrefix(r.Message, refusedPrefix); ok {
-		select {
-		case h.ch <- strings.Trim(why, "'"):
-		default:
-		}
-	}
-	if !h.Handler.Enabled(ctx, r.Level) {
-		return nil
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h refusalWatch) WithAttrs(as []slog.Attr) slog.Handler {
-	return refusalWatch{h.Handler.WithAttrs(as), h.ch}
-}
-
-func (h refusalWatch) WithGroup(name string) slog.Handler {
-	return refusalWatch{h.Handler.WithGroup(name), h.ch}
-}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/rest"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 
@@ -15,39 +16,43 @@ import (
 
 var _ transport.QueueStatter = (*Transport)(nil)
 
-// QueueStats asks the admin REST API ([WithAdminURL]) for the topic's stats. Once the
-// transport's subscription exists: Ready is its backlog without the delayed messages
-// and without those dispatched to a consumer and not acknowledged, which are InFlight;
-// Delayed is the subscription's delayed messages (Pulsar counts them once a consumer
-// of a Shared subscription has been handed them); Oldest is the publish time of the
-// earliest message in its backlog (Pulsar's earliestMsgPublishTimeInBacklog: messages
-// dispatched and not acknowledged count too). Before the subscription exists, a
-// consumer would read the topic from its earliest retained message, so Ready is the
-// topic's stored entries (one per message, with batching off, the default; one per
-// batch with [WithBatching]), InFlight 0, Delayed [transport.UnknownCount] and Oldest
-// unknown (zero).
-// Appended is [transport.UnknownCount]: the broker's counter of messages in starts
-// again when it loads the topic. A topic that does not exist has Exists false.
-// Without an admin URL QueueStats returns a [transport.CannotCountError].
+// adminFor returns the admin REST API's client and queue's topic, for op (a browse, the stats).
+func (t *Transport) adminFor(op, queue string) (admin.Client, *utils.TopicName, error) {
+	if queue == "" {
+		return nil, nil, fmt.Errorf("pulsar: %s: empty queue name", op)
+	}
+	name, err := utils.GetTopicName(queue)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pulsar: %s: %w", op, err)
+	}
+	adm, err := t.opts.secure.admin(t.opts.adminURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pulsar: %s: admin client for %s: %w", op, t.opts.adminURL, err)
+	}
+	return adm, name, nil
+}
+
+// isNotFound reports the admin API's answer for a topic that does not exist.
+func isNotFound(err error) bool {
+	var re rest.Error
+	return errors.As(err, &re) && re.Code == http.StatusNotFound
+}
+
+// QueueStats asks the admin REST API ([WithAdminURL]) for the counts of the
+// transport's subscription (its backlog as Ready, InFlight, Delayed and Oldest), or of
+// the topic's stored entries before the subscription exists. Without an admin URL it
+// returns a [transport.CannotCountError].
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{Appended: transport.UnknownCount}
 	if t.opts.adminURL == "" {
 		return s, &transport.CannotCountError{Transport: "pulsar", Reason: "no admin URL: the counts come from the admin REST API (pulsar.WithAdminURL, or admin= in the URL)"}
 	}
-	if queue == "" {
-		return s, errors.New("pulsar: stats: empty queue name")
-	}
-	name, err := utils.GetTopicName(queue)
+	adm, name, err := t.adminFor("stats", queue)
 	if err != nil {
-		return s, fmt.Errorf("pulsar: stats: %w", err)
-	}
-	adm, err := t.opts.secure.admin(t.opts.adminURL)
-	if err != nil {
-		return s, fmt.Errorf("pulsar: stats: admin client for %s: %w", t.opts.adminURL, err)
+		return s, err
 	}
 	st, err := adm.Topics().GetStatsWithOptionWithContext(ctx, *name, utils.GetStatsOptions{GetEarliestTimeInBacklog: true})
-	var re rest.Error
-	if errors.As(err, &re) && re.Code == http.StatusNotFound {
+	if isNotFound(err) {
 		return s, nil
 	}
 	if err != nil {

@@ -13,16 +13,12 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// maxCredits is the most messages one ReceiveMessages call may ask for (the SDK's link
-// buffer).
+// maxCredits is the most messages one ReceiveMessages call may ask for.
 const maxCredits = 5000
 
-// Consume opens a peek-lock receiver on queue and checks, with one PeekMessages call
-// bounded by the connect timeout, that the queue can be read: a namespace that does not
-// answer, a missing queue or a credential without the Listen right fails here. The
-// receive loop, the prefetch (at most opts.Prefetch messages held: handed out and not
-// settled, plus received and not yet handed out), the settlements and Close are the
-// kit's ([driverkit.Consumer]); this file is Service Bus's side of them.
+// Consume opens a peek-lock receiver on queue and checks that the queue can be read
+// (one PeekMessages call within the connect timeout). The consumer is the kit's
+// ([driverkit.Consumer]) on Service Bus's primitives.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("servicebus: consume: empty queue name")
@@ -39,9 +35,9 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, err
 	}
 	c := &consumer{t: t, queue: queue, r: r,
-		log: t.cfg.logger.With(slog.String("transport", "servicebus"), slog.String("queue", queue))}
+		log: t.cfg.Logger.With(slog.String("transport", "servicebus"), slog.String("queue", queue))}
 	k, err := driverkit.New[*lease](c, driverkit.Config{
-		Broker: "servicebus", Queue: queue, Logger: t.cfg.logger, Group: &t.consumers,
+		Broker: "servicebus", Queue: queue, Logger: t.cfg.Logger, Group: &t.consumers,
 		HandOff: true, MaxBatch: min(max(opts.Prefetch, 1), maxCredits),
 	}, opts)
 	if err != nil {
@@ -61,23 +57,21 @@ type consumer struct {
 	log   *slog.Logger
 }
 
-// lease is the transport's hold on one received message: the message and the renewal
-// of its lock.
+// lease is one received message and the renewal of its lock.
 type lease struct {
 	msg       *azservicebus.ReceivedMessage
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
 }
 
-// stopRenewal ends the renewal of the lock and waits for it; calling it again does
-// nothing more.
+// stopRenewal ends the renewal of the lock and waits for it.
 func (l *lease) stopRenewal() {
 	l.stopRenew()
 	<-l.renewDone
 }
 
-// Receive asks for up to len(into) messages (one ReceiveMessages call at a time: the
-// SDK's receiver takes no concurrent calls) and starts renewing their locks.
+// Receive asks for up to len(into) messages (one call at a time: the SDK's receiver takes
+// no concurrent calls) and starts renewing their locks.
 func (c *consumer) Receive(ctx context.Context, into []*lease) (int, error) {
 	rctx, cancel := c.kit.Bind(ctx)
 	defer cancel()
@@ -100,8 +94,7 @@ func (c *consumer) Receive(ctx context.Context, into []*lease) (int, error) {
 		case err != nil:
 			return 0, fmt.Errorf("servicebus: receive from %q: %w", c.queue, err)
 		}
-		// No message and no error: the SDK met a recoverable link error and recovers on
-		// the next call. Do not spin.
+		// No message and no error: the SDK recovers a link on the next call. Do not spin.
 		if empty > 0 {
 			t := time.NewTimer(100 * time.Millisecond)
 			select {
@@ -113,8 +106,7 @@ func (c *consumer) Receive(ctx context.Context, into []*lease) (int, error) {
 	}
 }
 
-// IsRetryable is false: the SDK retries a lost link itself, so an error it returns is
-// one it gave up on, and the caller of Receive sees it (the runtime backs off).
+// IsRetryable is false: the SDK retries a lost link itself; an error is one it gave up on.
 func (c *consumer) IsRetryable(error) bool { return false }
 
 // hold starts renewing the lock of a received message.
@@ -131,8 +123,8 @@ func (c *consumer) hold(m *azservicebus.ReceivedMessage) *lease {
 	return l
 }
 
-// renew keeps the message lock of l alive until the delivery is settled (or for
-// max_lock_renewal). A lost lock ends it: Service Bus will redeliver the message.
+// renew keeps the lock of l alive until the delivery is settled (or for
+// max_lock_renewal); a lost lock ends it.
 func (c *consumer) renew(ctx context.Context, l *lease, start time.Time) {
 	defer close(l.renewDone)
 	cfg := c.t.cfg
@@ -181,9 +173,8 @@ func (c *consumer) renew(ctx context.Context, l *lease, start time.Time) {
 // Decode reads the delivery from the received message ([Reconcile]).
 func (c *consumer) Decode(l *lease, d *transport.Delivery) { reconcile(d, l.msg) }
 
-// Write sends the settle writes in order, each confirmed by the broker (SendMessage
-// returns after its accepted disposition). The lock stays renewed meanwhile, and after a
-// failed write, for the Rewind that follows.
+// Write sends the settle writes in order, each confirmed by the broker; the lock stays
+// renewed meanwhile.
 func (c *consumer) Write(ctx context.Context, _ *lease, ws []*transport.Message) (driverkit.Confirm, error) {
 	return nil, driverkit.SendAll(ctx, ws, c.t.send)
 }
@@ -194,9 +185,7 @@ func (c *consumer) Ack(ctx context.Context, l *lease) error {
 	return c.settled("complete", c.r.CompleteMessage(ctx, l.msg, nil))
 }
 
-// GiveBack abandons the messages: Service Bus raises each one's DeliveryCount and, once
-// it reaches the queue's MaxDeliveryCount, moves it to the queue's dead-letter
-// sub-queue.
+// GiveBack abandons the messages (Service Bus counts the delivery).
 func (c *consumer) GiveBack(ctx context.Context, ls []*lease, _ driverkit.Reason) error {
 	var errs []error
 	for _, l := range ls {
@@ -212,7 +201,7 @@ func (c *consumer) HandOff(ctx context.Context, l *lease) error {
 }
 
 // settled reports the outcome of a settlement call: a lost lock as a
-// [*transport.TakenBackError] (Service Bus took the message back and redelivers it).
+// [*transport.TakenBackError].
 func (c *consumer) settled(verb string, err error) error {
 	var sbe *azservicebus.Error
 	switch {

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -43,12 +41,10 @@ var ErrInvalidKey = errors.New("servicebus: key cannot be a PartitionKey")
 
 var errSDKPanic = errors.New("servicebus: the SDK panicked converting a received message")
 
-// Project builds the Service Bus message the transport sends for m: the body unchanged,
-// Subject = URN, CorrelationID = trace_id, MessageID = meta.id, ContentType =
-// application/json, the typed bq- application properties of the projection, bq-attempts
-// when m.Attempts is above zero, m.Headers as extra string application properties (never
-// replacing a projected one), the key as PartitionKey and the delay as
-// ScheduledEnqueueTime (counted from now). Fields of a zero projection are left out.
+// Project builds the Service Bus message the transport sends for m (manifest block
+// "asb"): the body unchanged, Subject = URN, CorrelationID = trace_id, MessageID =
+// meta.id, the typed bq- application properties, the headers, the key as PartitionKey
+// and the delay as ScheduledEnqueueTime (from now).
 func Project(m *transport.Message, now time.Time) (*azservicebus.Message, error) {
 	out := &azservicebus.Message{Body: m.Body}
 	ct := ContentType
@@ -113,13 +109,10 @@ func clampInt32(v int64) int32 {
 	return int32(v)
 }
 
-// Reconcile builds the delivery the runtime sees from a received message: the body
-// exactly as sent, Redeliveries = DeliveryCount − 1 (a count of zero or one gives
-// zero), the PartitionKey as the key, bq-attempts as the attempts header (an integer
-// of any width or decimal text, read by driverkit.Attempts, the coercion every driver
-// shares), the bq-schema-version property as typed (see [SchemaVersion]) and the string application
-// properties that are not the binding's own as Headers. It never panics, whatever the
-// message holds.
+// Reconcile builds the delivery the runtime sees from a received message: the body as
+// sent, Redeliveries = DeliveryCount − 1, the PartitionKey as the key, the attempts
+// header, the schema version as typed ([SchemaVersion]) and the other string
+// application properties as Headers. It never panics, whatever the message holds.
 func Reconcile(queue string, rm *azservicebus.ReceivedMessage) *transport.Delivery {
 	d := &transport.Delivery{Queue: queue}
 	reconcile(d, rm)
@@ -153,93 +146,25 @@ func reconcile(d *transport.Delivery, rm *azservicebus.ReceivedMessage) {
 	}
 }
 
-// body returns the payload: the single Data section the SDK exposes as Body, else every
-// Data section joined, else a string or binary AMQP value. Anything else (a sequence
-// section, a numeric value) is an empty body, which the runtime treats as poison.
+// body returns the payload: the SDK's Body, else the AMQP body sections'.
 func body(rm *azservicebus.ReceivedMessage) []byte {
-	if rm.Body != nil {
+	switch {
+	case rm.Body != nil:
 		return rm.Body
-	}
-	raw := rm.RawAMQPMessage
-	if raw == nil {
+	case rm.RawAMQPMessage == nil:
 		return []byte{}
 	}
-	if len(raw.Body.Data) > 0 {
-		var out []byte
-		for _, s := range raw.Body.Data {
-			out = append(out, s...)
-		}
-		if out == nil {
-			out = []byte{}
-		}
-		return out
-	}
-	switch v := raw.Body.Value.(type) {
-	case string:
-		return []byte(v)
-	case []byte:
-		return v
-	}
-	return []byte{}
+	return driverkit.AMQPBody(rm.RawAMQPMessage.Body.Data, rm.RawAMQPMessage.Body.Value)
 }
 
-// SchemaVersion normalises the bq-schema-version application property to what
-// [transport.Delivery.SchemaVersion] holds: nil when absent or null; a string (an AMQP
-// string or symbol) as sent; an int64 for an integer of any width; a float64 for a
-// float or double; a bool. An unsigned integer above the int64 range, which cannot be
-// 1, is reported as its decimal string so the rejection names it exactly. Any other
-// AMQP type (a timestamp, a UUID, binary, a char, a map) is reported as its printed
-// form prefixed with its AMQP kind ("binary:[49]"), a string that is never "1", so the
-// gate rejects it.
-func SchemaVersion(v any) any {
-	switch x := v.(type) {
-	case nil:
-		return nil
-	case string:
-		return x
-	case int8:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case int64:
-		return x
-	case int:
-		return int64(x)
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	case uint64:
-		if x > math.MaxInt64 {
-			return strconv.FormatUint(x, 10)
-		}
-		return int64(x)
-	case uint:
-		return SchemaVersion(uint64(x))
-	case float32:
-		return float64(x)
-	case float64:
-		return x
-	case bool:
-		return x
-	case []byte:
-		return "binary:" + fmt.Sprint(x)
-	case time.Time:
-		return "timestamp:" + x.UTC().Format(time.RFC3339Nano)
-	}
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.String { // amqp.Symbol and other named string types
-		return rv.String()
-	}
-	return fmt.Sprintf("%T:%v", v, v)
-}
+// SchemaVersion normalises the bq-schema-version property to what
+// [transport.Delivery.SchemaVersion] holds ([driverkit.SchemaValue]): nil, a string (or
+// symbol) as sent, an int64 for any integer, a float64, a bool; any other AMQP type as
+// its kind and printed form ("binary:[49]"), which the gate rejects.
+func SchemaVersion(v any) any { return driverkit.SchemaValue(v) }
 
-// messageSize is what the size check counts of a projected message: the body, the
-// system properties the transport sets and every application property's name and value.
+// messageSize is what the size check counts: the body, the system properties the
+// transport sets and every application property's name and value.
 func messageSize(sm *azservicebus.Message) int {
 	n := len(sm.Body)
 	for _, p := range []*string{sm.ContentType, sm.Subject, sm.CorrelationID, sm.MessageID, sm.PartitionKey} {

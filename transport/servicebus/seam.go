@@ -7,9 +7,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// The transport talks to Service Bus only through these three narrow interfaces. The
-// SDK's *azservicebus.Client, *azservicebus.Sender and *azservicebus.Receiver satisfy
-// them through the small adapters below; the tests put a fake broker behind them.
+// The transport talks to Service Bus only through these three interfaces, which the
+// SDK's client satisfies through the adapters below; the tests put a fake behind them.
 
 // sender is the part of *azservicebus.Sender the transport uses.
 type sender interface {
@@ -60,27 +59,24 @@ func (n sdkNamespace) close(ctx context.Context) error {
 	return n.client.Close(ctx)
 }
 
-// sdkReceiver guards ReceiveMessages: the SDK converts what the broker sent with type
-// assertions that panic on a property of an unexpected type (a non-string
-// DeadLetterReason, say). A panic there becomes an error, so nothing the broker sends
-// can take a worker down; the messages of that batch come back when their locks expire.
+// sdkReceiver turns a panic of the SDK's conversion of a received message (a property
+// of an unexpected type) into an error; that batch comes back when its locks expire.
 type sdkReceiver struct{ *azservicebus.Receiver }
 
-func (r sdkReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) (msgs []*azservicebus.ReceivedMessage, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			msgs, err = nil, fmt.Errorf("%w: %v", errSDKPanic, p)
-		}
-	}()
-	return r.Receiver.ReceiveMessages(ctx, n, o)
+func (r sdkReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return unpanic(func() ([]*azservicebus.ReceivedMessage, error) { return r.Receiver.ReceiveMessages(ctx, n, o) })
 }
 
 // PeekMessages guards the same conversion for the start-up check of Consume.
-func (r sdkReceiver) PeekMessages(ctx context.Context, n int, o *azservicebus.PeekMessagesOptions) (msgs []*azservicebus.ReceivedMessage, err error) {
+func (r sdkReceiver) PeekMessages(ctx context.Context, n int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return unpanic(func() ([]*azservicebus.ReceivedMessage, error) { return r.Receiver.PeekMessages(ctx, n, o) })
+}
+
+func unpanic(call func() ([]*azservicebus.ReceivedMessage, error)) (msgs []*azservicebus.ReceivedMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			msgs, err = nil, fmt.Errorf("%w: %v", errSDKPanic, p)
 		}
 	}()
-	return r.Receiver.PeekMessages(ctx, n, o)
+	return call()
 }

@@ -1,82 +1,24 @@
 // Package servicebus is the Azure Service Bus transport behind sb:// URLs (SPEC §7,
-// binding §4), built on the Azure SDK for Go (azservicebus).
+// binding §4), built on the Azure SDK for Go (azservicebus). docs/transports/servicebus.md
+// says how it behaves, with the tests behind each statement.
 //
 // Import it for its side effect to make sb:// available to babelqueue.Open:
 //
 //	import _ "github.com/babelqueue-go/babelqueue/transport/servicebus"
 //
-// # Connecting
+// The URL is sb://<namespace>.servicebus.windows.net[?lock_renewal=…&max_lock_renewal=…
+// &connect_timeout=…&max_message_size=…]; each parameter sets what the option of the
+// same name sets ([WithLockRenewal], [WithMaxLockRenewal], [WithConnectTimeout],
+// [WithMaxMessageSize]). The transport authenticates with
+// azidentity.DefaultAzureCredential, or [WithConnectionString] or [WithCredential]; a
+// client you built yourself goes through [New]. Consume checks that the queue can be
+// read before it returns ([ErrUnreachable]).
 //
-// The URL is sb://<namespace>.servicebus.windows.net. By default the transport
-// authenticates with azidentity.DefaultAzureCredential (environment, workload identity,
-// managed identity, Azure CLI, …). For SAS, call [Open] with [WithConnectionString]
-// (the connection string is never taken from the URL, so it cannot reach a log line);
-// with another Azure AD credential use [WithCredential]. A client you built yourself
-// (TLS, proxies, websockets, custom retry) goes through [New].
-//
-// Query parameters: lock_renewal (auto, off, or a duration; default auto),
-// max_lock_renewal (a duration; default: renew until the delivery is settled),
-// connect_timeout (how long Consume waits for the namespace to answer; default 10s) and
-// max_message_size (the entity's maximum message size in bytes; default 262144, the
-// Standard tier's). Durations are Go durations ("1500ms", "20s") or a bare number of
-// seconds, the grammar every BabelQueue URL shares. Any other parameter, or a value that
-// is malformed or out of range, is an error that names it (a bad value also matches
-// babelqueue.ErrInvalidOption, as does a bad value given to an option function).
-//
-// Consume checks that the queue can be read (one PeekMessages call) before it returns,
-// so a namespace that does not answer within connect_timeout, a queue that does not
-// exist or a credential without the Listen right fails at start with one error that
-// says which, rather than in the SDK's background retries.
-//
-// # Message size
-//
-// Service Bus refuses a message larger than the entity allows (256 KB on the Standard
-// tier; 1 MB by default and up to 100 MB on Premium), counting the body with its system
-// and application properties. Every write, Publish and settle write alike, is checked
-// first against max_message_size: a larger one fails with a *transport.TooLargeError
-// (matching transport.ErrTooLarge) naming the size and the limit. The SDK's own refusal
-// of a message too large for the link is reported the same way.
-//
-// # The binding
-//
-// The body is the envelope, byte for byte, in one AMQP data section. On produce the
-// transport sets Subject = URN, CorrelationID = trace_id, MessageID = meta.id,
-// ContentType = application/json and the typed application properties
-// bq-schema-version (int), bq-source-lang (string) and bq-created-at (long); see
-// [Project]. The attempts counter rides in a bq-attempts int property when it is above
-// zero; out-of-band headers are extra string application properties; a key is the
-// PartitionKey; a delay is the ScheduledEnqueueTime.
-//
-// On consume (see [Reconcile]) the delivery count becomes Redeliveries
-// (DeliveryCount − 1), so the runtime counts attempts as max(body, DeliveryCount − 1);
-// bq-schema-version is reported as typed, and the runtime's gate accepts the string "1"
-// and the integer 1 (any width) and rejects a float or a boolean.
-//
-// # Settlement
-//
-// Deliveries are received in peek-lock mode, at most ConsumeOptions.Prefetch unsettled
-// at a time. Ack completes the message after every settle write was sent and confirmed
-// by the broker (SendMessage returns after the broker's accepted disposition); a failed
-// write leaves the message locked and unsettled so the runtime rewinds it. Rewind and
-// HandOff abandon the message: Service Bus raises its DeliveryCount and, once it reaches
-// the queue's MaxDeliveryCount, moves it to the queue's own dead-letter sub-queue. While
-// a handler runs, the transport renews the message lock on a timer.
-//
-// Service Bus has no cross-entity transaction in the Go SDK: the writes and the
-// completion are separate steps, so a crash between them redelivers the message after
-// its writes were made (handlers and DLQ consumers should be idempotent on meta.id).
-// Likewise the settle writes are made in order and the first that fails stops them: the
-// ones before it stay made and are made again when the redelivery is settled.
-//
-// The consumer is the kit's (transport/driverkit): it owns the receive loop and the
-// prefetch, settle-once, give-back and Close. While settlements keep failing, Receive
-// backs off (50 ms doubling to 2 s) and the failures are logged with their cause. A
-// delivery held when its consumer closes is abandoned; settling it afterwards fails with
-// an error matching transport.ErrClosed.
-//
-// Queues must exist: the transport does not create them. The runtime's dead-letter queue
-// is another queue, <queue>.dlq by default; a missing one makes the settle write fail
-// and the delivery is rewound, never lost.
+// The body is the envelope, byte for byte; [Project] and [Reconcile] are the binding.
+// Deliveries are received in peek-lock mode and their locks renewed while held. Ack
+// completes the message after every settle write was confirmed; Rewind and HandOff
+// abandon it, so that Service Bus moves it to the queue's own dead-letter sub-queue at
+// MaxDeliveryCount. Queues must exist: the transport does not create them.
 package servicebus
 
 import (
@@ -88,7 +30,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,16 +51,14 @@ func init() {
 	})
 }
 
-// DefaultLockRenewal is the renewal interval used when the received message carries no
-// LockedUntil time (with lock_renewal=auto the transport otherwise renews when half of
-// the remaining lock time has passed).
+// DefaultLockRenewal is the renewal interval of lock_renewal=auto for a message that
+// carries no LockedUntil time (otherwise: when half of the lock time left has passed).
 const DefaultLockRenewal = 10 * time.Second
 
 // DefaultConnectTimeout bounds the start-up check of Consume.
 const DefaultConnectTimeout = 10 * time.Second
 
-// DefaultMaxMessageSize is the default limit of the size check: the Standard tier's
-// 256 KB.
+// DefaultMaxMessageSize is the default limit of the size check: the Standard tier's 256 KB.
 const DefaultMaxMessageSize = 256 << 10
 
 // maxMessageSizeLimit is the largest entity message size Service Bus offers (Premium).
@@ -131,27 +70,20 @@ const maxMessageSizeLimit = 100 << 20
 type Option func(*config)
 
 type config struct {
-	connString    string
-	credential    azcore.TokenCredential
-	clientOptions *azservicebus.ClientOptions
-	logger        *slog.Logger
-	renewEvery    time.Duration // 0: auto; <0: off
-	maxRenewal    time.Duration // 0: until settled
-	connect       time.Duration
-	maxSize       int
-	now           func() time.Time
-	admin         queueAdmin // QueueStats counts through it (stats.go)
-	bad           driverkit.Options
+	driverkit.Common // logger, connect timeout (of Consume's check), size limit
+	connString       string
+	credential       azcore.TokenCredential
+	clientOptions    *azservicebus.ClientOptions
+	renewEvery       time.Duration // 0: auto; <0: off
+	maxRenewal       time.Duration // 0: until settled
+	now              func() time.Time
+	admin            queueAdmin // QueueStats counts through it (stats.go)
 }
 
-// WithConnectionString authenticates with a Service Bus connection string (SAS:
-// SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature) instead of
-// DefaultAzureCredential. The URL's host may then be empty (sb://) or must name the
-// connection string's endpoint. The string never appears in errors or logs. New ignores
-// it.
-func WithConnectionString(cs string) Option {
-	return func(c *config) { c.connString = cs }
-}
+// WithConnectionString authenticates with a Service Bus connection string (SAS) instead
+// of DefaultAzureCredential; the URL's host may then be empty (sb://) or must be the
+// string's endpoint. The string never appears in errors or logs. New ignores it.
+func WithConnectionString(cs string) Option { return func(c *config) { c.connString = cs } }
 
 // WithCredential authenticates with cred instead of DefaultAzureCredential. New
 // ignores it.
@@ -165,25 +97,20 @@ func WithClientOptions(o *azservicebus.ClientOptions) Option {
 	return func(c *config) { c.clientOptions = o }
 }
 
-// WithLogger sets the logger for lock-renewal and close problems. Default:
-// slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
-}
+// WithLogger sets the logger for lock-renewal and close problems (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.SetLogger(l) } }
 
-// WithLockRenewal sets how often the lock of an unsettled delivery is renewed: a
-// positive interval renews on that period, zero (the default) renews when half of the
-// remaining lock time has passed, a negative value turns renewal off.
-func WithLockRenewal(every time.Duration) Option {
-	return func(c *config) { c.renewEvery = every }
-}
+// WithLockRenewal sets how often the lock of an unsettled delivery is renewed: on a
+// positive period, when half of the lock time left has passed for zero (the default),
+// never for a negative value.
+func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.renewEvery = every } }
 
 // WithMaxLockRenewal stops renewing the lock of a delivery d after it was received.
 // Zero (the default) renews until the delivery is settled; d may not be negative.
 func WithMaxLockRenewal(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.bad.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
+			c.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
 			return
 		}
 		c.maxRenewal = d
@@ -191,38 +118,18 @@ func WithMaxLockRenewal(d time.Duration) Option {
 }
 
 // WithConnectTimeout bounds the start-up check of Consume (default
-// [DefaultConnectTimeout]); the URL parameter connect_timeout sets the same.
-func WithConnectTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		c.connect = d
-	}
-}
+// [DefaultConnectTimeout]; connect_timeout in the URL).
+func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.SetConnectTimeout(d) } }
 
 // WithMaxMessageSize sets the limit of the size check in bytes (default
-// [DefaultMaxMessageSize]): the maximum message size of the entities written to, larger
-// on Premium namespaces, at most 100 MiB. The URL parameter max_message_size sets the
-// same.
-func WithMaxMessageSize(n int) Option {
-	return func(c *config) {
-		if n < 1 || n > maxMessageSizeLimit {
-			c.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", maxMessageSizeLimit, n)
-			return
-		}
-		c.maxSize = n
-	}
-}
+// [DefaultMaxMessageSize]; max_message_size in the URL): the maximum message size of
+// the entities written to, up to 100 MiB on Premium namespaces.
+func WithMaxMessageSize(n int) Option { return func(c *config) { c.SetMaxMessageSize(n) } }
 
 func newConfig(opts []Option) config {
-	c := config{now: time.Now, connect: DefaultConnectTimeout, maxSize: DefaultMaxMessageSize, bad: driverkit.Options{Broker: "servicebus"}}
+	c := config{Common: driverkit.NewCommon("servicebus", DefaultConnectTimeout, DefaultMaxMessageSize, maxMessageSizeLimit), now: time.Now}
 	for _, o := range opts {
 		o(&c)
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
 	}
 	return c
 }
@@ -232,11 +139,9 @@ type Transport struct {
 	ns  namespace
 	cfg config
 
-	consumers driverkit.Group // closed by Close; then no sender is made
+	consumers driverkit.Group        // closed by Close; then no sender is made
+	senders   driverkit.Pool[sender] // one per queue written to
 	closing   atomic.Bool
-
-	mu      sync.Mutex
-	senders map[string]sender
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -248,28 +153,24 @@ func New(client *azservicebus.Client, opts ...Option) (*Transport, error) {
 		return nil, errors.New("servicebus: New: nil client")
 	}
 	cfg := newConfig(opts)
-	if err := cfg.bad.Err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	return newTransport(sdkNamespace{client: client}, cfg), nil
 }
 
 func newTransport(ns namespace, cfg config) *Transport {
-	return &Transport{ns: ns, cfg: cfg, senders: map[string]sender{}}
+	t := &Transport{ns: ns, cfg: cfg}
+	t.senders = driverkit.Pool[sender]{Make: ns.newSender, Free: func(ctx context.Context, s sender) error { return s.Close(ctx) }}
+	return t
 }
 
-// Open parses an sb:// URL and connects to its namespace (the SDK connects lazily, on the
-// first send or receive). It is what transport.Open calls, with opts for what cannot be
-// in a URL: a connection string, a credential, SDK client options.
+// Open parses an sb:// URL and connects to its namespace (lazily, on the first send or
+// receive), with opts for what cannot be in a URL: a connection string, a credential.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL(Scheme, rawURL)
 	if err != nil {
-		var ue *url.Error
-		reason := "cannot parse URL"
-		if errors.As(err, &ue) {
-			reason += ": " + ue.Err.Error()
-		}
-		return nil, &transport.BadURLError{Scheme: Scheme, Param: "url", Reason: reason}
+		return nil, err
 	}
 	return openURL(ctx, u, opts...)
 }
@@ -292,17 +193,12 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if !strings.EqualFold(u.Scheme, Scheme) {
 		return uc, bad("scheme", fmt.Sprintf("want sb://, got %q", u.Scheme+"://"))
 	}
-	if u.Opaque != "" {
-		return uc, bad("url", "want sb://<namespace>.servicebus.windows.net")
-	}
-	if u.User != nil {
-		return uc, bad("userinfo", "credentials do not go in an sb:// URL: use DefaultAzureCredential, servicebus.WithConnectionString or servicebus.WithCredential")
-	}
-	if u.Path != "" && u.Path != "/" {
-		return uc, bad("path", "an sb:// URL names a namespace, not a queue: the queue is the runtime's queue option")
-	}
-	if u.Fragment != "" {
-		return uc, bad("fragment", "an sb:// URL takes no fragment")
+	if err := driverkit.RefuseParts(Scheme, u,
+		driverkit.URLPart{Part: "opaque", Param: "url", Reason: "want sb://<namespace>.servicebus.windows.net"},
+		driverkit.URLPart{Part: "user", Param: "userinfo", Reason: "credentials do not go in an sb:// URL: use DefaultAzureCredential, servicebus.WithConnectionString or servicebus.WithCredential"},
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "an sb:// URL names a namespace, not a queue: the queue is the runtime's queue option"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "an sb:// URL takes no fragment"}); err != nil {
+		return uc, err
 	}
 	q, err := driverkit.ParseQuery("servicebus", u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size")
 	if err != nil {
@@ -328,16 +224,11 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	} else if ok {
 		uc.maxRenewal, uc.maxSet = d, true
 	}
-	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
+	common := newConfig(nil).Common
+	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
 		return uc, err
-	} else if ok {
-		uc.opts = append(uc.opts, WithConnectTimeout(d))
 	}
-	if n, ok, err := q.Int("max_message_size", 1024, maxMessageSizeLimit); err != nil {
-		return uc, err
-	} else if ok {
-		uc.opts = append(uc.opts, WithMaxMessageSize(n))
-	}
+	uc.opts = append(uc.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
 	host := u.Host
 	if host != "" {
 		h := u.Hostname()
@@ -363,7 +254,7 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 		return nil, err
 	}
 	cfg := newConfig(append(uc.opts, opts...))
-	if err := cfg.bad.Err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	if uc.renewSet {
@@ -413,9 +304,8 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 // [WithConnectionString]. Its message never holds the key or the signature.
 var ErrConnectionString = errors.New("servicebus: bad connection string")
 
-// connString is what the transport reads from a connection string: only the endpoint
-// host (the SDK parses and validates the rest) and the secrets, to scrub them from the
-// SDK's errors.
+// connString is what the transport reads of a connection string: the endpoint host (the
+// SDK reads the rest) and the secrets, to scrub them from the SDK's errors.
 type connString struct {
 	endpointHost string
 	secrets      []string
@@ -477,8 +367,7 @@ func clientFromConnectionString(host, cs string, co *azservicebus.ClientOptions)
 }
 
 // Capabilities reports the Service Bus binding: attempts are max(body, DeliveryCount −
-// 1), delays use ScheduledEnqueueTime, poison and schema-gate rejections with the
-// runtime's DLQ off are handed to the broker (abandoned until MaxDeliveryCount), and the
+// 1), delays use ScheduledEnqueueTime, hand-off abandons until MaxDeliveryCount, and the
 // schema gate accepts the integer 1 as well as "1".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
@@ -492,24 +381,6 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// sender returns the cached sender for queue, creating it on first use.
-func (t *Transport) sender(queue string) (sender, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.consumers.Closed() { // Close takes the senders after it closed the group
-		return nil, transport.ErrClosed
-	}
-	if s, ok := t.senders[queue]; ok {
-		return s, nil
-	}
-	s, err := t.ns.newSender(queue)
-	if err != nil {
-		return nil, err
-	}
-	t.senders[queue] = s
-	return s, nil
-}
-
 // send projects m and sends it, returning once the broker confirmed it.
 func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 	if m.Queue == "" {
@@ -520,10 +391,13 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		return err
 	}
 	size := messageSize(sm)
-	if err := transport.CheckSize("servicebus", m.Queue, size, t.cfg.maxSize); err != nil {
+	if err := t.cfg.CheckSize(m.Queue, size, 0); err != nil {
 		return err
 	}
-	s, err := t.sender(m.Queue)
+	if t.consumers.Closed() { // Close closes the consumers, then the senders
+		return transport.ErrClosed
+	}
+	s, err := t.senders.Get(ctx, m.Queue)
 	if err != nil {
 		return err
 	}
@@ -532,7 +406,7 @@ func (t *Transport) send(ctx context.Context, m *transport.Message) error {
 		// The entity allows less than max_message_size (the SDK checks the encoded
 		// message against the link's limit).
 		return fmt.Errorf("%w: servicebus: message for %q (%d bytes of body and properties) refused as larger than the entity allows, which is below max_message_size=%d: %w",
-			transport.ErrTooLarge, m.Queue, size, t.cfg.maxSize, err)
+			transport.ErrTooLarge, m.Queue, size, t.cfg.MaxMessageSize, err)
 	}
 	return err
 }
@@ -555,14 +429,8 @@ func (t *Transport) Close(ctx context.Context) error {
 		return nil
 	}
 	errs := []error{t.consumers.Close(ctx)}
-	t.mu.Lock()
-	senders := t.senders
-	t.senders = map[string]sender{}
-	t.mu.Unlock()
-	for q, s := range senders {
-		if err := s.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("servicebus: close sender for %q: %w", q, err))
-		}
+	if err := t.senders.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("servicebus: senders: %w", err))
 	}
 	if err := t.ns.close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("servicebus: close client: %w", err))

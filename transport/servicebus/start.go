@@ -11,7 +11,7 @@ import (
 // checkQueue peeks at queue once, within the connect timeout, and turns what goes wrong
 // into one error that says what to do.
 func (t *Transport) checkQueue(ctx context.Context, r receiver, queue string) error {
-	pctx, cancel := context.WithTimeout(ctx, t.cfg.connect)
+	pctx, cancel := context.WithTimeout(ctx, t.cfg.ConnectTimeout)
 	defer cancel()
 	_, err := r.PeekMessages(pctx, 1, nil)
 	var sbe *azservicebus.Error
@@ -22,7 +22,7 @@ func (t *Transport) checkQueue(ctx context.Context, r receiver, queue string) er
 		return ctx.Err()
 	case pctx.Err() != nil:
 		return fmt.Errorf("%w: no answer from the namespace for queue %q within %s (connect_timeout): check its address and that AMQP (port 5671, or 443 with websockets) is reachable: %w",
-			ErrUnreachable, queue, t.cfg.connect, err)
+			ErrUnreachable, queue, t.cfg.ConnectTimeout, err)
 	case errors.As(err, &sbe) && sbe.Code == azservicebus.CodeNotFound:
 		return fmt.Errorf("servicebus: queue %q does not exist in the namespace (the transport does not create queues): %w", queue, err)
 	case errors.As(err, &sbe) && sbe.Code == azservicebus.CodeUnauthorizedAccess:

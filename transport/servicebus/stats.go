@@ -59,16 +59,10 @@ func scrubConnString(cs string, err error) string {
 const oldestPeek = 16
 
 // QueueStats reads the queue's runtime properties through the administration client
-// (the namespace's management endpoint; the credential needs the Manage right) and
-// peeks its first messages: Ready is ActiveMessageCount, which holds the messages a
-// receiver has locked too (Service Bus does not count those apart, so InFlight is
-// [transport.UnknownCount]), Delayed is ScheduledMessageCount, and Oldest is the
-// EnqueuedTime of the first active message a peek shows (a locked one included).
-// Appended is [transport.UnknownCount]. The queue's own dead-letter sub-queue (where a
-// hand-off ends after MaxDeliveryCount) is not counted here: the runtime's dead-letter
-// queue is another queue. A queue that does not exist has Exists false. Without an
-// administration client (a transport from [New] without [WithAdminClient]) QueueStats
-// returns a [transport.CannotCountError].
+// (the credential needs the Manage right) and peeks its first message: Ready is
+// ActiveMessageCount (locked messages included; InFlight is unknown), Delayed is
+// ScheduledMessageCount, Oldest the first active message's EnqueuedTime. Without an
+// administration client it returns a [transport.CannotCountError].
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{InFlight: transport.UnknownCount, Appended: transport.UnknownCount}
 	if queue == "" {
@@ -99,9 +93,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	return s, nil
 }
 
-// firstEnqueued peeks the queue from its start and returns the EnqueuedTime of the first
-// active message (not scheduled, not deferred); zero when none shows or the namespace
-// cannot peek.
+// firstEnqueued returns the EnqueuedTime of the first active message a peek shows, or zero.
 func (t *Transport) firstEnqueued(ctx context.Context, queue string) (time.Time, error) {
 	p, ok := t.ns.(peeker)
 	if !ok {

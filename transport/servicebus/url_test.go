@@ -121,8 +121,8 @@ func TestOpenDefaultCredential(t *testing.T) {
 	if !ok {
 		t.Fatalf("transport.Open returned %T", tr)
 	}
-	if st.cfg.renewEvery != 30*time.Second || st.cfg.maxRenewal != 10*time.Minute || st.cfg.connect != 3*time.Second || st.cfg.maxSize != 1<<20 {
-		t.Errorf("query parameters not applied: renew %v, max %v, connect %v, max size %d", st.cfg.renewEvery, st.cfg.maxRenewal, st.cfg.connect, st.cfg.maxSize)
+	if st.cfg.renewEvery != 30*time.Second || st.cfg.maxRenewal != 10*time.Minute || st.cfg.ConnectTimeout != 3*time.Second || st.cfg.MaxMessageSize != 1<<20 {
+		t.Errorf("query parameters not applied: renew %v, max %v, connect %v, max size %d", st.cfg.renewEvery, st.cfg.maxRenewal, st.cfg.ConnectTimeout, st.cfg.MaxMessageSize)
 	}
 	ns, ok := st.ns.(sdkNamespace)
 	if !ok || ns.client == nil || !ns.owned {

@@ -17,14 +17,14 @@ import (
 
 // The MessageAttributes of the binding.
 const (
-	AttrJob           = "bq-job"            // String: the URN
-	AttrTraceID       = "bq-trace-id"       // String: trace_id
-	AttrMessageID     = "bq-message-id"     // String: meta.id
-	AttrSchemaVersion = "bq-schema-version" // Number: meta.schema_version
-	AttrSourceLang    = "bq-source-lang"    // String: meta.lang
-	AttrCreatedAt     = "bq-created-at"     // Number: meta.created_at (Unix ms)
-	AttrAttempts      = "bq-attempts"       // Number: Message.Attempts, when not zero
-	AttrKey           = "bq-key"            // Binary: the record key ("String.empty" for an empty key)
+	AttrJob           = driverkit.PropJob           // String: the URN
+	AttrTraceID       = driverkit.PropTraceID       // String: trace_id
+	AttrMessageID     = driverkit.PropMessageID     // String: meta.id
+	AttrSchemaVersion = driverkit.PropSchemaVersion // Number: meta.schema_version
+	AttrSourceLang    = driverkit.PropSourceLang    // String: meta.lang
+	AttrCreatedAt     = driverkit.PropCreatedAt     // Number: meta.created_at (Unix ms)
+	AttrAttempts      = "bq-attempts"               // Number: Message.Attempts, when not zero
+	AttrKey           = "bq-key"                    // Binary: the record key ("String.empty" for an empty key)
 )
 
 // MaxAttributes is the number of MessageAttributes SQS accepts on one message.
@@ -66,40 +66,23 @@ var projected = map[string]bool{
 	AttrSchemaVersion: true, AttrSourceLang: true, AttrCreatedAt: true,
 }
 
-func str(v string) types.MessageAttributeValue {
-	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+func attr(typ, v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String(typ), StringValue: aws.String(v)}
 }
 
-func num(v int64) types.MessageAttributeValue {
-	return types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(v, 10))}
-}
-
-// buildAttributes projects m onto MessageAttributes: the manifest's bq- attributes for
-// the fields the projection knows, bq-attempts and bq-key when they carry something, and
-// the headers as String attributes.
+// buildAttributes projects m onto MessageAttributes: the bq- attributes of the fields
+// the projection knows, bq-attempts and bq-key when they carry something, the headers.
 func buildAttributes(m *transport.Message) (map[string]types.MessageAttributeValue, error) {
-	p := m.Projection
 	attrs := make(map[string]types.MessageAttributeValue, 8+len(m.Headers))
-	if p.URN != "" {
-		attrs[AttrJob] = str(p.URN)
-	}
-	if p.TraceID != "" {
-		attrs[AttrTraceID] = str(p.TraceID)
-	}
-	if p.MessageID != "" {
-		attrs[AttrMessageID] = str(p.MessageID)
-	}
-	if p.SchemaVersion != 0 {
-		attrs[AttrSchemaVersion] = num(int64(p.SchemaVersion))
-	}
-	if p.Lang != "" {
-		attrs[AttrSourceLang] = str(p.Lang)
-	}
-	if p.CreatedAt != 0 {
-		attrs[AttrCreatedAt] = num(p.CreatedAt)
-	}
+	driverkit.Project(m.Projection, func(name, text string, number bool, _ int64) {
+		if number {
+			attrs[name] = attr("Number", text)
+		} else {
+			attrs[name] = attr("String", text)
+		}
+	})
 	if m.Attempts != 0 {
-		attrs[AttrAttempts] = num(int64(m.Attempts))
+		attrs[AttrAttempts] = attr("Number", strconv.Itoa(m.Attempts))
 	}
 	if m.Key != nil {
 		if len(m.Key) == 0 {
@@ -132,7 +115,7 @@ func buildAttributes(m *transport.Message) (map[string]types.MessageAttributeVal
 		if err := checkText(v); err != nil {
 			return nil, &HeaderError{Name: k, Reason: "value " + err.Error()}
 		}
-		attrs[k] = str(v)
+		attrs[k] = attr("String", v)
 	}
 	if len(attrs) > MaxAttributes {
 		used := make([]string, 0, len(attrs))

@@ -17,35 +17,22 @@ import (
 
 var _ transport.Browser = (*Transport)(nil)
 
-// A browse hides each message it has read, so that the next receive of the walk
-// returns another one, for about twice as long as the walk should take (at
-// browseRate messages a second), within these bounds. The browse makes them visible
-// again as soon as it has read the queue; a process that dies meanwhile leaves them
-// hidden that long.
+// A browse hides each message it read, for about twice as long as the walk should take
+// at browseRate messages a second, within these bounds; browseRetries bounds the
+// receives of a walk that may fail in a row.
 const (
 	browseRate          = 300
 	minBrowseVisibility = 5 * time.Second
 	maxBrowseVisibility = 12 * time.Hour
+	browseRetries       = 5
 )
 
-// browseRetries bounds the receives of a walk that may fail in a row.
-const browseRetries = 5
-
-// Browse reads up to limit messages of a standard queue from the cursor from, without
-// deleting any. SQS can be read only by receiving, and a receive with a visibility
-// timeout of 0 returns the same few messages again and again, so a browse walks the
-// queue: it receives every message with a visibility timeout (hiding each one it has
-// read from the next receive of the walk and, meanwhile, from workers), then makes
-// them all visible again at once. Each walk counts one receive of every message
-// (ApproximateReceiveCount, which the runtime reads as attempts on a work queue and
-// a RedrivePolicy counts): browse dead-letter queues, not busy work queues.
-//
-// Messages come in the order they were sent (SentTimestamp, then MessageId), and the
-// cursor is the last one returned, so paging is exact however the receives come
-// back; each page walks the whole queue. A FIFO queue cannot be browsed: while the
-// head of a message group is received, SQS holds back the rest of the group, and
-// such a browse would silently miss them ([transport.ErrCannotPeek]). A queue that
-// does not exist is empty: Browse creates nothing.
+// Browse reads up to limit messages of a standard queue from the cursor from, in the
+// order they were sent, without deleting any. SQS can be read only by receiving, so a
+// browse walks the queue, hiding what it read, then makes it all visible again: each
+// walk counts one receive of every message (browse dead-letter queues, not busy work
+// queues). A FIFO queue cannot be browsed ([transport.ErrCannotPeek]); a queue that does
+// not exist is empty.
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
 	after, err := parseSentCursor(from)
 	if err != nil {
@@ -109,7 +96,7 @@ type walked struct {
 }
 
 // walk receives every message of the queue once, hidden while the walk lasts, and
-// makes them visible again. The result is in sent order.
+// makes them visible again; the result is in sent order.
 func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, error) {
 	seen := map[string]bool{}
 	var out []walked
@@ -122,8 +109,7 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 	if err != nil {
 		return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
 	}
-	// A receive whose answer did not arrive may have hidden up to ten messages the
-	// walk never saw: they come back once vis has passed, and the walk waits for them.
+	// A receive whose answer was lost may have hidden messages: the walk waits for them.
 	var lostAt time.Time
 	failures, start := 0, time.Now()
 	for {
@@ -176,9 +162,8 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 			}
 			continue
 		}
-		// A lost receive's messages come back once its visibility lapses, behind
-		// messages read earlier whose own lapsed meanwhile (read again, they hide
-		// again): only an empty receive after that says the queue is read.
+		// A lost receive's messages come back once its visibility lapses: only an empty
+		// receive after that says the queue is read.
 		back := lostAt.Add(vis + 2*time.Second)
 		if len(res.Messages) == 0 && round.After(back) {
 			break
@@ -198,24 +183,13 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 	return out, nil
 }
 
-// browseVisibility is how long a walk of the queue hides what it read: about twice
-// the time the walk should take, from the queue's approximate size.
+// browseVisibility is how long a walk hides what it read, from the queue's size.
 func (t *Transport) browseVisibility(ctx context.Context, url string) (time.Duration, error) {
-	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-		},
-	})
+	n, err := t.queueNumbers(ctx, url, types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, k := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
-		v, _ := strconv.Atoi(out.Attributes[string(k)])
-		n += v
-	}
-	vis := 2*time.Duration(n)*time.Second/browseRate + minBrowseVisibility
+	vis := 2*time.Duration(max(n[0], 0)+max(n[1], 0))*time.Second/browseRate + minBrowseVisibility
 	return min(vis, maxBrowseVisibility), nil
 }
 

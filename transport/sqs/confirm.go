@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.ConfirmedPublisher = (*Transport)(nil)
@@ -18,17 +19,10 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 // MaxBatchEntries is the most messages one SendMessageBatch call carries.
 const MaxBatchEntries = 10
 
-// PublishConfirmed writes msgs with SendMessageBatch: runs of consecutive messages for
-// the same queue, up to [MaxBatchEntries] and the size limit per call, one call after the
-// other so a batch keeps its order. It returns nil once SQS accepted every message.
-//
-// A message that cannot be sent (no queue, a body SQS refuses, over the size limit) is
-// reported and the others go on; an entry SQS refused is reported with SQS's code and
-// text. When a call fails as a whole (the endpoint is unreachable, a throttle), its
-// messages carry that error and the messages after it are not sent
-// ([transport.ErrNotAttempted]). Those results come in a *[transport.BatchError]; a
-// message reported there may still have been stored when only SQS's answer was lost, as
-// with [Transport.Publish].
+// PublishConfirmed writes msgs with SendMessageBatch, up to [MaxBatchEntries] and the
+// size limit per call, one call after the other so that a batch keeps its order
+// ([driverkit.PublishRuns]). It returns nil once SQS accepted every message, else a
+// *[transport.BatchError]; an entry SQS refused carries an [*EntryError].
 func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -36,57 +30,26 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	if t.consumers.Closed() {
 		return transport.ErrClosed
 	}
-	errs := make([]error, len(msgs))
-	var run batchRun
-	for i, m := range msgs {
-		e, size, err := t.outgoing(m, "", "")
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		full := len(run.idx) > 0 && (run.queue != m.Queue || len(run.idx) == MaxBatchEntries || run.size+size > t.maxSize)
-		if full && !t.sendRun(ctx, &run, errs) {
-			for j := i; j < len(errs); j++ {
-				if errs[j] == nil {
-					errs[j] = transport.ErrNotAttempted
-				}
-			}
-			return transport.NewBatchError(errs)
-		}
-		e.Id = aws.String(strconv.Itoa(len(run.idx))) // its position in the call
-		run.queue, run.size = m.Queue, run.size+size
-		run.idx, run.entries = append(run.idx, i), append(run.entries, e)
+	prepare := func(m *transport.Message) (types.SendMessageBatchRequestEntry, int, error) {
+		return t.outgoing(m, "", "")
 	}
-	if len(run.idx) > 0 {
-		t.sendRun(ctx, &run, errs)
-	}
-	return transport.NewBatchError(errs)
+	return driverkit.PublishRuns(ctx, msgs, MaxBatchEntries, t.common.MaxMessageSize, prepare, t.sendRun)
 }
 
-// batchRun is the pending SendMessageBatch call: consecutive messages for one queue.
-type batchRun struct {
-	queue   string
-	idx     []int // the messages' indexes in the batch
-	entries []types.SendMessageBatchRequestEntry
-	size    int
-}
-
-// sendRun makes the call of run and records each message's result in errs. It reports
-// false when the call failed as a whole. run is empty afterwards.
-func (t *Transport) sendRun(ctx context.Context, run *batchRun, errs []error) bool {
-	defer func() { run.idx, run.entries, run.size = run.idx[:0], run.entries[:0], 0 }()
+// sendRun makes the SendMessageBatch call of run and returns each message's result.
+func (t *Transport) sendRun(ctx context.Context, run *driverkit.Run[types.SendMessageBatchRequestEntry]) ([]error, error) {
+	for k := range run.Entries {
+		run.Entries[k].Id = aws.String(strconv.Itoa(k)) // its position in the call
+	}
 	var out *awssqs.SendMessageBatchOutput
-	err := t.publish(ctx, run.queue, func(ctx context.Context, url string) (err error) {
-		out, err = t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.entries})
+	err := t.publish(ctx, run.Queue, func(ctx context.Context, url string) (err error) {
+		out, err = t.client.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: run.Entries})
 		return err
 	})
 	if err != nil {
-		for _, i := range run.idx {
-			errs[i] = err
-		}
-		return false
+		return nil, err
 	}
-	results := make([]error, len(run.idx))
+	results := make([]error, len(run.Entries))
 	for k := range results {
 		results[k] = errNoResult
 	}
@@ -102,12 +65,12 @@ func (t *Transport) sendRun(ctx context.Context, run *batchRun, errs []error) bo
 			}
 		}
 	}
-	for k, i := range run.idx {
-		if results[k] != nil {
-			errs[i] = fmt.Errorf("sqs: send to %q: %w", run.queue, results[k])
+	for k, err := range results {
+		if err != nil {
+			results[k] = fmt.Errorf("sqs: send to %q: %w", run.Queue, err)
 		}
 	}
-	return true
+	return results, nil
 }
 
 // errNoResult is the cause of a message that SendMessageBatch's answer did not mention.

@@ -17,23 +17,16 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// maxBatch is the most messages one ReceiveMessage returns, and the most entries of one
-// ChangeMessageVisibilityBatch.
-const maxBatch = 10
+const (
+	maxBatch     = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
+	idlePause    = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
+	receiveGrace = 20 * time.Second       // how much longer than its wait a ReceiveMessage may take before it is made again
+)
 
-// idlePause is how long a short-polling consumer (wait_time=0) waits after an empty
-// receive.
-const idlePause = 250 * time.Millisecond
-
-// receiveGrace is how much longer than its long-poll wait a ReceiveMessage call may
-// take before it is given up and made again.
-const receiveGrace = 20 * time.Second
-
-// Consume opens a consumer on queue. The queue is created when it does not exist (see
-// [WithCreateQueues]). The receive loop, the prefetch, the settlements and Close are
-// the kit's ([driverkit.Consumer]); this file is SQS's side of them: ReceiveMessage in
-// batches of up to ten, DeleteMessage, visibility changes and the heartbeat that keeps
-// held messages invisible.
+// Consume opens a consumer on queue, creating the queue when it does not exist (see
+// [WithCreateQueues]). The consumer is the kit's ([driverkit.Consumer]) on SQS's
+// primitives: ReceiveMessage, DeleteMessage, visibility changes and a heartbeat that
+// keeps held messages invisible.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if t.consumers.Closed() {
 		return nil, transport.ErrClosed
@@ -47,21 +40,15 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		c.askVis = int32((c.vis + time.Second - 1) / time.Second)
 		c.vis = time.Duration(c.askVis) * time.Second
 	} else {
-		out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-			QueueUrl:       aws.String(qurl),
-			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout},
-		})
+		n, err := t.queueNumbers(ctx, qurl, types.QueueAttributeNameVisibilityTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("sqs: visibility timeout of %q: %w", queue, err)
 		}
-		if out != nil {
-			if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)]); err == nil && n > 0 {
-				c.vis = time.Duration(n) * time.Second
-			}
-		}
+		c.vis = time.Duration(max(n[0], 0)) * time.Second
 	}
 	c.url.Store(&qurl)
 	c.life, c.end = context.WithCancel(context.Background())
+	c.polls.Poll = c.receive
 	k, err := driverkit.New[*held](c, driverkit.Config{
 		Broker: "sqs", Queue: queue, Logger: t.log, Group: &t.consumers,
 		HandOff: true, MaxBatch: maxBatch,
@@ -88,14 +75,10 @@ type consumer struct {
 	life   context.Context // ends in Close: bounds the polls and the heartbeat's calls
 	end    context.CancelFunc
 	beat   sync.WaitGroup
-
-	mu    sync.Mutex
-	poll  *poll   // the ReceiveMessage call in flight; nil when none
-	stash []*held // received by a poll whose caller stopped waiting, for the next Receive
+	polls  driverkit.Poller[*held] // ReceiveMessage calls, never cancelled for their caller
 }
 
 // held is one received message: what settling it and extending its visibility need.
-// No lock guards it across a call to SQS; the kit says whether it is still held.
 type held struct {
 	msg     *types.Message // until Decode
 	receipt string
@@ -107,68 +90,15 @@ type held struct {
 	deleted  atomic.Bool // an Ack is deleting it: an extension racing it may fail
 }
 
-// poll is one ReceiveMessage call.
-type poll struct {
-	done chan struct{} // closed when got and err are set
-	got  []*held
-	err  error
-}
-
-// Receive stores up to len(into) messages: those an earlier poll left, else those of
-// the poll in flight, or of a new one. A poll is never cancelled for its caller: when
-// ctx ends or the consumer closes, Receive stops waiting and what the poll receives
-// waits for the next Receive (or Close gives it back), because SQS may already have
-// handed messages to a long poll that is cancelled, hiding them until their visibility
-// timeout lapses.
+// Receive stores up to len(into) messages received by a poll ([driverkit.Poller]: SQS may
+// have handed a cancelled poll messages already).
 func (c *consumer) Receive(ctx context.Context, into []*held) (int, error) {
-	for {
-		c.mu.Lock()
-		if len(c.stash) > 0 {
-			n := copy(into, c.stash)
-			clear(c.stash[:n])
-			c.stash = c.stash[n:]
-			c.mu.Unlock()
-			return n, nil
-		}
-		p := c.poll
-		if p == nil {
-			p = &poll{done: make(chan struct{})}
-			c.poll = p
-			go c.receive(p, len(into))
-		}
-		c.mu.Unlock()
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.kit.Done():
-			return 0, transport.ErrClosed
-		}
-		if err := c.collect(p); err != nil {
-			return 0, err
-		}
-	}
+	return c.polls.Receive(ctx, c.kit.Done(), into)
 }
 
-// collect moves what the finished poll p received to the stash and returns its error,
-// once: a later call for the same poll does nothing.
-func (c *consumer) collect(p *poll) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.poll != p {
-		return nil
-	}
-	c.poll = nil
-	c.stash = append(c.stash, p.got...)
-	return p.err
-}
-
-// receive makes the ReceiveMessage call of p for up to n messages. The call is bounded
-// by the long-poll wait plus receiveGrace, so a request on a connection that died
-// without a reset fails and is made again instead of stalling the consumer (what such a
-// call took comes back after its visibility timeout).
-func (c *consumer) receive(p *poll, n int) {
-	defer close(p.done)
+// receive makes a ReceiveMessage call for up to n messages, bounded by the long-poll
+// wait plus receiveGrace (a connection that died without a reset).
+func (c *consumer) receive(n int) (got []*held, _ error) {
 	ctx, cancel := context.WithTimeout(c.life, time.Duration(c.t.waitTime)*time.Second+receiveGrace)
 	defer cancel()
 	out, err := c.t.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
@@ -181,60 +111,54 @@ func (c *consumer) receive(p *poll, n int) {
 	})
 	if err != nil {
 		if isMissingQueue(err) {
-			// Deleted under us (or an emulator restarted): look it up again, which
-			// creates it when creating is on.
-			c.t.forgetURL(c.queue)
-			if u, rerr := c.t.QueueURL(ctx, c.queue); rerr == nil {
+			if u, rerr := c.t.freshURL(ctx, c.queue); rerr == nil {
 				c.url.Store(&u)
 			}
 		}
-		p.err = fmt.Errorf("sqs: receive from %q: %w", c.queue, err)
-		return
+		return nil, fmt.Errorf("sqs: receive from %q: %w", c.queue, err)
 	}
-	var msgs []types.Message
-	if out != nil {
-		msgs = out.Messages
+	if out == nil {
+		out = &awssqs.ReceiveMessageOutput{}
 	}
 	var extra []*held
 	now := time.Now()
-	for i := range msgs {
-		m := &msgs[i]
+	for i := range out.Messages {
+		m := &out.Messages[i]
 		switch {
 		case m.ReceiptHandle == nil || *m.ReceiptHandle == "":
 			c.t.log.Warn("sqs: received a message without a receipt handle; skipped", "queue", c.queue, "message_id", aws.ToString(m.MessageId))
-		case len(p.got) == n: // more than asked for: no slot holds it
+		case len(got) == n: // more than asked for: no slot holds it
 			extra = append(extra, &held{receipt: *m.ReceiptHandle})
 		default:
-			p.got = append(p.got, &held{msg: m, receipt: *m.ReceiptHandle, msgID: aws.ToString(m.MessageId),
+			got = append(got, &held{msg: m, receipt: *m.ReceiptHandle, msgID: aws.ToString(m.MessageId),
 				group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], extended: now})
 		}
 	}
 	c.giveBackLogged(extra)
-	if len(p.got) == 0 && c.t.waitTime == 0 {
+	if len(got) == 0 && c.t.waitTime == 0 {
 		// Short polling on an empty queue: do not spin on the broker.
 		select {
 		case <-time.After(idlePause):
 		case <-c.life.Done():
 		}
 	}
+	return got, nil
 }
 
 func (c *consumer) queueURL() string { return *c.url.Load() }
 
-// IsRetryable makes the kit retry every failed receive (a lost endpoint, a throttle, a
-// queue being created again), with its backoff, until the consumer closes.
+// IsRetryable makes the kit retry every failed receive until the consumer closes.
 func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, transport.ErrClosed) }
 
-// Decode reads the delivery from the received message (readDelivery).
+// Decode reads the delivery from the received message.
 func (c *consumer) Decode(h *held, d *transport.Delivery) {
 	readDelivery(d, h.msg)
 	h.msg = nil
 }
 
-// Write sends the settle writes in order, each stored by SQS when SendMessage returns.
-// On a FIFO queue each write's deduplication id is seeded by the consumed message and
-// the write's position, so settling a redelivery again repeats no write within SQS's
-// five-minute window; a write without a group inherits the consumed message's.
+// Write sends the settle writes in order. On a FIFO queue each write's deduplication id
+// is seeded by the consumed message and the write's position, and a write without a
+// group inherits the consumed message's.
 func (c *consumer) Write(ctx context.Context, h *held, ws []*transport.Message) (driverkit.Confirm, error) {
 	i := 0
 	return nil, driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
@@ -256,13 +180,11 @@ func (c *consumer) Ack(ctx context.Context, h *held) error {
 	return nil
 }
 
-// HandOff sends nothing: the message becomes visible again when its visibility timeout
-// lapses (the heartbeat no longer extends it), and the queue's RedrivePolicy counts the
-// receives.
+// HandOff sends nothing: the message returns when its visibility timeout lapses, and
+// the queue's RedrivePolicy counts the receives.
 func (c *consumer) HandOff(context.Context, *held) error { return nil }
 
-// GiveBack makes the messages visible again at once (a visibility timeout of 0; ten a
-// call). A message that cannot be given back returns when its visibility timeout lapses.
+// GiveBack makes the messages visible again at once (a visibility timeout of 0).
 func (c *consumer) GiveBack(ctx context.Context, hs []*held, _ driverkit.Reason) error {
 	for _, h := range hs {
 		h.rewound.Store(true)
@@ -302,9 +224,8 @@ func receipts(hs []*held) []string {
 	return out
 }
 
-// heartbeat extends the visibility of every held message before it lapses, ten
-// messages a call: those handed out, those being settled (a slow settle write must not
-// let the message go back to the queue under it) and those waiting to be handed out.
+// heartbeat extends the visibility of every held message before it lapses: those
+// handed out, being settled, or waiting to be handed out.
 func (c *consumer) heartbeat() {
 	every := max(c.vis/3, 200*time.Millisecond)
 	tick := time.NewTicker(every)
@@ -317,14 +238,7 @@ func (c *consumer) heartbeat() {
 		}
 		now := time.Now()
 		due := func(h *held) bool { return now.Sub(h.extended) >= every }
-		hs := c.kit.Unsettled(due)
-		c.mu.Lock()
-		for _, h := range c.stash {
-			if due(h) {
-				hs = append(hs, h)
-			}
-		}
-		c.mu.Unlock()
+		hs := append(c.kit.Unsettled(due), c.polls.Waiting(due)...)
 		for len(hs) > 0 {
 			n := min(len(hs), maxBatch)
 			c.extend(hs[:n], every)
@@ -333,8 +247,7 @@ func (c *consumer) heartbeat() {
 	}
 }
 
-// extend sets the visibility of up to ten held messages to the visibility timeout, in
-// one call bounded by timeout.
+// extend sets the visibility of up to ten held messages, in one call bounded by timeout.
 func (c *consumer) extend(hs []*held, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(c.life, timeout)
 	// An extension that raced the message's own settlement may be refused: no news.
@@ -344,8 +257,7 @@ func (c *consumer) extend(hs []*held, timeout time.Duration) {
 	if err != nil && c.life.Err() == nil {
 		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
 	}
-	// A give-back that ran meanwhile may have reached SQS before this extension: make
-	// those messages visible again, so a rewound message is never held back.
+	// A give-back that ran meanwhile may have reached SQS first: undo the extension.
 	var rewound []*held
 	now := time.Now()
 	for _, h := range hs {
@@ -359,30 +271,14 @@ func (c *consumer) extend(hs []*held, timeout time.Duration) {
 	c.giveBackLogged(rewound)
 }
 
-// Close waits for a poll in flight (at most the long-poll wait, unless ctx ends first),
-// stops the heartbeat and gives back what the polls received and nobody took.
+// Close waits for a poll in flight (at most the wait time), stops the heartbeat and
+// gives back what the polls received and nobody took.
 func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	p := c.poll
-	c.mu.Unlock()
-	if p != nil {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-		}
-	}
+	c.polls.Wait(ctx)
 	c.end() // a poll still in flight returns now
 	c.beat.Wait()
-	if p != nil {
-		<-p.done
-		_ = c.collect(p)
+	if back := c.polls.Drain(); len(back) > 0 {
+		return c.GiveBack(ctx, back, driverkit.Closing)
 	}
-	c.mu.Lock()
-	back := c.stash
-	c.stash = nil
-	c.mu.Unlock()
-	if len(back) == 0 {
-		return nil
-	}
-	return c.GiveBack(ctx, back, driverkit.Closing)
+	return nil
 }

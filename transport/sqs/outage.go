@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
@@ -20,32 +18,21 @@ import (
 const DefaultPublishWait = 30 * time.Second
 
 // WithPublishWait sets how long Publish and PublishConfirmed wait for an SQS endpoint
-// they cannot reach (the URL's publish_wait; default [DefaultPublishWait]; zero fails at
-// once). A publish that finds the endpoint unreachable once the SDK's own retries gave
-// up (a connection refused, cut or not answered) waits for it to answer again, asking
-// it one cheap question at a time (ListQueues of at most one name, 50 ms doubling to 1 s
-// apart), then sends; the publishes that come meanwhile wait the same way instead of
-// failing at once. It waits within its context and this bound; past them it fails with
-// the cause: an error matching context.DeadlineExceeded (or Canceled) that also wraps
-// the last connection error when the context ended first.
-//
-// The wait never sends a message twice. A request that was written whole and not
-// answered may have reached SQS: on a standard queue it is not sent again (that publish
-// fails with the cause at once; SQS has no deduplication), on a FIFO queue it is, with
-// the same deduplication id, which SQS drops within five minutes. Settle writes do not
-// wait: a failed one is the runtime's to rewind.
+// they cannot reach to answer again before they fail (publish_wait in the URL; default
+// [DefaultPublishWait]; zero fails at once). The wait never sends a message twice: a
+// request written whole and not answered is sent again only to a FIFO queue, with the
+// same deduplication id. Settle writes do not wait.
 func WithPublishWait(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 {
-			t.bad.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
+			t.common.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
 			return
 		}
 		t.publishWait = d
 	}
 }
 
-// publish makes call, the SendMessage or SendMessageBatch of a publish to queue, and
-// rides out an endpoint that cannot be reached ([WithPublishWait]).
+// publish makes call, a publish's send to queue, riding out an unreachable endpoint.
 func (t *Transport) publish(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error {
 	until := time.Now().Add(t.publishWait)
 	fifo := strings.HasSuffix(t.QueueName(queue), fifoSuffix)
@@ -78,8 +65,8 @@ func (t *Transport) publish(ctx context.Context, queue string, call func(ctx con
 	}
 }
 
-// awaitEndpoint asks the endpoint one cheap question at a time until it answers, ctx
-// ends or until passes. last is the caller's last connection error, if any.
+// awaitEndpoint asks the endpoint until it answers, ctx ends or until passes; last is
+// the caller's last connection error, if any.
 func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last error) error {
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		left := time.Until(until)
@@ -87,11 +74,9 @@ func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last err
 			return fmt.Errorf("the endpoint did not answer within publish_wait %s: %w", t.publishWait, last)
 		}
 		pctx, cancel := context.WithTimeout(ctx, min(left, 5*time.Second))
-		_, err := t.client.ListQueues(pctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String("babelqueue-probe")},
-			func(o *awssqs.Options) { o.RetryMaxAttempts = 1 })
+		err := answers(pctx, t.client)
 		cancel()
-		var lost *smithyhttp.RequestSendError
-		if err == nil || !errors.As(err, &lost) && pctx.Err() == nil { // any answer will do, a refusal too
+		if err == nil {
 			t.unreachable.Store(false)
 			return nil
 		}
@@ -108,8 +93,8 @@ func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last err
 	}
 }
 
-// noteWrites returns ctx with an HTTP trace that sets written once a request of the
-// SDK's was written whole: one that may have reached SQS.
+// noteWrites returns ctx with an HTTP trace that sets written once a request was
+// written whole: one that may have reached SQS.
 func noteWrites(ctx context.Context, written *atomic.Bool) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {

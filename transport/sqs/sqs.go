@@ -24,8 +24,7 @@ import (
 // MaxDelay is the longest per-message delay SQS accepts (DelaySeconds 900).
 const MaxDelay = 15 * time.Minute
 
-// DefaultGroupID is the MessageGroupId of a FIFO write that has neither a configured
-// group id nor a key.
+// DefaultGroupID is the MessageGroupId of a FIFO write with no group id and no key.
 const DefaultGroupID = "babelqueue"
 
 // fifoSuffix ends the name of every SQS FIFO queue.
@@ -45,120 +44,87 @@ type api interface {
 	GetQueueAttributes(ctx context.Context, in *awssqs.GetQueueAttributesInput, optFns ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error)
 }
 
-// MaxMessageSize is the largest message SQS accepts, in bytes (1 MiB): the body and
-// every message attribute's name, type and value together. It is the default limit of
-// the size check; [WithMaxMessageSize] lowers it for a queue whose MaximumMessageSize
-// attribute is smaller.
+// MaxMessageSize is the largest message SQS accepts, in bytes (1 MiB), body and
+// attributes together: the default limit of the size check ([WithMaxMessageSize]).
 const MaxMessageSize = 1 << 20
 
 // Option configures a [Transport]. A value an option cannot use is an error of [Open]
 // or [New] that names the option and matches babelqueue.ErrInvalidOption.
 type Option func(*Transport)
 
-// WithLogger sets the logger for warnings (a failed heartbeat, a receive error). The
-// default (and a nil l) is slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(t *Transport) {
-		if l != nil {
-			t.log = l
-		}
-	}
-}
+// WithLogger sets the logger for warnings (default slog.Default(); nil keeps it).
+func WithLogger(l *slog.Logger) Option { return func(t *Transport) { t.common.SetLogger(l) } }
 
-// WithQueueURLPrefix makes the queue URL of a queue prefix + "/" + its SQS name, so the
-// transport never calls GetQueueUrl or CreateQueue (the queues must exist). It is the
-// URL's prefix parameter; prefix must be an http(s) URL with a host and no credentials.
+// WithQueueURLPrefix makes the URL of a queue prefix + "/" + its SQS name (prefix in
+// the URL): GetQueueUrl and CreateQueue are never called, so the queues must exist.
 func WithQueueURLPrefix(prefix string) Option {
 	return func(t *Transport) {
-		if why := checkHTTPURL(prefix); why != "" {
-			t.bad.Invalid("WithQueueURLPrefix", "%s", why)
+		if why := driverkit.CheckHTTPURL(prefix); why != "" {
+			t.common.Invalid("WithQueueURLPrefix", "%s", why)
 			return
 		}
 		t.prefix = strings.TrimRight(prefix, "/")
 	}
 }
 
-// WithFIFO makes every logical queue a FIFO queue named <queue>.fifo (the URL's fifo=1).
-// The transport then reports no per-message delay, which SQS FIFO queues lack.
-func WithFIFO(on bool) Option {
-	return func(t *Transport) { t.fifo = on }
-}
+// WithFIFO makes every logical queue a FIFO queue named <queue>.fifo (fifo=1 in the URL).
+func WithFIFO(on bool) Option { return func(t *Transport) { t.fifo = on } }
 
-// WithGroupID sets the MessageGroupId of every FIFO write (the URL's group_id): 1 to
-// 128 ASCII letters, digits or punctuation. Empty is the default (see the package doc).
+// WithGroupID sets the MessageGroupId of every FIFO write (group_id in the URL): 1 to
+// 128 ASCII letters, digits or punctuation; empty is the default (the key's).
 func WithGroupID(id string) Option {
 	return func(t *Transport) {
 		if id != "" && !validFIFOID(id) {
-			t.bad.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
+			t.common.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
 			return
 		}
 		t.groupID = id
 	}
 }
 
-// WithWaitTime sets the long-poll wait of ReceiveMessage (the URL's wait_time), 0 to 20
-// seconds, rounded up to a whole second. The default is 10 seconds. Closing a consumer
-// waits for a poll in progress, so the wait time also bounds how long Close takes.
+// WithWaitTime sets the long-poll wait of ReceiveMessage (wait_time in the URL), 0 to
+// 20 seconds rounded up (default 10s). It also bounds how long closing a consumer waits.
 func WithWaitTime(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 || d > 20*time.Second {
-			t.bad.Invalid("WithWaitTime", "want 0 to 20s, got %s", d)
+			t.common.Invalid("WithWaitTime", "want 0 to 20s, got %s", d)
 			return
 		}
 		t.waitTime = int32((d + time.Second - 1) / time.Second)
 	}
 }
 
-// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout (at most 12
-// hours, rounded up to a whole second) instead of the queue's own; the heartbeat extends
-// held deliveries by the same amount. Zero (the default) uses the queue's
-// VisibilityTimeout attribute.
+// WithVisibilityTimeout asks ReceiveMessage for this visibility timeout (at most 12h,
+// rounded up; visibility_timeout in the URL), which the heartbeat keeps up; zero (the
+// default) uses the queue's own.
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(t *Transport) {
 		if d < 0 || d > 12*time.Hour {
-			t.bad.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
+			t.common.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
 			return
 		}
 		t.visibility = d
 	}
 }
 
-// WithMaxMessageSize sets the size check's limit in bytes (the URL's max_message_size;
-// default and most [MaxMessageSize]): set it to the MaximumMessageSize attribute of
-// queues that have a smaller one. A write whose body and attributes together are
-// larger fails before it is sent, with an error matching [transport.ErrTooLarge] that
-// names the limit.
-func WithMaxMessageSize(n int) Option {
-	return func(t *Transport) {
-		if n < 1 || n > MaxMessageSize {
-			t.bad.Invalid("WithMaxMessageSize", "want 1 to %d bytes, got %d", MaxMessageSize, n)
-			return
-		}
-		t.maxSize = n
-	}
-}
+// WithMaxMessageSize sets the size check's limit in bytes, 1 to [MaxMessageSize] (the
+// default; max_message_size in the URL): the MaximumMessageSize of queues that have a
+// smaller one. A larger write fails with [transport.ErrTooLarge] before it is sent.
+func WithMaxMessageSize(n int) Option { return func(t *Transport) { t.common.SetMaxMessageSize(n) } }
 
-// WithConnectTimeout bounds each start-up check of [Open] (the URL's connect_timeout;
+// WithConnectTimeout bounds each start-up check of [Open] (connect_timeout in the URL;
 // default [DefaultConnectTimeout]). [New] makes no such checks.
 func WithConnectTimeout(d time.Duration) Option {
-	return func(t *Transport) {
-		if d <= 0 {
-			t.bad.Invalid("WithConnectTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		t.connectTimeout = d
-	}
+	return func(t *Transport) { t.common.SetConnectTimeout(d) }
 }
 
-// WithCreateQueues controls whether a queue that GetQueueUrl does not find is created
-// (CreateQueue, with FifoQueue for a ".fifo" name). The default is true.
-func WithCreateQueues(on bool) Option {
-	return func(t *Transport) { t.create = on }
-}
+// WithCreateQueues sets whether a queue GetQueueUrl does not find is created (default true).
+func WithCreateQueues(on bool) Option { return func(t *Transport) { t.create = on } }
 
 // Transport is an SQS connection. It is safe for concurrent use.
 type Transport struct {
 	client     api
+	common     driverkit.Common // logger, connect timeout, size limit, bad option values
 	log        *slog.Logger
 	prefix     string
 	fifo       bool
@@ -166,13 +132,9 @@ type Transport struct {
 	waitTime   int32
 	visibility time.Duration
 	create     bool
-	maxSize    int
-	bad        driverkit.Options
 
 	publishWait time.Duration // WithPublishWait
 	unreachable atomic.Bool   // a publish found the endpoint unreachable: the others wait for it
-
-	connectTimeout time.Duration
 
 	urlMu sync.RWMutex
 	urls  map[string]string // SQS queue name -> queue URL
@@ -181,43 +143,32 @@ type Transport struct {
 	warnedDelay atomic.Bool
 }
 
-// New returns a transport around a client the caller built (credentials, endpoint,
-// retries and HTTP settings are the client's). It fails only for a nil client or an
-// option's bad value.
+// New returns a transport around a client the caller built; it fails only for a nil
+// client or an option's bad value.
 func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 	if client == nil {
 		return nil, errors.New("sqs: New: nil client")
 	}
 	t := newTransport(client, opts...)
-	if err := t.bad.Err(); err != nil {
+	if err := t.common.Err(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
 func newTransport(client api, opts ...Option) *Transport {
-	t := &Transport{
-		client:   client,
-		log:      slog.Default(),
-		waitTime: 10,
-		create:   true,
-		maxSize:  MaxMessageSize,
-		bad:      driverkit.Options{Broker: "sqs"},
-
-		publishWait: DefaultPublishWait,
-
-		connectTimeout: DefaultConnectTimeout,
-		urls:           map[string]string{},
-	}
+	t := &Transport{client: client, common: driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize),
+		waitTime: 10, create: true, publishWait: DefaultPublishWait, urls: map[string]string{}}
 	for _, o := range opts {
 		o(t)
 	}
+	t.log = t.common.Logger
 	return t
 }
 
 // Capabilities reports the SQS binding: attempts are max(body, ApproximateReceiveCount−1),
-// delays up to 15 minutes (none on FIFO queues), hand-off to the RedrivePolicy, the
-// schema-version gate, and "-dlq" dead-letter names placed before ".fifo".
+// delays up to 15 minutes (none with fifo=1), hand-off to the RedrivePolicy, the schema
+// gate, and "-dlq" dead-letter names placed before ".fifo".
 func (t *Transport) Capabilities() transport.Capabilities {
 	return transport.Capabilities{
 		Attempts:         transport.AttemptsMaxNative,
@@ -231,8 +182,8 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// QueueName returns the SQS queue name of a logical queue: the queue itself, with
-// ".fifo" appended when the transport is FIFO and the name lacks it.
+// QueueName returns the SQS name of a logical queue: ".fifo" is appended on a FIFO
+// transport when the name lacks it.
 func (t *Transport) QueueName(queue string) string {
 	if t.fifo && !strings.HasSuffix(queue, fifoSuffix) {
 		return queue + fifoSuffix
@@ -240,14 +191,14 @@ func (t *Transport) QueueName(queue string) string {
 	return queue
 }
 
-// QueueURL returns the URL of a logical queue, creating the queue when it does not
-// exist (unless [WithCreateQueues](false) or a prefix is set). URLs are cached.
+// QueueURL returns the (cached) URL of a logical queue, creating the queue when it does
+// not exist, unless [WithCreateQueues](false) or a prefix is set.
 func (t *Transport) QueueURL(ctx context.Context, queue string) (string, error) {
 	return t.lookup(ctx, queue, t.create)
 }
 
-// lookup returns the URL of a logical queue: cached, built from the prefix, or from
-// GetQueueUrl, creating a queue that does not exist when create is set.
+// lookup returns the URL of a logical queue: cached, from the prefix, or GetQueueUrl
+// (and CreateQueue when create is set).
 func (t *Transport) lookup(ctx context.Context, queue string, create bool) (string, error) {
 	if queue == "" {
 		return "", errors.New("sqs: empty queue name")
@@ -302,9 +253,8 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	return t.send(ctx, m, "", "", t.publish)
 }
 
-// send writes m with via (publish, or withURL for a settle write); seed, when set,
-// makes the FIFO deduplication id of a settle write, and group is the consumed message's
-// group, the fallback of a settle write's.
+// send writes m with via (publish, or withURL for a settle write); seed and group are a
+// settle write's FIFO deduplication seed and fallback group.
 func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group string, via sender) error {
 	o, _, err := t.outgoing(m, seed, group)
 	if err != nil {
@@ -318,8 +268,8 @@ func (t *Transport) send(ctx context.Context, m *transport.Message, seed, group 
 	})
 }
 
-// outgoing checks m and builds what SQS takes of it (as a batch entry, without its Id;
-// SendMessage takes the same fields), with the size SQS counts.
+// outgoing checks m and builds what SQS takes of it (a batch entry without its Id),
+// with the size SQS counts.
 func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.SendMessageBatchRequestEntry, int, error) {
 	var e types.SendMessageBatchRequestEntry
 	if m == nil || m.Queue == "" {
@@ -333,7 +283,7 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 		return e, 0, err
 	}
 	size := messageSize(m.Body, attrs)
-	if err := transport.CheckSize("sqs", m.Queue, size, t.maxSize); err != nil {
+	if err := t.common.CheckSize(m.Queue, size, 0); err != nil {
 		return e, 0, err
 	}
 	e = types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(m.Body)), MessageAttributes: attrs}
@@ -352,9 +302,8 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 // sender makes call, one send to queue: [Transport.withURL] or [Transport.publish].
 type sender func(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error
 
-// withURL makes call with the URL of queue. When SQS answers that the queue does not
-// exist (the cached URL names a queue that was deleted), it resolves the URL again and
-// makes call once more.
+// withURL makes call with the URL of queue, once more with a fresh URL when SQS
+// answers that the queue does not exist (it was deleted since).
 func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error {
 	url, err := t.QueueURL(ctx, queue)
 	if err != nil {
@@ -362,8 +311,7 @@ func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx con
 	}
 	err = call(ctx, url)
 	if err != nil && isMissingQueue(err) && t.prefix == "" {
-		t.forgetURL(queue)
-		if url, rerr := t.QueueURL(ctx, queue); rerr == nil {
+		if url, rerr := t.freshURL(ctx, queue); rerr == nil {
 			err = call(ctx, url)
 		}
 	}
@@ -373,8 +321,7 @@ func (t *Transport) withURL(ctx context.Context, queue string, call func(ctx con
 	return nil
 }
 
-// messageSize is the size SQS counts of a message: the body and each attribute's name,
-// data type and value.
+// messageSize is the size SQS counts: the body and each attribute's name, type and value.
 func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int {
 	n := len(body)
 	for name, a := range attrs {
@@ -383,11 +330,13 @@ func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int 
 	return n
 }
 
-// forgetURL drops the cached URL of a logical queue.
-func (t *Transport) forgetURL(queue string) {
+// freshURL looks the URL of a logical queue up again (creating the queue when creating
+// is on), for a queue SQS said does not exist: it was deleted, or an emulator restarted.
+func (t *Transport) freshURL(ctx context.Context, queue string) (string, error) {
 	t.urlMu.Lock()
 	delete(t.urls, t.QueueName(queue))
 	t.urlMu.Unlock()
+	return t.QueueURL(ctx, queue)
 }
 
 // isMissingQueue reports an error saying the queue does not exist.
@@ -396,8 +345,8 @@ func isMissingQueue(err error) bool {
 	return errors.As(err, &missing)
 }
 
-// groupFor picks the MessageGroupId of a FIFO write: the configured group id, else the
-// key (hashed when it is not a valid group id), else the fallback, else DefaultGroupID.
+// groupFor picks the MessageGroupId of a FIFO write: the group id, else the key (hashed
+// when it is not a valid id), else the fallback, else DefaultGroupID.
 func (t *Transport) groupFor(m *transport.Message, fallback string) string {
 	if t.groupID != "" {
 		return t.groupID
@@ -415,10 +364,9 @@ func (t *Transport) groupFor(m *transport.Message, fallback string) string {
 	return DefaultGroupID
 }
 
-// dedupID is the MessageDeduplicationId of a FIFO write. A user publish uses meta.id and
-// the attempts, so a retry re-publish (attempts+1) is a new message; a settle write is
-// seeded by the delivery it settles, so re-settling the same delivery is deduplicated
-// while a release of an unchanged body is not.
+// dedupID is the MessageDeduplicationId of a FIFO write: meta.id and the attempts for a
+// publish (a retry is a new message), a hash seeded by the settled delivery for a
+// settle write (settling it again is deduplicated, a release is not).
 func dedupID(m *transport.Message, seed string) string {
 	if seed == "" && m.Projection.MessageID != "" {
 		id := m.Projection.MessageID + ":" + strconv.Itoa(m.Attempts)
@@ -443,8 +391,7 @@ func dedupID(m *transport.Message, seed string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId:
-// 1 to 128 ASCII letters, digits and punctuation.
+// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId.
 func validFIFOID(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false
@@ -458,12 +405,12 @@ func validFIFOID(s string) bool {
 }
 
 // Close stops every consumer (their unsettled deliveries are made visible again) and
-// refuses further publishes. The client is the caller's and stays usable.
+// refuses further publishes. The client stays usable.
 func (t *Transport) Close(ctx context.Context) error { return t.consumers.Close(ctx) }
 
-// setVisibility sets the visibility timeout of up to ten messages, by their receipt
-// handles, in one ChangeMessageVisibilityBatch call. It fails when the call does, or
-// when SQS refuses an entry that excused (which may be nil) does not excuse.
+// setVisibility sets the visibility timeout of up to ten messages in one
+// ChangeMessageVisibilityBatch call. It fails when the call does, or SQS refuses an
+// entry excused (which may be nil) does not excuse.
 func (t *Transport) setVisibility(ctx context.Context, url string, receipts []string, secs int32, excused func(i int) bool) error {
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(receipts))
 	for i, r := range receipts {
@@ -485,8 +432,27 @@ func (t *Transport) setVisibility(ctx context.Context, url string, receipts []st
 	return nil
 }
 
-// entryIndex returns the index the Id of a batch call's result names, or -1 when it
-// names none of the call's n entries.
+// queueNumbers reads numeric queue attributes (GetQueueAttributes); one SQS gives no
+// number for reads -1.
+func (t *Transport) queueNumbers(ctx context.Context, url string, names ...types.QueueAttributeName) ([]int64, error) {
+	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: names})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = &awssqs.GetQueueAttributesOutput{}
+	}
+	ns := make([]int64, len(names))
+	for i, name := range names {
+		ns[i] = -1
+		if n, err := strconv.ParseInt(out.Attributes[string(name)], 10, 64); err == nil {
+			ns[i] = n
+		}
+	}
+	return ns, nil
+}
+
+// entryIndex returns the index a batch result's Id names, or -1 when none of n.
 func entryIndex(id *string, n int) int {
 	i, err := strconv.Atoi(aws.ToString(id))
 	if err != nil || i < 0 || i >= n {

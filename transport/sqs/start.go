@@ -28,8 +28,8 @@ var (
 	ErrUnreachable = errors.New("sqs: endpoint unreachable")
 )
 
-// checkCredentials asks the default chain for credentials once, so a missing key fails
-// Open with an error that says how to give one, instead of every later call.
+// checkCredentials asks the default chain for credentials once, so that a missing key
+// fails Open with an error that says how to give one.
 func checkCredentials(ctx context.Context, cfg aws.Config, timeout time.Duration, loopback bool) error {
 	if cfg.Credentials == nil {
 		return credentialsError(errors.New("the configuration has no credential provider"), loopback)
@@ -68,16 +68,12 @@ func credentialsError(cause error, loopback bool) error {
 		"or build the client yourself and call sqs.New: %w", ErrNoCredentials, strings.Join(missing, "; "), cause)
 }
 
-// probe makes one cheap call (ListQueues of at most one name) to see that the endpoint
-// answers. Any answer will do, a refusal too: only a request that could not be sent or
-// got no answer within timeout fails.
+// probe asks the endpoint one cheap question ([answers]) within timeout.
 func probe(ctx context.Context, client *awssqs.Client, endpoint, region string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String("babelqueue-probe")},
-		func(o *awssqs.Options) { o.RetryMaxAttempts = 1 })
-	var send *smithyhttp.RequestSendError
-	if err == nil || (!errors.As(err, &send) && ctx.Err() == nil) {
+	err := answers(ctx, client)
+	if err == nil {
 		return nil
 	}
 	where := endpoint
@@ -87,8 +83,20 @@ func probe(ctx context.Context, client *awssqs.Client, endpoint, region string, 
 	return fmt.Errorf("%w: %s did not answer within %s (connect_timeout): %w", ErrUnreachable, where, timeout, err)
 }
 
-// sdkLogger hands the AWS SDK's log lines to the transport's logger: warnings as Warn,
-// the rest as Debug, marked component=aws-sdk.
+// answers asks the endpoint one cheap question (ListQueues of at most one name, no
+// retry): nil for any answer, a refusal too, else why there was none.
+func answers(ctx context.Context, client api) error {
+	_, err := client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String("babelqueue-probe")},
+		func(o *awssqs.Options) { o.RetryMaxAttempts = 1 })
+	var send *smithyhttp.RequestSendError
+	if err == nil || !errors.As(err, &send) && ctx.Err() == nil {
+		return nil
+	}
+	return err
+}
+
+// sdkLogger hands the AWS SDK's log lines to the transport's logger, marked
+// component=aws-sdk: warnings as Warn, the rest as Debug.
 type sdkLogger struct {
 	l   *slog.Logger
 	ctx context.Context

@@ -3,9 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"strconv"
 
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -13,14 +11,9 @@ import (
 
 var _ transport.QueueStatter = (*Transport)(nil)
 
-// QueueStats reads the queue's approximate counts (GetQueueAttributes, which SQS
-// documents as eventually consistent: a count may lag a change by a minute): Ready is
-// ApproximateNumberOfMessages, InFlight ApproximateNumberOfMessagesNotVisible (received
-// and not deleted), Delayed ApproximateNumberOfMessagesDelayed. Appended is
-// [transport.UnknownCount], and Oldest is unknown (zero): SQS tells the age of the
-// oldest message only to CloudWatch (ApproximateAgeOfOldestMessage), and a receive
-// to look would count as one. Nothing is received, so no receive is counted; a queue
-// that does not exist has Exists false and nothing is created.
+// QueueStats reads the queue's approximate counts (GetQueueAttributes, eventually
+// consistent): Ready, InFlight (received and not deleted) and Delayed. Appended and
+// Oldest are unknown. A queue that does not exist has Exists false; nothing is created.
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{Appended: transport.UnknownCount}
 	if t.consumers.Closed() {
@@ -30,30 +23,14 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if err != nil || !ok {
 		return s, err
 	}
-	out, err := t.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-		QueueUrl: &url,
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
+	n, err := t.queueNumbers(ctx, url, types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed)
 	switch {
 	case isMissingQueue(err):
 		return s, nil
 	case err != nil:
 		return s, fmt.Errorf("sqs: stats %q: %w", t.QueueName(queue), err)
 	}
-	count := func(name types.QueueAttributeName) int64 {
-		n, err := strconv.ParseInt(out.Attributes[string(name)], 10, 64)
-		if err != nil {
-			return transport.UnknownCount
-		}
-		return n
-	}
-	s.Exists = true
-	s.Ready = count(types.QueueAttributeNameApproximateNumberOfMessages)
-	s.InFlight = count(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
-	s.Delayed = count(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)
+	s.Exists, s.Ready, s.InFlight, s.Delayed = true, n[0], n[1], n[2] // -1 (unknown) when SQS gave no number
 	return s, nil
 }

@@ -3,7 +3,6 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -34,18 +33,14 @@ type settings struct {
 }
 
 // Open parses an sqs:// URL and returns a transport whose client uses the default AWS
-// credential chain. opts are applied after the URL's own settings.
-//
-// Open checks the start-up conditions a new user trips over, each with one error that
-// says what to do: credentials the default chain cannot find ([ErrNoCredentials]; with
-// a loopback endpoint the EC2 instance metadata service is not asked), and an endpoint
-// that does not answer within the connect timeout ([ErrUnreachable]). The AWS SDK's own
-// log lines go through the transport's logger ([WithLogger]; opened through
-// transport.Open, the logger of the context, see [transport.LoggerFrom]).
+// credential chain; opts are applied after the URL's own settings. It fails at once
+// when the chain finds no credentials ([ErrNoCredentials]) or the endpoint does not
+// answer within the connect timeout ([ErrUnreachable]). The AWS SDK logs through the
+// transport's logger (by default the context's, [transport.LoggerFrom]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("sqs", rawURL)
 	if err != nil {
-		return nil, &transport.BadURLError{Scheme: "sqs", Param: "url", Reason: "cannot parse (" + transport.Redact(rawURL) + ")"}
+		return nil, err
 	}
 	return openURL(ctx, u, opts...)
 }
@@ -57,23 +52,22 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
 	t := newTransport(nil, append(all, opts...)...)
-	if err := t.bad.Err(); err != nil {
+	if err := t.common.Err(); err != nil {
 		return nil, err
 	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithRegion(s.region),
 		config.WithLogger(sdkLogger{l: t.log}),
 	}
-	if isLoopback(s.endpoint) {
-		// An emulator on this machine: never wait for an instance role that cannot be
-		// there (the metadata service answers, or times out, on any other host).
+	local := driverkit.IsLoopback(s.endpoint)
+	if local { // an emulator on this machine: never wait for an instance role
 		loadOpts = append(loadOpts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("sqs: load AWS configuration: %w", err)
 	}
-	if err := checkCredentials(ctx, cfg, t.connectTimeout, isLoopback(s.endpoint)); err != nil {
+	if err := checkCredentials(ctx, cfg, t.common.ConnectTimeout, local); err != nil {
 		return nil, err
 	}
 	client := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) {
@@ -81,7 +75,7 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 			o.BaseEndpoint = aws.String(s.endpoint)
 		}
 	})
-	if err := probe(ctx, client, s.endpoint, s.region, t.connectTimeout); err != nil {
+	if err := probe(ctx, client, s.endpoint, s.region, t.common.ConnectTimeout); err != nil {
 		return nil, err
 	}
 	t.client = client
@@ -99,14 +93,13 @@ func parseURL(u *url.URL) (settings, error) {
 	if !strings.EqualFold(u.Scheme, "sqs") {
 		return s, bad("scheme", fmt.Sprintf("want sqs://, got %q", u.Scheme+"://"))
 	}
-	if u.Opaque != "" {
-		return s, bad("region", "want sqs://<region>, e.g. sqs://eu-central-1")
-	}
-	if u.User != nil {
-		return s, bad("userinfo", "credentials in the URL are not supported; they come from the default AWS chain (or build the client yourself and call sqs.New)")
-	}
-	if u.Port() != "" {
-		return s, bad("region", "a region takes no port; set the emulator address with ?endpoint=")
+	if err := driverkit.RefuseParts("sqs", u,
+		driverkit.URLPart{Part: "opaque", Param: "region", Reason: "want sqs://<region>, e.g. sqs://eu-central-1"},
+		driverkit.URLPart{Part: "user", Param: "userinfo", Reason: "credentials in the URL are not supported; they come from the default AWS chain (or build the client yourself and call sqs.New)"},
+		driverkit.URLPart{Part: "port", Param: "region", Reason: "a region takes no port; set the emulator address with ?endpoint="},
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "sqs:// takes no path; name queues in the runtime, or use ?prefix= for a queue-URL prefix"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "sqs:// takes no fragment"}); err != nil {
+		return s, err
 	}
 	s.region = u.Hostname()
 	if s.region == "" {
@@ -115,32 +108,21 @@ func parseURL(u *url.URL) (settings, error) {
 	if !validRegion(s.region) {
 		return s, bad("region", fmt.Sprintf("%q is not a region name (lower-case letters, digits and dashes)", s.region))
 	}
-	if u.Path != "" && u.Path != "/" {
-		return s, bad("path", "sqs:// takes no path; name queues in the runtime, or use ?prefix= for a queue-URL prefix")
-	}
-	if u.Fragment != "" {
-		return s, bad("fragment", "sqs:// takes no fragment")
-	}
 	q, err := driverkit.ParseQuery("sqs", u, urlParams...)
 	if err != nil {
 		return s, err
 	}
 	if ep, ok := q.String("endpoint"); ok {
-		if why := checkHTTPURL(ep); why != "" {
+		if why := driverkit.CheckHTTPURL(ep); why != "" {
 			return s, q.Bad("endpoint", why)
 		}
 		s.endpoint = strings.TrimRight(ep, "/")
 	}
 	if p, ok := q.String("prefix"); ok {
-		if why := checkHTTPURL(p); why != "" {
+		if why := driverkit.CheckHTTPURL(p); why != "" {
 			return s, q.Bad("prefix", why)
 		}
 		s.opts = append(s.opts, WithQueueURLPrefix(p))
-	}
-	if on, ok, err := q.Bool("fifo"); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithFIFO(on))
 	}
 	if g, ok := q.String("group_id"); ok {
 		if !validFIFOID(g) {
@@ -148,49 +130,22 @@ func parseURL(u *url.URL) (settings, error) {
 		}
 		s.opts = append(s.opts, WithGroupID(g))
 	}
-	if d, ok, err := q.Duration("wait_time", time.Second, 0, 20*time.Second); err != nil {
+	common := driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
+	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
 		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithWaitTime(d))
 	}
-	if d, ok, err := q.Duration("visibility_timeout", time.Second, time.Second, 12*time.Hour); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithVisibilityTimeout(d))
-	}
-	if n, ok, err := q.Int("max_message_size", 1024, MaxMessageSize); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithMaxMessageSize(n))
-	}
-	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithConnectTimeout(d))
-	}
-	if d, ok, err := q.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
-		return s, err
-	} else if ok {
-		s.opts = append(s.opts, WithPublishWait(d))
-	}
-	return s, nil
+	s.opts = append(s.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
+	opts, err := urlOptions.Read(q)
+	s.opts = append(s.opts, opts...)
+	return s, err
 }
 
-// isLoopback reports whether endpoint is an http(s) URL on this machine.
-func isLoopback(endpoint string) bool {
-	if endpoint == "" {
-		return false
-	}
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return false
-	}
-	h := strings.ToLower(u.Hostname())
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+// urlOptions are the parameters that go to an option function as they are.
+var urlOptions = driverkit.Params[Option]{
+	{Name: "fifo", Bool: WithFIFO},
+	{Name: "wait_time", Duration: WithWaitTime, Hi: 20 * time.Second},
+	{Name: "visibility_timeout", Duration: WithVisibilityTimeout, Lo: time.Second, Hi: 12 * time.Hour},
+	{Name: "publish_wait", Duration: WithPublishWait, Hi: time.Hour},
 }
 
 func validRegion(r string) bool {
@@ -200,25 +155,4 @@ func validRegion(r string) bool {
 		}
 	}
 	return true
-}
-
-// checkHTTPURL returns why raw is not an http(s) URL with a host, or "".
-func checkHTTPURL(raw string) string {
-	if raw == "" {
-		return "empty"
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "not a URL"
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "want an http:// or https:// URL"
-	}
-	if u.User != nil {
-		return "must not hold credentials"
-	}
-	if u.Host == "" {
-		return "has no host"
-	}
-	return ""
 }

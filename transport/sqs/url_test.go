@@ -89,9 +89,9 @@ func TestURLAcceptsEveryParameter(t *testing.T) {
 		"&visibility_timeout=2m&max_message_size=262144&connect_timeout=1500ms"
 	tr := parsed(t, raw)
 	if tr.prefix != "http://127.0.0.1:9324/000000000000" || !tr.fifo || tr.groupID != "orders-42" || tr.waitTime != 3 ||
-		tr.visibility != 2*time.Minute || tr.maxSize != 262144 || tr.connectTimeout != 1500*time.Millisecond {
+		tr.visibility != 2*time.Minute || tr.common.MaxMessageSize != 262144 || tr.common.ConnectTimeout != 1500*time.Millisecond {
 		t.Errorf("settings not applied: prefix=%q fifo=%v group=%q wait=%d visibility=%s max=%d connect=%s",
-			tr.prefix, tr.fifo, tr.groupID, tr.waitTime, tr.visibility, tr.maxSize, tr.connectTimeout)
+			tr.prefix, tr.fifo, tr.groupID, tr.waitTime, tr.visibility, tr.common.MaxMessageSize, tr.common.ConnectTimeout)
 	}
 	// The one duration grammar: a Go duration or a bare number of seconds.
 	if got := parsed(t, "sqs://us-east-1?wait_time=20s").waitTime; got != 20 {
@@ -136,8 +136,8 @@ func TestStandardCapabilities(t *testing.T) {
 	if got := settle.DeadLetterQueue("orders", "", "", c); got != "orders-dlq" {
 		t.Errorf("DLQ of orders = %q, want orders-dlq", got)
 	}
-	if tr.waitTime != 10 || tr.maxSize != MaxMessageSize || tr.connectTimeout != DefaultConnectTimeout {
-		t.Errorf("defaults: wait time %ds, max size %d, connect timeout %s", tr.waitTime, tr.maxSize, tr.connectTimeout)
+	if tr.waitTime != 10 || tr.common.MaxMessageSize != MaxMessageSize || tr.common.ConnectTimeout != DefaultConnectTimeout {
+		t.Errorf("defaults: wait time %ds, max size %d, connect timeout %s", tr.waitTime, tr.common.MaxMessageSize, tr.common.ConnectTimeout)
 	}
 }
 
@@ -169,7 +169,7 @@ func TestBadOptionValues(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil) succeeded")
 	}
-	if tr, err := New(client, WithWaitTime(0), WithVisibilityTimeout(0), WithGroupID(""), WithMaxMessageSize(1)); err != nil || tr.waitTime != 0 || tr.maxSize != 1 {
+	if tr, err := New(client, WithWaitTime(0), WithVisibilityTimeout(0), WithGroupID(""), WithMaxMessageSize(1)); err != nil || tr.waitTime != 0 || tr.common.MaxMessageSize != 1 {
 		t.Errorf("New with values at their bounds = %v", err)
 	}
 	for _, raw := range []string{"sqs://us-east-1?wait_time=21", "sqs://us-east-1?group_id=has%20space", "sqs://us-east-1?endpoint=ftp://x"} {
