@@ -20,7 +20,11 @@ import (
 const (
 	maxBatch     = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
 	idlePause    = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
-	receiveGrace = 20 * time.Second       // how much longer than its wait a ReceiveMessage may take before it is made again
+	receiveGrace = 10 * time.Second       // how much longer than its wait a ReceiveMessage may take before it is made again
+	// settleCallTimeout bounds each call of a settlement (a send, a delete, a visibility
+	// change): on a connection that went silent the call fails within it and the next
+	// one dials afresh, where the SDK alone would wait about a minute.
+	settleCallTimeout = 5 * time.Second
 )
 
 // Consume opens a consumer on queue, creating the queue when it does not exist (see
@@ -164,6 +168,8 @@ func (c *consumer) Write(ctx context.Context, h *held, ws []*transport.Message) 
 	return nil, driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
 		seed := h.msgID + "\x00" + strconv.Itoa(i)
 		i++
+		ctx, cancel := context.WithTimeout(ctx, settleCallTimeout)
+		defer cancel()
 		return c.t.send(ctx, w, seed, h.group, c.t.withURL)
 	})
 }
@@ -171,6 +177,8 @@ func (c *consumer) Write(ctx context.Context, h *held, ws []*transport.Message) 
 // Ack deletes the message.
 func (c *consumer) Ack(ctx context.Context, h *held) error {
 	h.deleted.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, settleCallTimeout)
+	defer cancel()
 	if _, err := c.t.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{
 		QueueUrl:      aws.String(c.queueURL()),
 		ReceiptHandle: aws.String(h.receipt),
@@ -189,6 +197,8 @@ func (c *consumer) GiveBack(ctx context.Context, hs []*held, _ driverkit.Reason)
 	for _, h := range hs {
 		h.rewound.Store(true)
 	}
+	ctx, cancel := context.WithTimeout(ctx, settleCallTimeout)
+	defer cancel()
 	var errs []error
 	if len(hs) == 1 {
 		_, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{

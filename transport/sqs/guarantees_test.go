@@ -388,7 +388,8 @@ func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slow := &slowSends{api: tr.client, delay: 6 * time.Second}
+	// Slow, but within the 5 s bound of a settlement's call (settleCallTimeout).
+	slow := &slowSends{api: tr.client, delay: 4500 * time.Millisecond}
 	tr.client = slow
 	t.Cleanup(func() { tr.client = slow.api }) // after the consumer closed, before the queues go
 	c := consumeT(t, tr, q, held)
@@ -400,9 +401,9 @@ func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
 	go func() {
 		settled <- c.Settle(ctx, ds[0], transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: q + "-retry", Body: ds[0].Body}}})
 	}()
-	// Two and a half visibility timeouts while the settle write waits.
+	// Two visibility timeouts while the settle write waits.
 	other := consumeT(t, openTest(t, WithWaitTime(time.Second)), q, held)
-	transporttest.ExpectNothing(t, other, 5*time.Second)
+	transporttest.ExpectNothing(t, other, 4*time.Second)
 	if err := <-settled; err != nil {
 		t.Fatalf("the slow settle: %v", err)
 	}
