@@ -373,6 +373,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		Logger:            pclog.NewLoggerWithSlog(slog.New(clientLog(o.Logger.Handler(), refused)).With("component", "pulsar-client")),
 		OperationTimeout:  30 * time.Second,
 		ConnectionTimeout: o.ConnectTimeout,
+		KeepAliveInterval: KeepAliveInterval,
 		TLSConfig:         o.secure.tls,
 	}
 	if copts.Authentication, err = o.secure.authentication(); err != nil {
@@ -390,6 +391,13 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	t.ownsClient = true
 	return t, nil
 }
+
+// KeepAliveInterval is how often a client that [OpenURL] builds pings each broker
+// connection (pulsar-client-go's default is 30 s). The client drops a connection from
+// which nothing came for two intervals, checked every interval: a connection that went
+// silent is found dead within about 9 s (the 10 s bound of docs/reliability.md), and
+// the client reconnects. A client given to [New] keeps its own setting.
+const KeepAliveInterval = 3 * time.Second
 
 // ErrUnreachable matches the error of [OpenURL] when no broker of the URL accepted a
 // connection within the connect timeout.
