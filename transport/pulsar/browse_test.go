@@ -13,12 +13,6 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// TestBrowseKit runs the browse kit against the real Pulsar (admin API on the
-// default port next to the broker).
-func TestBrowseKit(t *testing.T) {
-	transporttest.RunBrowse(t, kitConfig(true), transporttest.BrowseOptions{EmptyKeyIsNoKey: true})
-}
-
 // TestBrowseSkipsIndividuallyAcked: messages the subscription acknowledged out of
 // order (past its mark-delete position) are not shown; the others are, in order.
 func TestBrowseSkipsIndividuallyAcked(t *testing.T) {

@@ -115,18 +115,6 @@ func TestTransactionalConsumerDoesNotPipeline(t *testing.T) {
 	}
 }
 
-// Closing a consumer, then the transport, waits for the pipelined settlements in
-// flight: every delivery is acknowledged once its write is confirmed (the kit's case).
-func TestPipelinedCloseWaitsForWrites(t *testing.T) {
-	transporttest.RunPipelinedClose(t, openTransport(t, "", fastNack()), openTransport(t, "", fastNack(), pulsar.WithPipelinedSettles(true)))
-}
-
-// The runtime's shutdown waits for the pipelined dead-letter writes (the kit's case).
-func TestRuntimeShutdownWaitsForPipelinedWrites(t *testing.T) {
-	transporttest.RunRuntimeShutdownWithPipelinedWrites(t, openTransport(t, "", fastNack()),
-		openTransport(t, "", fastNack(), pulsar.WithPipelinedSettles(true)))
-}
-
 // pipeline_settles=0 keeps the synchronous settle: a refused write fails Settle with a
 // SettleWriteError, and acknowledges nothing.
 func TestNotPipelinedSettleReturnsWriteFailure(t *testing.T) {

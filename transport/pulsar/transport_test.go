@@ -80,25 +80,52 @@ func kitConfig(pipelined bool) transporttest.Config {
 	}
 }
 
-func TestTransport(t *testing.T) {
-	transporttest.Run(t, kitConfig(true))
-}
-
-// The kits again with pipeline_settles=0: Settle waits for its writes.
-func TestTransportKitNotPipelined(t *testing.T) {
-	transporttest.Run(t, kitConfig(false))
-}
-
-func TestRuntimeKitNotPipelined(t *testing.T) {
-	transporttest.RunRuntime(t, kitConfig(false))
+// TestKit runs every group of the behavioural kit against the real Pulsar, with
+// pipelined settle writes (the default) and with pipeline_settles=0 (Settle waits for
+// its writes). Browse and counts go through the admin REST API on the default port next
+// to the broker: the topic's entries before the subscription exists, then the
+// subscription's backlog.
+func TestKit(t *testing.T) {
+	for _, pipelined := range []bool{true, false} {
+		t.Run(map[bool]string{true: "pipelined", false: "not-pipelined"}[pipelined], func(t *testing.T) {
+			h := transporttest.Harness{
+				Config: kitConfig(pipelined),
+				Broker: "pulsar",
+				Browse: transporttest.BrowseOptions{EmptyKeyIsNoKey: true},
+				Stats:  transporttest.StatsOptions{Wait: 20 * time.Second, Oldest: transporttest.OldestWritten},
+				// The limit asked of the kit is what is left for the message once the
+				// client's own metadata (MetadataReserve) is set aside.
+				OpenWithLimit: func(t *testing.T, limit int) transport.Transport {
+					return openTransport(t, "", pulsar.WithMaxMessageSize(limit+pulsar.MetadataReserve))
+				},
+				OpenPipelined: func(t *testing.T) (direct, pipelined transport.Transport) {
+					return openTransport(t, "", fastNack()), openTransport(t, "", fastNack(), pulsar.WithPipelinedSettles(true))
+				},
+				Adjust: func(c transporttest.Case, cfg *transporttest.Config) {
+					switch c {
+					case transporttest.CaseStats:
+						cfg.Prefetch = 1 // exact counts
+					case transporttest.CasePublishConfirmed:
+						cfg.EmptyKeyIsNoKey = true
+					}
+				},
+			}
+			if !pipelined {
+				h.Without = map[transporttest.Case]string{
+					transporttest.CaseBrowse:           "run once, with the default settings",
+					transporttest.CaseStats:            "run once, with the default settings",
+					transporttest.CasePipelined:        "run once, with the default settings",
+					transporttest.CaseSizeLimit:        "run once, with the default settings",
+					transporttest.CasePublishConfirmed: "run once, with the default settings (and with batching in TestPublishConfirmedBatching)",
+				}
+			}
+			transporttest.RunAll(t, h)
+		})
+	}
 }
 
 // silentPulsarLog is the raw client's logger in tests.
 func silentPulsarLog() pclog.Logger { return pclog.NewLoggerWithSlog(quietLogger()) }
-
-func TestRuntime(t *testing.T) {
-	transporttest.RunRuntime(t, kitConfig(true))
-}
 
 // fastNack makes rewound deliveries come back quickly in tests.
 func fastNack() pulsar.Option { return pulsar.WithNackRedeliveryDelay(200 * time.Millisecond) }
