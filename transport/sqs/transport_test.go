@@ -29,56 +29,47 @@ func kitQueues(admin *Transport) func(t *testing.T) string {
 	}
 }
 
-func TestTransportKit(t *testing.T) {
+// TestKit runs every group of the behavioural kit against ElasticMQ, side by side (each
+// case on queues of its own). Browse walks the queue and makes every message visible
+// again, in no particular order; counts come from GetQueueAttributes.
+func TestKit(t *testing.T) {
 	t.Parallel()
 	admin := openTest(t)
-	transporttest.Run(t, transporttest.Config{
-		NewQueue: kitQueues(admin),
-		Open: func(t *testing.T) transport.Transport {
-			tr, _ := openProxied(t, "")
-			return tr
+	transporttest.RunAll(t, transporttest.Harness{
+		Config: transporttest.Config{
+			NewQueue: kitQueues(admin),
+			Open: func(t *testing.T) transport.Transport {
+				tr, _ := openProxied(t, "")
+				return tr
+			},
+			TextBodiesOnly:     true,
+			NativeRedeliveries: true,
+			ReceiveTimeout:     20 * time.Second,
+			// ElasticMQ goes away from the transport (every connection cut, new ones
+			// refused) and comes back.
+			BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
+				p := proxyOf(t, tr.(*Transport))
+				p.Down()
+				return p.Up
+			},
 		},
-		TextBodiesOnly:     true,
-		NativeRedeliveries: true,
-		ReceiveTimeout:     20 * time.Second,
-		// ElasticMQ goes away from the transport (every connection cut, new ones
-		// refused) and comes back.
-		BreakSettleWrites: func(t *testing.T, tr transport.Transport) func() {
-			p := proxyOf(t, tr.(*Transport))
-			p.Down()
-			return p.Up
+		Parallel: true,
+		Broker:   "sqs",
+		Browse:   transporttest.BrowseOptions{Unordered: true},
+		// A limit set low in code (the URL's max_message_size starts at 1024).
+		OpenWithLimit: func(t *testing.T, limit int) transport.Transport { return openTest(t, WithMaxMessageSize(limit)) },
+		Adjust: func(c transporttest.Case, cfg *transporttest.Config) {
+			switch c {
+			case transporttest.CaseStats:
+				cfg.Prefetch = 1 // exact counts
+			case transporttest.CasePublishConfirmed:
+				// A standard queue stores the entries of a SendMessageBatch call in no order.
+				cfg.UnorderedBatches, cfg.NoKeys = true, true
+			}
 		},
-		PrefetchBound:         true,
-		SettleAfterClose:      true,
-		RefusesBadSettlements: true,
-	})
-}
-
-// TestSizeLimitKit runs the kit's size-check case on a transport whose limit is set
-// low in code (the URL's max_message_size starts at 1024).
-//
-// The other entry points of the kit: RunPublishConfirmed (confirm_test.go), RunBrowse
-// (browse_test.go) and RunStats (stats_test.go) run in their files. RunPipelinedClose
-// and RunRuntimeShutdownWithPipelinedWrites are for drivers whose Settle returns before
-// their writes are confirmed: SQS's settle writes are not pipelined (SendMessage returns
-// once SQS stored the message, and Settle waits for it).
-func TestSizeLimitKit(t *testing.T) {
-	t.Parallel()
-	admin := openTest(t)
-	transporttest.RunSizeLimit(t, transporttest.Config{NewQueue: kitQueues(admin), ReceiveTimeout: 20 * time.Second}, "sqs",
-		func(t *testing.T, limit int) transport.Transport { return openTest(t, WithMaxMessageSize(limit)) })
-}
-
-func TestRuntimeSettlement(t *testing.T) {
-	t.Parallel()
-	admin := openTest(t)
-	transporttest.RunRuntime(t, transporttest.Config{
-		NewQueue: kitQueues(admin),
-		Open: func(t *testing.T) transport.Transport {
-			return openTest(t)
+		Without: map[transporttest.Case]string{
+			transporttest.CasePipelined: "SQS's settle writes are not pipelined: SendMessage returns once SQS stored the " +
+				"message, and Settle waits for it",
 		},
-		TextBodiesOnly:     true,
-		NativeRedeliveries: true,
-		ReceiveTimeout:     20 * time.Second,
 	})
 }
