@@ -3,8 +3,9 @@ package artemis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // DefaultPublishWait is how long, by default, Publish waits for a connection to Artemis
@@ -41,38 +42,8 @@ func unsent(err error) bool {
 	return errors.As(err, &de)
 }
 
-// rideOut makes write, and again while it fails to reconnect (the reconnection backs
-// off by itself), within ctx and the publish wait ([WithPublishWait]).
+// rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
+// publish wait ([WithPublishWait]): driverkit.RideOut, 50 ms doubling to 1 s between.
 func (t *Transport) rideOut(ctx context.Context, write func(ctx context.Context) error) error {
-	err := write(ctx)
-	if err == nil || t.opts.publishWait <= 0 || !unsent(err) {
-		return err
-	}
-	wait, cancel := context.WithTimeout(ctx, t.opts.publishWait)
-	defer cancel()
-	last := err
-	for wait.Err() == nil {
-		err := write(wait)
-		switch {
-		case err == nil:
-			return nil
-		case unsent(err):
-			last = err
-		case wait.Err() == nil:
-			return err // sent, or refused: that answer stands
-		}
-		if wait.Err() == nil {
-			timer := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-wait.Done():
-				timer.Stop()
-			case <-timer.C:
-			}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("artemis: publish: %w while waiting for a connection; the last error: %w", err, last)
-	}
-	return fmt.Errorf("artemis: publish: no connection within %s (publish_wait): %w; the last error: %w",
-		t.opts.publishWait, context.DeadlineExceeded, last)
+	return driverkit.RideOut(ctx, "artemis", t.opts.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, unsent, write)
 }

@@ -6,8 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // DefaultPublishWait is how long, by default, Publish waits for a Redis it cannot
@@ -48,37 +53,40 @@ func unsent(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
-// rideOut makes write, and again after a backoff while its connection fails (unsent),
-// within ctx and the publish wait ([WithPublishWait]).
+// rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
+// publish wait ([WithPublishWait]): driverkit.RideOut, 50 ms doubling to 1 s between.
+//
+// go-redis keeps a command's failed dials to itself (it logs them and tries again until
+// the context ends), so a publish whose context ends while Redis refuses connections
+// names the last failed dial the transport saw (dialWatch).
 func (t *Transport) rideOut(ctx context.Context, write func(ctx context.Context) error) error {
-	err := write(ctx)
-	if err == nil || t.publishWait <= 0 || !unsent(err) {
-		return err
-	}
-	wait, cancel := context.WithTimeout(ctx, t.publishWait)
-	defer cancel()
-	last := err
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		timer := time.NewTimer(backoff)
-		select {
-		case <-wait.Done():
-			timer.Stop()
-		case <-timer.C:
-			err := write(wait)
-			switch {
-			case err == nil:
-				return nil
-			case unsent(err):
-				last = err
-				continue
-			case wait.Err() == nil:
-				return err // Redis answered: its answer stands
-			}
+	err := driverkit.RideOut(ctx, "redis", t.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, unsent, write)
+	if err != nil && ctx.Err() != nil && !unsent(err) {
+		if last := t.dials.last.Load(); last != nil {
+			return fmt.Errorf("%w; the last error: %w", err, *last)
 		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("redis: publish: %w while waiting for Redis; its last error: %w", err, last)
-		}
-		return fmt.Errorf("redis: publish: Redis not back within %s (publish_wait): %w; its last error: %w",
-			t.publishWait, context.DeadlineExceeded, last)
 	}
+	return err
+}
+
+// dialWatch is a go-redis hook that keeps the last failed dial of the transport's
+// client (nil again once a dial succeeds).
+type dialWatch struct{ last atomic.Pointer[error] }
+
+func (d *dialWatch) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			d.last.Store(&err)
+		} else {
+			d.last.Store(nil)
+		}
+		return c, err
+	}
+}
+
+func (d *dialWatch) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (d *dialWatch) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
 }

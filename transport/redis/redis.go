@@ -282,6 +282,7 @@ func (t *Transport) checkSize(queue string, el []byte) error {
 // Transport is a connection to one Redis. It is safe for concurrent use.
 type Transport struct {
 	client      goredis.UniversalClient
+	dials       dialWatch // the client's last failed dial (outage.go)
 	owned       bool
 	laravel     bool
 	prefix      string
@@ -331,6 +332,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 	if err := t.bad.Err(); err != nil {
 		return nil, err
 	}
+	client.AddHook(&t.dials)
 	// A consumer's blocking look is pipelined with its reserve script, and go-redis reads
 	// a pipeline's replies under the client's read timeout: the look stays well inside it.
 	readTimeout := 3 * time.Second // go-redis's default, for a client of another kind
