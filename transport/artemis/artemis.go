@@ -145,9 +145,10 @@ const dialTimeout = 15 * time.Second
 // DefaultIdleTimeout is the AMQP idle timeout a connection dialled from a URL asks for
 // (idle_timeout): Artemis then sends a frame at least every half of it (an empty one on
 // an idle connection), and a connection that carries none for this long is dead. It is
-// closed then, logged, and the next publish or receive dials again. go-amqp's own
-// default is a minute.
-const DefaultIdleTimeout = 10 * time.Second
+// closed then, logged, and the next publish or receive dials again: a consumer finds
+// a silent connection within it; a Publish waiting for its outcome on one, about 10 s
+// later (measured; not explained yet). go-amqp's own default is a minute.
+const DefaultIdleTimeout = 5 * time.Second
 
 // Config is what an artemis:// URL says, parsed by [ParseURL].
 type Config struct {

@@ -22,7 +22,7 @@
 // sent with SASL PLAIN; without them the connection uses SASL ANONYMOUS. Query
 // parameters:
 //
-//	idle_timeout      Go duration; the AMQP idle timeout (default 10s,
+//	idle_timeout      Go duration; the AMQP idle timeout (default 5s,
 //	                  DefaultIdleTimeout; "0" disables it): a connection that
 //	                  carries no frame for this long is dead (see Reconnection)
 //	container_id      the AMQP container-id of the connection (default: random)
