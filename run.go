@@ -27,10 +27,7 @@ const (
 // settles them, and returns nil. Deliveries whose handler is still running after the
 // grace are given back to the broker. A receive that fails (the broker went away) is
 // logged and retried with a backoff of up to 2 s; Run returns an error only when the
-// consumer is closed under it, or when the broker refuses a settle write for want of
-// permission (a user without rights on the dead-letter queue): the delivery is given
-// back and Run stops with an error matching transport.ErrAuth, for every redelivery
-// would run the handler and be refused again.
+// consumer is closed under it.
 func (a *App) Run(ctx context.Context) error {
 	a.mu.Lock()
 	switch {

@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/babelqueue-go/babelqueue/internal/settle"
@@ -15,22 +13,14 @@ import (
 // the retry tiers), so that a transport which must prepare them (Kafka topics) does so,
 // or fails with a clear error, at start, and, when an observer wants to know, where to
 // report a pipelined settlement whose writes failed afterwards.
-// refuse stops Run with an error when a settle write the consumer pipelined was
-// refused for want of permission (transport.ErrAuth).
-func (p *Pool[M]) consumeOptions(refuse func(error)) transport.ConsumeOptions {
+func (p *Pool[M]) consumeOptions() transport.ConsumeOptions {
 	cfg := &p.cfg
 	o := transport.ConsumeOptions{Prefetch: max(cfg.Concurrency, cfg.Prefetch)}
 	if cfg.Policy.DLQOn() {
 		o.SettleQueues = []string{cfg.DeadLetterQueue}
 	}
-	o.SettleFailed = func(d *transport.Delivery, s transport.Settlement, err error) {
-		if errors.Is(err, transport.ErrAuth) {
-			refuse(fmt.Errorf("babelqueue: the broker refused a settle write of a delivery from %q for want of permission; "+
-				"stopping (the delivery is given back to the broker): %w", d.Queue, err))
-		}
-		if p.obs.SettleFailed {
-			p.settleFailed(d, s, err)
-		}
+	if p.obs.SettleFailed {
+		o.SettleFailed = p.settleFailed
 	}
 	for _, d := range cfg.Policy.RetryTiers {
 		if cfg.Caps.MaxDelay > 0 && d > cfg.Caps.MaxDelay {

@@ -20,22 +20,7 @@ import (
 func (p *Pool[M]) Run(ctx context.Context, tr transport.Transport) error {
 	defer p.status.consuming.Store(false)
 	cfg := &p.cfg
-	var (
-		active   sync.WaitGroup
-		fatalMu  sync.Mutex
-		fatalErr error
-	)
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	fatal := func(err error) {
-		fatalMu.Lock()
-		if fatalErr == nil {
-			fatalErr = err
-		}
-		fatalMu.Unlock()
-		stop()
-	}
-	c, err := tr.Consume(ctx, cfg.Queue, p.consumeOptions(fatal))
+	c, err := tr.Consume(ctx, cfg.Queue, p.consumeOptions())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -46,6 +31,13 @@ func (p *Pool[M]) Run(ctx context.Context, tr transport.Transport) error {
 	p.status.consuming.Store(true)
 	cfg.Log.Info("babelqueue: consuming", "queue", cfg.Queue, "workers", cfg.Concurrency)
 
+	var (
+		active   sync.WaitGroup
+		fatalMu  sync.Mutex
+		fatalErr error
+	)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	workers := make([]*worker[M], cfg.Concurrency)
 	for i := range workers {
 		w := newWorker(p, runCtx, c, &active)
@@ -53,7 +45,12 @@ func (p *Pool[M]) Run(ctx context.Context, tr transport.Transport) error {
 		active.Add(1)
 		go func() {
 			if err := w.loop(); err != nil {
-				fatal(err)
+				fatalMu.Lock()
+				if fatalErr == nil {
+					fatalErr = err
+				}
+				fatalMu.Unlock()
+				stop()
 			}
 		}()
 	}
@@ -81,8 +78,6 @@ func (p *Pool[M]) Run(ctx context.Context, tr transport.Transport) error {
 		cfg.Log.Warn("babelqueue: closing the consumer", "queue", cfg.Queue, "error", err)
 	}
 	cfg.Log.Info("babelqueue: stopped", "queue", cfg.Queue)
-	fatalMu.Lock()
-	defer fatalMu.Unlock()
 	return fatalErr
 }
 
@@ -115,11 +110,6 @@ type worker[M any] struct {
 	busy      bool
 	abandoned bool
 	released  bool // active.Done was called
-
-	// refused is set by settle when the broker refused a settle write for want of
-	// permission (transport.ErrAuth): the loop stops Run with it, for every
-	// redelivery would be refused the same way.
-	refused error
 }
 
 func newWorker[M any](p *Pool[M], ctx context.Context, c transport.Consumer, active *sync.WaitGroup) *worker[M] {
@@ -212,9 +202,6 @@ func (w *worker[M]) loop() error {
 		p.status.lastReceived.Store(now.UnixNano())
 		if !w.process(d, now) {
 			return nil // abandoned at the end of the shutdown grace
-		}
-		if w.refused != nil {
-			return w.refused
 		}
 	}
 	return nil

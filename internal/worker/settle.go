@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -66,11 +65,6 @@ func (w *worker[M]) settle(sctx context.Context, x delivery[M], route *settle.Ro
 		}
 		log.Error("babelqueue: settlement failed; rewinding so the broker redelivers",
 			"queue", x.D.Queue, "urn", x.Route, "action", dec.Action.String(), "error", err)
-		if errors.Is(err, transport.ErrAuth) && w.refused == nil {
-			// Every redelivery would run the handler again and be refused again: stop.
-			w.refused = fmt.Errorf("babelqueue: the broker refused the %s write of a delivery from %q for want of permission; "+
-				"stopping (the delivery is given back to the broker): %w", dec.Action.String(), x.D.Queue, err)
-		}
 		if s.Outcome == transport.Rewind {
 			return
 		}
