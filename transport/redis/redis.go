@@ -332,7 +332,9 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 	if err := t.bad.Err(); err != nil {
 		return nil, err
 	}
-	client.AddHook(&t.dials)
+	if client != nil { // the URL grammar's tests build one without a client
+		client.AddHook(&t.dials)
+	}
 	// A consumer's blocking look is pipelined with its reserve script, and go-redis reads
 	// a pipeline's replies under the client's read timeout: the look stays well inside it.
 	readTimeout := 3 * time.Second // go-redis's default, for a client of another kind
