@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/envelope"
+	"github.com/babelqueue-go/babelqueue/internal/benchpair"
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
@@ -115,8 +116,7 @@ func BenchSecure(b *testing.B, sb SecureBench) {
 	})
 }
 
-// pair times plain and secure in turns, the order swapped every turn, after untimed
-// warm-up turns.
+// pair times plain and secure in turns (benchpair.Turns), after untimed warm-up turns.
 func pair(b *testing.B, per int, plain, secure func() error) {
 	b.Helper()
 	for range max(10, b.N/5) {
@@ -126,25 +126,7 @@ func pair(b *testing.B, per int, plain, secure func() error) {
 			}
 		}
 	}
-	var pt, st []time.Duration
-	timed := func(f func() error, into *[]time.Duration) {
-		start := time.Now()
-		if err := f(); err != nil {
-			b.Fatal(err)
-		}
-		*into = append(*into, time.Since(start))
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			timed(plain, &pt)
-			timed(secure, &st)
-		} else {
-			timed(secure, &st)
-			timed(plain, &pt)
-		}
-	}
-	b.StopTimer()
+	pt, st := benchpair.Turns(b, plain, secure)
 	ratios := make([]float64, len(pt))
 	for i := range pt {
 		ratios[i] = float64(st[i]) / float64(pt[i])

@@ -18,8 +18,23 @@ import (
 // than the baseline). A call that fails ends the benchmark.
 func Run(b *testing.B, per int, base, work func() error) {
 	b.Helper()
-	bt := make([]time.Duration, 0, b.N)
-	wt := make([]time.Duration, 0, b.N)
+	bt, wt := Turns(b, base, work)
+	ratios := make([]float64, len(bt))
+	for i := range bt {
+		ratios[i] = float64(bt[i]) / float64(wt[i])
+	}
+	b.ReportMetric(float64(median(bt))/float64(per), "base-ns/op")
+	b.ReportMetric(float64(median(wt))/float64(per), "work-ns/op")
+	b.ReportMetric(medianF(ratios), "vs-base")
+}
+
+// Turns calls base and work b.N times each, in turns (the order swapped every turn),
+// under the benchmark's timer, and returns how long each call took, turn by turn. A call
+// that fails ends the benchmark.
+func Turns(b *testing.B, base, work func() error) (baseTimes, workTimes []time.Duration) {
+	b.Helper()
+	baseTimes = make([]time.Duration, 0, b.N)
+	workTimes = make([]time.Duration, 0, b.N)
 	timed := func(f func() error, into *[]time.Duration) {
 		start := time.Now()
 		if err := f(); err != nil {
@@ -30,21 +45,15 @@ func Run(b *testing.B, per int, base, work func() error) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i%2 == 0 {
-			timed(base, &bt)
-			timed(work, &wt)
+			timed(base, &baseTimes)
+			timed(work, &workTimes)
 		} else {
-			timed(work, &wt)
-			timed(base, &bt)
+			timed(work, &workTimes)
+			timed(base, &baseTimes)
 		}
 	}
 	b.StopTimer()
-	ratios := make([]float64, len(bt))
-	for i := range bt {
-		ratios[i] = float64(bt[i]) / float64(wt[i])
-	}
-	b.ReportMetric(float64(median(bt))/float64(per), "base-ns/op")
-	b.ReportMetric(float64(median(wt))/float64(per), "work-ns/op")
-	b.ReportMetric(medianF(ratios), "vs-base")
+	return baseTimes, workTimes
 }
 
 func median(ds []time.Duration) time.Duration {
