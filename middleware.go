@@ -75,11 +75,24 @@ func (a *App) UsePublish(mw ...PublishMiddleware) {
 	a.publish = chainPublish(a.send, a.pubMW)
 }
 
+// chainPublish wraps p in mw, the first outermost. The chain's entry gives an
+// [Outgoing] without headers an empty map, so middleware may add to it; without
+// middleware none is made.
 func chainPublish(p PublishFunc, mw []PublishMiddleware) PublishFunc {
+	wrapped := false
 	for i := len(mw) - 1; i >= 0; i-- {
 		if mw[i] != nil {
 			p = mw[i](p)
+			wrapped = true
 		}
 	}
-	return p
+	if !wrapped {
+		return p
+	}
+	return func(ctx context.Context, o *Outgoing) error {
+		if o.Headers == nil {
+			o.Headers = map[string]string{}
+		}
+		return p(ctx, o)
+	}
 }

@@ -111,8 +111,8 @@ func (a *App) prepare(ctx context.Context, out *Outgoing) (*transport.Message, e
 
 func (a *App) outgoing(ctx context.Context, urn string, data any, opts []PublishOption) (*Outgoing, error) {
 	pc := publishConfig{queue: a.cfg.queue}
-	for _, o := range opts {
-		o(&pc)
+	if len(opts) > 0 {
+		pc = pc.with(opts)
 	}
 	if pc.err != nil {
 		return nil, pc.err
@@ -136,11 +136,17 @@ func (a *App) outgoing(ctx context.Context, urn string, data any, opts []Publish
 	if err != nil {
 		return nil, err
 	}
-	headers := pc.headers
-	if headers == nil {
-		headers = map[string]string{}
+	// Headers stay nil without WithHeaders: the publish chain gives middleware a map.
+	return &Outgoing{Envelope: env, Queue: pc.queue, Key: pc.key, Headers: pc.headers}, nil
+}
+
+// with returns pc with opts applied. The options are applied to a copy, so that a
+// publish without options keeps its config on the stack.
+func (pc publishConfig) with(opts []PublishOption) publishConfig {
+	for _, o := range opts {
+		o(&pc)
 	}
-	return &Outgoing{Envelope: env, Queue: pc.queue, Key: pc.key, Headers: headers}, nil
+	return pc
 }
 
 // wireMessage encodes an outgoing message for the transport.
@@ -159,6 +165,7 @@ func wireMessage(o *Outgoing) (*transport.Message, error) {
 		Key:        o.Key,
 		Headers:    headers,
 		Projection: transport.ProjectionOf(o.Envelope),
+		Owned:      true, // body is this message's own; Key is WithKey's copy
 	}, nil
 }
 

@@ -27,17 +27,27 @@ type RedriveResult struct {
 // Messages that are not envelopes stay on the dead-letter queue. Redrive stops after
 // max messages (0: no limit), once the dead-letter queue stays empty for idle, or when
 // ctx ends. Do not run it while a Run consumes the dead-letter queue.
+//
+// When ctx ends, the message in hand is still settled and the consumer closed, each
+// within the settle timeout ([WithSettleTimeout]) and all of it within the shutdown
+// grace ([WithShutdownGrace]) from then on, whatever the broker's connection is doing:
+// a settlement that has not finished by then is abandoned and the message stays on the
+// dead-letter queue (or comes back to it).
 func (a *App) Redrive(ctx context.Context, max int, idle time.Duration) (RedriveResult, error) {
 	var res RedriveResult
 	if idle <= 0 {
 		idle = 2 * time.Second
 	}
+	// after outlives ctx by the shutdown grace at most: the settlements and the Close.
+	after, endAfter := context.WithCancel(context.WithoutCancel(ctx))
+	defer endAfter()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(a.cfg.shutdownGrace, endAfter) })()
 	c, err := a.tr.Consume(ctx, a.dlq, transport.ConsumeOptions{Prefetch: 1})
 	if err != nil {
 		return res, fmt.Errorf("babelqueue: redrive: consume %q: %w", a.dlq, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.settleTimeout)
+		cctx, cancel := context.WithTimeout(after, a.cfg.settleTimeout)
 		defer cancel()
 		_ = c.Close(cctx)
 	}()
@@ -52,7 +62,7 @@ func (a *App) Redrive(ctx context.Context, max int, idle time.Duration) (Redrive
 			}
 			return res, fmt.Errorf("babelqueue: redrive: receive: %w", err)
 		}
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.settleTimeout)
+		sctx, scancel := context.WithTimeout(after, a.cfg.settleTimeout)
 		m, ok := redriveWrite(d, a.cfg.queue)
 		if !ok {
 			sum := sha256.Sum256(d.Body)

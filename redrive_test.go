@@ -61,3 +61,63 @@ func TestRedriveFailedWriteLosesNothing(t *testing.T) {
 		t.Fatalf("the dead letter was not kept after a failed redrive: %v", bodies(got))
 	}
 }
+
+// silentSettles is memory:// with consumers whose Settle and Close never get an answer,
+// as on a connection gone silent: each waits until its context ends.
+type silentSettles struct{ *memory.Transport }
+
+func (s silentSettles) Consume(ctx context.Context, q string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	c, err := s.Transport.Consume(ctx, q, opts)
+	if err != nil {
+		return nil, err
+	}
+	return silentConsumer{c}, nil
+}
+
+type silentConsumer struct{ transport.Consumer }
+
+func (silentConsumer) Settle(ctx context.Context, _ *transport.Delivery, _ transport.Settlement) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c silentConsumer) Close(ctx context.Context) error {
+	<-ctx.Done()
+	return errors.Join(ctx.Err(), c.Consumer.Close(context.Background()))
+}
+
+// A Redrive stopped (SIGTERM) while its settlement waits on a silent connection
+// returns within the shutdown grace, its settlement and its consumer's Close
+// abandoned, though the settle timeout is far longer (issue 38). The dead letter stays
+// where it was.
+func TestRedriveStopsWithinGraceOnSilentConnection(t *testing.T) {
+	tr := memory.New()
+	dead := strings.TrimSuffix(good, "}") + `,"dead_letter":{"reason":"failed","original_queue":"orders","attempts":3}}`
+	tr.Inject("orders.dlq", memory.Stored{Body: []byte(dead)})
+	a, err := babelqueue.New(silentSettles{tr}, babelqueue.WithQueue("orders"),
+		babelqueue.WithShutdownGrace(300*time.Millisecond), babelqueue.WithSettleTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Redrive(ctx, 0, time.Minute)
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the message is received, its settlement waits
+	cancel()
+	stopped := time.Now()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Redrive returned nil though its settlement was abandoned")
+		}
+		t.Logf("Redrive returned %s after its context ended (grace 300 ms): %v", time.Since(stopped).Round(10*time.Millisecond), err)
+	case <-time.After(10 * time.Second): // a hang guard: the grace is 300 ms, the settle timeout an hour
+		t.Fatal("Redrive still waits on its silent settlement 10 s after its context ended")
+	}
+	if got := tr.Messages("orders.dlq"); len(got) != 1 {
+		t.Errorf("the dead letter left the dead-letter queue though its redrive was abandoned: %v", bodies(got))
+	}
+}

@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -21,24 +20,15 @@ import (
 func TestSurvivesBrokerOutage(t *testing.T) {
 	lb := openLive(t, "redis")
 	lb.seedDLQ(t, 20, seedTime)
-	u, err := url.Parse(lb.raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
+	proxy, proxied := faultproxy.StartURL(t, lb.raw)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr, err := transport.Open(ctx, u.String())
+	tr, err := transport.Open(ctx, proxied)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
-	srv := serve(t, []console.Broker{{URL: u.String(), Transport: tr, Queues: []console.Queue{{Name: lb.work}}}},
+	srv := serve(t, []console.Broker{{URL: proxied, Transport: tr, Queues: []console.Queue{{Name: lb.work}}}},
 		console.WithSampleInterval(100*time.Millisecond), console.WithStaleAfter(100*time.Millisecond))
 	c := newClient(t, srv.URL)
 	base := q("b", "0", "q", lb.dlq)

@@ -458,3 +458,60 @@ func TestRedriveAsksForAtomicMoves(t *testing.T) {
 		t.Fatalf("consume options %+v, want one transactional consumer", rec.opts)
 	}
 }
+
+// silentSettles is memory:// with consumers whose Settle and Close never get an answer,
+// as on a connection gone silent: each waits until its context ends.
+type silentSettles struct{ *memory.Transport }
+
+func (s silentSettles) Consume(ctx context.Context, q string, opts transport.ConsumeOptions) (transport.Consumer, error) {
+	c, err := s.Transport.Consume(ctx, q, opts)
+	if err != nil {
+		return nil, err
+	}
+	return silentConsumer{c}, nil
+}
+
+type silentConsumer struct{ transport.Consumer }
+
+func (silentConsumer) Settle(ctx context.Context, _ *transport.Delivery, _ transport.Settlement) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c silentConsumer) Close(ctx context.Context) error {
+	<-ctx.Done()
+	return errors.Join(ctx.Err(), c.Consumer.Close(context.Background()))
+}
+
+// A redrive interrupted (SIGTERM) while its move waits on a silent connection returns
+// one settle timeout after the interruption, its settlement and its consumer's Close
+// together (before, each had a settle timeout of its own, one after the other), and the
+// message stays on the dead-letter queue (issue 38).
+func TestRedriveInterruptedOnSilentConnection(t *testing.T) {
+	tr, _ := seeded(t, 3)
+	const settle = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := dlq.Redrive(ctx, silentSettles{tr}, "orders.dlq", dlq.WithSettleTimeout(settle), dlq.WithIdle(time.Minute))
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // a message is received, its move waits
+	cancel()
+	stopped := time.Now()
+	select {
+	case <-done:
+		took := time.Since(stopped)
+		t.Logf("Redrive returned %s after its context ended (settle timeout %s)", took.Round(10*time.Millisecond), settle)
+		// One settle timeout from the interruption, and a slack for a loaded machine;
+		// before, the move's own timeout and then the Close's (3.7 s here).
+		if limit := settle + settle/2; took > limit {
+			t.Errorf("Redrive returned %s after its context ended, past %s: the Close had a settle timeout of its own", took.Round(10*time.Millisecond), limit)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Redrive still waits on its silent connection a minute after its context ended")
+	}
+	if got := len(tr.Messages("orders.dlq")); got != 3 {
+		t.Errorf("the dead-letter queue holds %d after an abandoned move, want 3", got)
+	}
+}

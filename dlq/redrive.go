@@ -265,6 +265,10 @@ type run struct {
 	took, would Action
 	// tally counts the messages taken (or that a dry run would take).
 	tally Tally
+	// after is the context of what move finishes once its ctx ended (the settlement
+	// in hand, the consumer's Close): it ends one settle timeout after ctx does, so
+	// those steps together take no longer than that, whatever the connection does.
+	after context.Context
 }
 
 func newRun(o options, tr transport.Transport, from, verb string, took, would Action) *run {
@@ -384,8 +388,12 @@ func (r *run) move(ctx context.Context) error {
 		return fmt.Errorf("dlq: %s: consume %q: %w", r.verb, r.from, err)
 	}
 	r.res.Atomic = transport.SettlesAtomically(c)
+	after, endAfter := context.WithCancel(context.WithoutCancel(ctx))
+	defer endAfter()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(r.o.settle, endAfter) })()
+	r.after = after
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.settle)
+		cctx, cancel := context.WithTimeout(after, r.o.settle)
 		defer cancel()
 		_ = c.Close(cctx)
 	}()
@@ -462,10 +470,16 @@ func (r *run) move(ctx context.Context) error {
 	}
 }
 
-// settle settles d, even once ctx ended, within the settle timeout. A failed Ack is
-// followed by a Rewind, so the delivery goes back to the broker at once.
+// settle settles d, even once ctx ended, within the settle timeout (and, once ctx
+// ended, within one settle timeout from then for the settlement and the Close
+// together: r.after). A failed Ack is followed by a Rewind, so the delivery goes back
+// to the broker at once.
 func (r *run) settle(ctx context.Context, c transport.Consumer, d *transport.Delivery, s transport.Settlement) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.settle)
+	base := r.after
+	if base == nil {
+		base = context.WithoutCancel(ctx)
+	}
+	sctx, cancel := context.WithTimeout(base, r.o.settle)
 	defer cancel()
 	err := c.Settle(sctx, d, s)
 	if err != nil && s.Outcome == transport.Ack {

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -260,10 +261,12 @@ func Make(urn string, data any, opts ...Option) (*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.traceID == "" {
+	switch {
+	case o.traceID == "" && o.id == "":
+		o.traceID, o.id = newUUIDPair()
+	case o.traceID == "":
 		o.traceID = NewUUID()
-	}
-	if o.id == "" {
+	case o.id == "":
 		o.id = NewUUID()
 	}
 	if o.createdAt.IsZero() {
@@ -292,17 +295,43 @@ func marshalData(data any) (json.RawMessage, error) {
 	case []byte:
 		return compactObject(d)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(data); err != nil {
+	m := marshalers.Get().(*marshaler)
+	defer m.put()
+	if err := m.enc.Encode(data); err != nil {
 		return nil, fmt.Errorf("envelope: marshal data: %w", err)
 	}
-	b := bytes.TrimRight(buf.Bytes(), "\n")
+	b := bytes.TrimRight(m.buf.Bytes(), "\n")
 	if len(b) == 0 || b[0] != '{' {
 		return nil, ErrDataNotObject
 	}
-	return json.RawMessage(b), nil
+	return json.RawMessage(bytes.Clone(b)), nil
+}
+
+// marshaler is an encoding/json encoder (no HTML escaping) with its buffer, reused
+// across [Make] calls: the data is marshalled into the buffer and copied out once, at
+// its size.
+type marshaler struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// maxPooledMarshal is the largest buffer a marshaler keeps when it goes back to the
+// pool: one large payload does not pin its buffer for the process's lifetime.
+const maxPooledMarshal = 64 << 10
+
+var marshalers = sync.Pool{New: func() any {
+	m := &marshaler{}
+	m.enc = json.NewEncoder(&m.buf)
+	m.enc.SetEscapeHTML(false)
+	return m
+}}
+
+func (m *marshaler) put() {
+	if m.buf.Cap() > maxPooledMarshal {
+		return
+	}
+	m.buf.Reset()
+	marshalers.Put(m)
 }
 
 func compactObject(d []byte) (json.RawMessage, error) {
@@ -317,8 +346,12 @@ func compactObject(d []byte) (json.RawMessage, error) {
 	if s.nonFinite {
 		return nil, fmt.Errorf("envelope: marshal data: NaN or Infinity is not JSON")
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, d); err != nil {
+	if !s.spaced {
+		// Already compact: json.Compact would copy it unchanged.
+		return json.RawMessage(bytes.Clone(d)), nil
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(d)))
+	if err := json.Compact(buf, d); err != nil {
 		return nil, fmt.Errorf("envelope: marshal data: %w", err)
 	}
 	return json.RawMessage(buf.Bytes()), nil
@@ -341,7 +374,7 @@ func (e *Envelope) Encode() ([]byte, error) {
 	} else if !isObjectJSON(data) {
 		return nil, ErrDataNotObject
 	}
-	out := make([]byte, 0, 160+len(e.Job)+len(e.TraceID)+len(data))
+	out := make([]byte, 0, e.encodedSize(len(data)))
 	out = append(out, `{"job":`...)
 	out = appendString(out, e.Job)
 	out = append(out, `,"trace_id":`...)
@@ -368,14 +401,81 @@ func (e *Envelope) Encode() ([]byte, error) {
 	return out, nil
 }
 
+// frameSize is the length of Encode's frame without its values: the member names,
+// the quotes around the string values and the punctuation.
+const frameSize = len(`{"job":"","trace_id":"","data":,"meta":{"id":"","queue":"","lang":"","schema_version":,"created_at":},"attempts":}`)
+
+// encodedSize is the length of Encode's output when no string needs an escape (the
+// room for three integers counted at their widest), so that Encode allocates once,
+// at the body's size, however large the data.
+func (e *Envelope) encodedSize(dataLen int) int {
+	const intRoom = 20
+	n := frameSize + len(e.Job) + len(e.TraceID) + dataLen + len(e.Meta.ID) + len(e.Meta.Queue) + len(e.Meta.Lang) + 3*intRoom
+	if dl := e.DeadLetter; dl != nil {
+		n += len(`,"dead_letter":{"reason":"","error":,"exception":,"failed_at":,"original_queue":"","attempts":,"lang":""}`) +
+			len(dl.Reason) + len(dl.OriginalQueue) + len(dl.Lang) + len(Lang) + 2*intRoom + 2*len(`""`)
+		if dl.Error != nil {
+			n += len(*dl.Error)
+		}
+		if dl.Exception != nil {
+			n += len(*dl.Exception)
+		}
+	}
+	return n
+}
+
 // NewUUID returns a random (version 4) UUID in its canonical text form.
 func NewUUID() string {
 	var u [16]byte
 	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails (Go 1.24+)
+	var out [36]byte
+	formatUUID(out[:], &u)
+	return string(out[:])
+}
+
+// newUUIDPair returns two random (version 4) UUIDs, as [NewUUID] does, in one
+// allocation, their bytes taken from a chunk of the random source (see [randomChunk]).
+func newUUIDPair() (string, string) {
+	var u [32]byte
+	readRandom(u[:])
+	var out [72]byte
+	formatUUID(out[:36], (*[16]byte)(u[:16]))
+	formatUUID(out[36:], (*[16]byte)(u[16:]))
+	s := string(out[:])
+	return s[:36], s[36:]
+}
+
+// randomChunk holds bytes read from crypto/rand in one call, handed out a few at a
+// time: the two UUIDs of a new envelope cost a copy instead of a call into the random
+// source each. Bytes are handed out once and cleared as they go.
+type randomChunk struct {
+	b    [512]byte
+	next int
+}
+
+var randomChunks = sync.Pool{New: func() any { return &randomChunk{next: 512} }}
+
+// readRandom fills p (at most 512 bytes) with random bytes.
+func readRandom(p []byte) {
+	c := randomChunks.Get().(*randomChunk)
+	if c.next+len(p) > len(c.b) {
+		_, _ = rand.Read(c.b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		c.next = 0
+	}
+	used := c.b[c.next : c.next+len(p)]
+	copy(p, used)
+	clear(used)
+	c.next += len(p)
+	randomChunks.Put(c)
+}
+
+// formatUUID writes the 16 random bytes u, made a version 4 variant 1 UUID, into out
+// (36 bytes) in the canonical text form.
+func formatUUID(out []byte, u *[16]byte) {
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
 	const hexd = "0123456789abcdef"
-	var out [36]byte
+	_ = out[35]
 	j := 0
 	for i, c := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -385,7 +485,6 @@ func NewUUID() string {
 		out[j], out[j+1] = hexd[c>>4], hexd[c&0x0f]
 		j += 2
 	}
-	return string(out[:])
 }
 
 // appendString appends s as a JSON string: compact, no HTML escaping, non-ASCII

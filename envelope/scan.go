@@ -71,6 +71,7 @@ type scanner struct {
 	nestMeta bool
 
 	nonFinite     bool // a NaN/Infinity literal was seen
+	spaced        bool // insignificant white space was skipped (the text is not compact)
 	loneSurrogate bool // an unpaired \uD800-\uDFFF escape was seen
 	badUTF8       bool // a string held bytes that are not UTF-8
 
@@ -102,6 +103,9 @@ func (s *scanner) skipSpace() {
 	// Compact JSON has no white space: a byte above ' ' ends the loop on one test.
 	for i < len(b) && b[i] <= ' ' && isSpace(b[i]) {
 		i++
+	}
+	if i != s.i {
+		s.spaced = true
 	}
 	s.i = i
 }

@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"math/bits"
@@ -70,14 +71,30 @@ func FuzzScanValid(f *testing.F) {
 	f.Add([]byte(`{"a":"0123456789abcdef\u00e9\"x","b":[1,2.5e3,-0],"c":"é—😀"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		s := scanner{b: body}
-		_, _, ok := s.scanTop(nil)
-		ok = ok || s.reason == ReasonNotObject
+		_, _, object := s.scanTop(nil)
+		ok := object || s.reason == ReasonNotObject
 		want := json.Valid(body) && utf8.Valid(body)
 		if s.nonFinite {
 			return
 		}
 		if ok != want {
 			t.Fatalf("scanner ok=%v (%s %s), encoding/json and utf8.Valid say %v", ok, s.reason, s.detail, want)
+		}
+		if !object {
+			return
+		}
+		// Make's data: what json.Compact makes of an object, copied as it is when the
+		// scanner saw no white space to remove.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			t.Fatalf("json.Compact of an object the scanner accepts: %v", err)
+		}
+		if s.spaced == bytes.Equal(compact.Bytes(), body) {
+			t.Fatalf("scanner spaced=%v, json.Compact changed the body: %v", s.spaced, !bytes.Equal(compact.Bytes(), body))
+		}
+		got, err := compactObject(body)
+		if err != nil || !bytes.Equal(got, compact.Bytes()) {
+			t.Fatalf("compactObject = %q, %v; json.Compact = %q", got, err, compact.Bytes())
 		}
 	})
 }

@@ -331,9 +331,7 @@ func TestClusterFaultsRabbitMQ(t *testing.T) {
 	if !selected("BQ_FAULTS_ONLY", "rabbitmq-cluster") {
 		t.Skip("not selected by BQ_FAULTS_ONLY")
 	}
-	if !full() {
-		t.Parallel() // beside TestFaults' short form: the cluster is this test's own
-	}
+	parallelShort(t) // the cluster is this test's own
 	c := newRabbitCluster(t)
 	for _, sc := range []struct {
 		slug string
@@ -374,6 +372,7 @@ func TestClusterFaultsRabbitMQ(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			recordCluster(t, res, "RabbitMQ", "3 nodes, quorum queues", "")
 			for _, n := range append(f.notes, res.Notes...) {
 				t.Log("  " + n)
 			}

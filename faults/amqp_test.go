@@ -102,6 +102,9 @@ func amqpBinding(t *testing.T, raw string, node *rabbitNode) *faultsuite.Binding
 		},
 		DLQMethod: `a policy on the dead-letter queue, {"max-length":0,"overflow":"reject-publish"} (rabbitmqctl set_policy): ` +
 			"RabbitMQ nacks every publish to it; healed by clearing the policy",
+		// basic.qos counts every delivery not acknowledged, pipelined settlements included.
+		Duplicates: heldWindow(prefetch, "the deliveries a consumer's channel holds unacknowledged (basic.qos = prefetch = "+
+			"concurrency; pipelined settlements count against it): an acknowledgement lost with the connection redelivers"),
 		Settings: "publisher confirms on (the default): a dead-letter write counts once RabbitMQ confirmed it; " +
 			"unacknowledged deliveries come back when a connection dies, so a killed worker's are redelivered at once",
 	}

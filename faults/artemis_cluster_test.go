@@ -172,6 +172,7 @@ func TestClusterFaultsArtemis(t *testing.T) {
 	if !selected("BQ_FAULTS_ONLY", "artemis") && !selected("BQ_FAULTS_ONLY", "artemis-ha") {
 		t.Skip("not selected by BQ_FAULTS_ONLY")
 	}
+	parallelShort(t) // the pair is this test's own
 	pair := startArtemisPair(t)
 	form, slack := "short", 2.0
 	if full() {
@@ -197,6 +198,7 @@ func TestClusterFaultsArtemis(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Form = form
+		recordCluster(t, res, "Artemis", "primary and backup", "")
 		t.Logf("Artemis pair, %s (%s form): published %d, handled %d, dead-lettered %d, missing %d, duplicates %d; "+
 			"longest pause in the fault %s; recovery after the node was started again %s (bound %s); "+
 			"failed settlements %v, failed receives %d, publish retries %d; took %.1fs",

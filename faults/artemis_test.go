@@ -49,6 +49,11 @@ func artemisBinding(t *testing.T, raw string) *faultsuite.Binding {
 		DLQMethod: "security settings on the dead-letter address that give role amq every right but send " +
 			"(the management operation addSecuritySettings over AMQP): Artemis rejects every dead letter as " +
 			"unauthorized; healed by removeSecuritySettings",
+		// Held deliveries, pipelined settlements whose writes are not confirmed yet, and
+		// the accepts Artemis does not confirm.
+		Duplicates: heldWindow(pipelinedWindow, "the deliveries a consumer held (prefetch = concurrency) and its "+
+			"pipelined settlements not confirmed yet (at most the pipeline depth, max(256, prefetch)): an accept, not confirmed by "+
+			"Artemis, lost with the connection redelivers"),
 		Settings: "deliveries not accepted when a connection dies come back at once; an accept is not confirmed by " +
 			"Artemis (it refuses receiver settle mode second), so an accept lost with the connection redelivers",
 	}

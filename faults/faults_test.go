@@ -2,11 +2,14 @@ package faults_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +20,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/internal/faultproxy"
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -25,7 +29,69 @@ func TestMain(m *testing.M) {
 	if faultsuite.IsWorker() {
 		os.Exit(faultsuite.WorkerMain(openWorker))
 	}
-	os.Exit(m.Run())
+	flag.Parse()
+	sideBySide()
+	code := m.Run()
+	if out := os.Getenv("BQ_FAULTS_OUT"); out != "" && len(recorded.results) > 0 {
+		if err := faultsuite.WriteResults(out, recorded.results); err != nil {
+			fmt.Fprintln(os.Stderr, "write the results:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// recorded are the results of every run of the test binary, TestFaults' and the
+// cluster tests', written to BQ_FAULTS_OUT once they all ran (make faults renders
+// them into docs/reliability.md, a table per broker and per cluster).
+var recorded struct {
+	mu      sync.Mutex
+	results []*faultsuite.Result
+}
+
+func record(res *faultsuite.Result) {
+	recorded.mu.Lock()
+	recorded.results = append(recorded.results, res)
+	recorded.mu.Unlock()
+}
+
+// recordCluster records res, a run of a cluster test, under broker, setup (the
+// cluster) and scenario (the node failure; the subtest's name when empty), with the
+// verdict of t, which judges it by bounds of its own (the pause against the failover it
+// measured): known once t has finished.
+func recordCluster(t *testing.T, res *faultsuite.Result, broker, setup, scenario string) {
+	if scenario == "" {
+		scenario = strings.ReplaceAll(filepath.Base(t.Name()), "-", " ")
+	}
+	res.Broker, res.Setup, res.Case, res.Judged = broker, setup, scenario, true
+	if res.Form == "" {
+		res.Form = map[bool]string{true: "full", false: "short"}[full()]
+	}
+	t.Cleanup(func() {
+		res.Failed = t.Failed()
+		record(res)
+	})
+}
+
+// runsAtOnce is how many of the suite's runs go side by side in the short form
+// (parallelShort) when go test is not given -parallel: the six brokers of TestFaults
+// and two more. A run mostly waits (on its paced stream, the fault's length, the
+// brokers, its worker processes), so the CPUs are not the measure: -parallel's default
+// (GOMAXPROCS, 2 on a two-core machine) put them two by two, and the short form took
+// the sum of its cluster tests' times.
+const runsAtOnce = 8
+
+// sideBySide raises -test.parallel to runsAtOnce unless the command line set it.
+func sideBySide() {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	f := flag.Lookup("test.parallel")
+	if f == nil || given {
+		return
+	}
+	if n, err := strconv.Atoi(f.Value.String()); err == nil && n < runsAtOnce {
+		_ = f.Value.Set(strconv.Itoa(runsAtOnce))
+	}
 }
 
 // broker is one broker of the suite.
@@ -49,6 +115,11 @@ type broker struct {
 	// shortRestart includes the restart in the short form (a private broker that
 	// starts in seconds).
 	shortRestart bool
+	// raceInClient, when set, says why the broker's client library fails the race
+	// detector when its connections are cut: the short form then runs the scenarios
+	// of the private broker only without it (scripts/test.sh runs them so, after
+	// go test -race).
+	raceInClient string
 }
 
 var brokers = []broker{redisBroker, amqpBroker, kafkaBroker, sqsBroker, artemisBroker, pulsarBroker}
@@ -84,26 +155,19 @@ func openWorker(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Tran
 func full() bool { return os.Getenv("BQ_FAULTS") == "full" }
 
 // TestFaults runs every scenario the form includes on every broker and fails a run
-// that lost a message, stalled, recovered past its bound or saw anything that must not
-// happen (a good message dead-lettered, a wrong reason, a worker that crashed). BQ_FAULTS_OUT names a file for the results as JSON (make
-// faults renders it into docs/reliability.md); BQ_FAULTS_ONLY=name[,name] limits the
+// that lost a message, stalled, recovered past its bound, made more duplicates than the
+// broker's documented bound, found a dead connection past 10 s, failed a publish through
+// a cut or saw anything that must not happen (a good message dead-lettered, a wrong
+// reason, a worker that crashed), naming the row. BQ_FAULTS_OUT names a file for the
+// results as JSON, the cluster tests' too (make faults renders it into
+// docs/reliability.md); BQ_FAULTS_ONLY=name[,name] limits the
 // brokers and BQ_FAULTS_SCENARIOS=kill,cut,blackhole,blackhole-forever,restart,dlq the
 // scenarios.
 func TestFaults(t *testing.T) {
+	parallelShort(t)
 	form, plan, slack := "short", faultsuite.Short, 2.0
 	if full() {
 		form, plan, slack = "full", faultsuite.Full, 1.0
-	}
-	var (
-		mu      sync.Mutex
-		results []*faultsuite.Result
-	)
-	if out := os.Getenv("BQ_FAULTS_OUT"); out != "" {
-		t.Cleanup(func() {
-			if err := faultsuite.WriteResults(out, results); err != nil {
-				t.Error(err)
-			}
-		})
 	}
 	logDir := os.Getenv("BQ_FAULTS_LOGS")
 	for _, b := range brokers {
@@ -117,15 +181,29 @@ func TestFaults(t *testing.T) {
 			if !full() || os.Getenv("BQ_FAULTS_PARALLEL") == "1" {
 				t.Parallel()
 			}
+			if b.raceInClient != "" && raceDetector && !full() {
+				t.Logf("the cut and blackholes run without the race detector (scripts/test.sh, after go test -race): %s", b.raceInClient)
+			}
+			// A broker whose cut needs the private broker (Pulsar) starts it once, for
+			// its cut, blackholes and restart one after the other: it takes a minute.
+			var private *faultsuite.Binding
+			if !b.sharedCut && slices.ContainsFunc(faultsuite.Scenarios, func(sc faultsuite.Scenario) bool {
+				return (throughProxy(sc) || sc == faultsuite.Restart) && selected("BQ_FAULTS_SCENARIOS", sc.Slug()) && b.runs(sc)
+			}) {
+				private = b.private(t)
+			}
 			for _, sc := range faultsuite.Scenarios {
 				if !selected("BQ_FAULTS_SCENARIOS", sc.Slug()) || !b.runs(sc) {
 					continue
 				}
 				t.Run(sc.Slug(), func(t *testing.T) {
 					var binding *faultsuite.Binding
-					if sc == faultsuite.Restart || throughProxy(sc) && !b.sharedCut {
+					switch {
+					case private != nil && (sc == faultsuite.Restart || throughProxy(sc)):
+						binding = private
+					case sc == faultsuite.Restart || throughProxy(sc) && !b.sharedCut:
 						binding = b.private(t)
-					} else {
+					default:
 						binding = b.shared(t)
 					}
 					if binding.OpenPublisher == nil && binding.Cut == nil {
@@ -162,17 +240,30 @@ func TestFaults(t *testing.T) {
 					}
 					failures := res.Failures(slack)
 					for _, f := range failures {
-						t.Error(f)
+						t.Errorf("%s, %s: %s", res.Broker, res.Scenario, f)
 					}
 					if len(failures) > 0 && logDir == "" {
 						t.Log("run again with BQ_FAULTS_LOGS=<dir> to keep the workers' logs")
 					}
-					mu.Lock()
-					results = append(results, res)
-					mu.Unlock()
+					record(res)
 				})
 			}
 		})
+	}
+}
+
+// parallelShort runs t beside the suite's other top-level tests in the short form (make
+// test): TestFaults and the cluster tests (TestClusterFaults*) never share a broker
+// process that one of them stops or kills (the shared brokers are only cut through a
+// proxy or refused a write; each restart, cluster and pair it kills is its own, and the
+// shared kafka-cluster is taken with brokerproc.LockCluster), so side by side they take
+// the time of the longest instead of the sum. The full form (make faults) runs them
+// one after the other, so that the recovery times it publishes are not those of tests
+// fighting over the CPU.
+func parallelShort(t *testing.T) {
+	t.Helper()
+	if !full() {
+		t.Parallel()
 	}
 }
 
@@ -190,7 +281,9 @@ func (b broker) runs(s faultsuite.Scenario) bool {
 	case faultsuite.Restart:
 		return b.private != nil && (full() || b.shortRestart)
 	case faultsuite.Cut, faultsuite.Blackhole, faultsuite.BlackholeForever:
-		return b.sharedCut || full() && b.private != nil
+		// Not through the private broker under the race detector (Pulsar): see
+		// raceInClient.
+		return b.sharedCut || b.private != nil && (full() || !raceDetector || b.raceInClient == "")
 	}
 	return true
 }
@@ -323,4 +416,28 @@ func privateDir(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// heldWindow is the duplicate bound of a broker that, after a fault, redelivers at most
+// window(p) deliveries each consumer the fault struck had handled and not settled at the
+// broker (faultsuite.Affected: the killed worker, or every worker).
+func heldWindow(window func(p faultsuite.Plan) int, of string) func(faultsuite.Plan) (int, string) {
+	return func(p faultsuite.Plan) (int, string) {
+		n := faultsuite.Affected(p)
+		if n == 0 {
+			return 0, ""
+		}
+		w := window(p)
+		return n * w, fmt.Sprintf("%d × %d, %s", n, w, of)
+	}
+}
+
+// prefetch is a worker's prefetch: the runtime's default, its concurrency.
+func prefetch(p faultsuite.Plan) int { return p.Concurrency }
+
+// pipelinedWindow is what a worker whose transport pipelines its settlements may hold
+// unsettled at the broker: its prefetch and the pipeline's depth (driverkit's default,
+// max(256, prefetch)).
+func pipelinedWindow(p faultsuite.Plan) int {
+	return p.Concurrency + max(p.Concurrency, driverkit.DefaultPipelineDepth)
 }

@@ -262,6 +262,7 @@ func (k *kafkaCluster) binding(leader int32) *faultsuite.Binding {
 // (every Publish that returned nil is on the topic afterwards), and in the full form a
 // rolling restart of every node while producing and consuming.
 func TestClusterFaultsKafka(t *testing.T) {
+	parallelShort(t) // newKafkaCluster takes the shared cluster's lock
 	k := newKafkaCluster(t)
 	logDir := t.TempDir()
 	slack := 2.0
@@ -281,6 +282,7 @@ func TestClusterFaultsKafka(t *testing.T) {
 		for _, f := range failures {
 			t.Error(f)
 		}
+		recordCluster(t, res, "Kafka", "3 nodes", scenario)
 	}
 	env := faultsuite.Env{Spawn: spawnWorker, Logf: t.Logf, Dir: logDir}
 

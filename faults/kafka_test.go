@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"os/exec"
@@ -96,7 +97,8 @@ func kafkaBinding(t *testing.T, raw string) *faultsuite.Binding {
 		},
 		DLQMethod: "the dead-letter topic's max.message.bytes set to 100 (kadm AlterTopicConfigs): the broker refuses " +
 			"every dead letter with MESSAGE_TOO_LARGE; healed by deleting the setting",
-		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.Kill: kafkaSessionTimeout + faultsuite.DefaultBound},
+		Bounds:     map[faultsuite.Scenario]time.Duration{faultsuite.Kill: kafkaSessionTimeout + faultsuite.DefaultBound},
+		Duplicates: kafkaDuplicates,
 		Settings: "session_timeout=10s (the default): a killed worker's partitions go to the others after it; " +
 			"a record is committed once it and every record before it on its partition are settled, so a crash between " +
 			"settle and commit redelivers (duplicates bounded by the records settled since the last commit); " +
@@ -104,9 +106,31 @@ func kafkaBinding(t *testing.T, raw string) *faultsuite.Binding {
 	}
 }
 
-// openKafka opens a worker's transport (or the run's publisher's) from its URL, or, for a cut, around clients whose
-// every connection is dialled through a proxy's switch: a Kafka client dials the
-// addresses the cluster's metadata names, so a listening proxy would not carry them.
+// kafkaCommitInterval is the transport's default commit interval (kafka.WithCommitInterval).
+const kafkaCommitInterval = 100 * time.Millisecond
+
+// kafkaDuplicates is the Kafka transport's documented duplicate bound for plan p: a
+// consumer struck by a fault redelivers what it handed out since its last commit, at
+// most max_uncommitted records, and no more than it hands out in a commit interval and
+// max_uncommitted_time (after which it stops taking records while its commits fail) at
+// its handling speed, plus what its workers hold.
+func kafkaDuplicates(p faultsuite.Plan) (int, string) {
+	n := faultsuite.Affected(p)
+	if n == 0 {
+		return 0, ""
+	}
+	window := kafkaCommitInterval + kafka.DefaultMaxUncommittedTime
+	w := min(kafka.DefaultMaxUncommitted, int(math.Ceil(faultsuite.HandOutRate(p)*window.Seconds()-1e-6))+p.Concurrency)
+	return n * w, fmt.Sprintf("%d × %d, the records a consumer hands out since its last commit: at most max_uncommitted (%d), "+
+		"and what it hands out at %.0f/s in commit_interval + max_uncommitted_time (%s), plus its prefetch (%d)",
+		n, w, kafka.DefaultMaxUncommitted, faultsuite.HandOutRate(p), window, p.Concurrency)
+}
+
+// openKafka opens a worker's transport (or the run's publisher's) from its URL, for a
+// cut with every connection dialled through a proxy's switch (kafka.WithDialer): a
+// Kafka client dials the addresses the cluster's metadata names, so a listening proxy
+// would not carry them. The clients are the transport's own, with its defaults (the
+// request timeouts that find a silent connection dead among them).
 func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
 	if !spec.Cut {
 		return openPlain(ctx, spec)
@@ -115,26 +139,13 @@ func openKafka(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Trans
 	if err != nil {
 		return nil, nil, err
 	}
-	seeds := strings.Split(u.Host, ",")
-	p, err := faultproxy.New(seeds[0])
+	p, err := faultproxy.New(strings.Split(u.Host, ",")[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	base := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.Dialer(p.DialContext)}
-	prod, err := kgo.NewClient(append(slices.Clip(base), kgo.AllowAutoTopicCreation(), kgo.MetadataMinAge(250*time.Millisecond))...)
+	tr, err := kafka.OpenURL(ctx, u, kafka.WithLogger(transport.LoggerFrom(ctx)), kafka.WithDialer(p.DialContext))
 	if err != nil {
-		return nil, nil, err
-	}
-	opts := []kafka.Option{kafka.WithLogger(transport.LoggerFrom(ctx))}
-	if g := u.Query().Get("group"); g != "" {
-		opts = append(opts, kafka.WithGroup(g))
-	}
-	if u.Query().Get("confirm") == "1" { // the run's publisher
-		opts = append(opts, kafka.WithConfirmedPublish(true))
-	}
-	tr, err := kafka.New(prod, kafka.Factory(base...), opts...)
-	if err != nil {
-		prod.Close()
+		_ = p.Close()
 		return nil, nil, err
 	}
 	return tr, p, nil

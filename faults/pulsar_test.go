@@ -27,7 +27,9 @@ import (
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
-// pulsarSendTimeout is the runs' send timeout.
+// pulsarSendTimeout is the workers' send timeout (it bounds how long a refused
+// dead-letter write holds one); the run's publisher keeps the default (30 s), within
+// which a Publish waits out a cut.
 const pulsarSendTimeout = 5 * time.Second
 
 var pulsarBroker = broker{
@@ -35,6 +37,9 @@ var pulsarBroker = broker{
 	bind:    func(t *testing.T, raw string) *faultsuite.Binding { return pulsarBinding(t, raw, "") },
 	private: privatePulsar,
 	open:    openPulsar,
+	raceInClient: "pulsar-client-go v0.19.0 races when a producer reconnects while it sends: grabCnx, on the " +
+		"reconnection's goroutine, writes the producer's name (producer_partition.go:348) that the events loop " +
+		"reads to serialize a send (internalSingleSend); the race detector then fails the workers (exit status 66)",
 }
 
 // pulsarListenerParam names, in a worker's URL only, the advertised listener its client
@@ -56,19 +61,57 @@ func openPulsar(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Tran
 	}
 	q.Del(pulsarListenerParam)
 	u.RawQuery = q.Encode()
+	cfg, err := bqpulsar.ParseURL(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The settings OpenURL gives its own client, the keep-alive among them (a client
+	// given to New keeps its own).
 	client, err := pc.NewClient(pc.ClientOptions{URL: u.Scheme + "://" + u.Host, ListenerName: listener,
-		ConnectionTimeout: 10 * time.Second, OperationTimeout: 30 * time.Second,
+		ConnectionTimeout: 10 * time.Second, OperationTimeout: 30 * time.Second, KeepAliveInterval: bqpulsar.KeepAliveInterval,
 		Logger: pulsarlog.NewLoggerWithSlog(transport.LoggerFrom(ctx))})
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := bqpulsar.New(client, bqpulsar.WithSendTimeout(pulsarSendTimeout), bqpulsar.WithLogger(transport.LoggerFrom(ctx)),
-		bqpulsar.WithCloseClient())
+	opts := []bqpulsar.Option{bqpulsar.WithLogger(transport.LoggerFrom(ctx)), bqpulsar.WithCloseClient()}
+	if cfg.SendTimeout > 0 {
+		opts = append(opts, bqpulsar.WithSendTimeout(cfg.SendTimeout))
+	}
+	tr, err := bqpulsar.New(client, opts...)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
 	return tr, nil, nil
+}
+
+// awaitPolicy waits until the admin REST API at admin answers want for the
+// maxMessageSize policy of the topic dlq (a topic policy reaches the broker through a
+// system topic, a moment after it is set).
+func awaitPolicy(ctx context.Context, admin, dlq, want string) error {
+	endpoint := admin + "/admin/v2/persistent/public/default/" + url.PathEscape(dlq) + "/maxMessageSize"
+	var got string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got = strings.TrimSpace(string(b)); got == want {
+			return nil
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("GET %s: still %q after 30s, want %q", endpoint, got, want)
 }
 
 // pulsarBinding is the binding on the Pulsar at raw, whose admin REST API is admin
@@ -99,22 +142,52 @@ func pulsarBinding(t *testing.T, raw, admin string) *faultsuite.Binding {
 	// the producer's pending writes from its connection on NotAllowedError, without an
 	// answer (the transport then replaces the producer). The send timeout bounds how
 	// long a refused dead-letter write holds a worker.
+	publisher := raw
 	raw = withParams(raw, "send_timeout", strconv.Itoa(int(pulsarSendTimeout/time.Second)))
 	return &faultsuite.Binding{
 		Name: "Pulsar",
-		URL:  func(faultsuite.Role, string) string { return raw },
+		URL: func(role faultsuite.Role, _ string) string {
+			if role == faultsuite.RolePublisher {
+				return publisher
+			}
+			return raw
+		},
 		BreakDLQ: func(ctx context.Context, _, dlq string) (func(context.Context) error, error) {
 			if err := policy(ctx, http.MethodPost, dlq, "64"); err != nil {
 				return nil, err
 			}
-			return func(ctx context.Context) error { return policy(ctx, http.MethodDelete, dlq, "") }, nil
+			// A topic policy travels through a system topic before the broker holds it:
+			// the fault starts once the broker says it has it.
+			if err := awaitPolicy(ctx, admin, dlq, "64"); err != nil {
+				return nil, err
+			}
+			broke := time.Now()
+			return func(ctx context.Context) error {
+				// A refused write fails only at the send timeout (above): the fault lasts
+				// past it, so that a write refused at its start fails before the heal.
+				// Healed sooner (the short form's 3 s), such a write is sent again by
+				// the producer that replaces the refused one, after the heal, and holds:
+				// under load none failed and the run said the fault did not bite.
+				select {
+				case <-time.After(time.Until(broke.Add(pulsarSendTimeout + time.Second))):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return policy(ctx, http.MethodDelete, dlq, "")
+			}, nil
 		},
 		DLQMethod: "the dead-letter topic's maxMessageSize topic policy set to 64 bytes (admin REST API): the broker " +
-			"refuses every dead letter; healed by removing the policy",
+			"refuses every dead letter; healed by removing the policy, at the earliest the send timeout and 1 s after " +
+			"the broker reported the policy (a refused write fails only at the send timeout)",
 		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.DLQFailure: pulsarSendTimeout + faultsuite.DefaultBound},
+		// Held deliveries, and pipelined settlements whose writes or acknowledgement the
+		// broker has not answered yet (transport/pulsar TestPipelineBoundsUnansweredSettlements).
+		Duplicates: heldWindow(pipelinedWindow, "the deliveries a consumer held (prefetch = concurrency) and its "+
+			"pipelined settlements not answered yet (at most the pipeline depth, max(256, prefetch)): a settle write "+
+			"made and its acknowledgement lost with the connection, or with the killed worker, redelivers"),
 		// Replaced by privatePulsar, whose cut carries the publisher too.
 		PublisherUncut: "the shared Pulsar is not cut: its clients connect where a lookup sends them, past any proxy",
-		Settings: "send_timeout=5 (default 30 s): a write the broker refuses fails only when it times out " +
+		Settings: "send_timeout=5 for the workers (default 30 s, which the run's publisher keeps): a write the broker refuses fails only when it times out " +
 			"(pulsar-client-go leaves it unanswered), so it bounds how long a refused dead-letter write holds a worker; " +
 			"shared subscription: unacknowledged messages of a closed (or killed) consumer are redelivered at once; " +
 			"acknowledgements wait for the broker's answer",
@@ -147,11 +220,7 @@ func privatePulsar(t *testing.T) *faultsuite.Binding {
 	}
 	port := brokerproc.FreePort(t)
 	web := brokerproc.FreePort(t, port)
-	proxy, err := faultproxy.New("127.0.0.1:" + strconv.Itoa(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := faultproxy.Start(t, "127.0.0.1:"+strconv.Itoa(port))
 	tmpl, err := os.ReadFile(filepath.Join(home, "conf", "standalone.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -219,8 +288,9 @@ journalSyncData=false
 	}
 	b.Cut = proxy
 	// The publisher asks for the proxy's listener too: the cut takes its connections.
+	// It keeps the default send timeout, as the publisher on the direct URL.
 	b.OpenPublisher = func(ctx context.Context, spec faultsuite.WorkerSpec) (transport.Transport, faultsuite.Switch, error) {
-		spec.URL = b.URL(faultsuite.RoleWorker, spec.Queue)
+		spec.URL = withParams("pulsar://"+proxy.Addr(), pulsarListenerParam, "faults")
 		return openPulsar(ctx, spec)
 	}
 	b.CutMethod = "every connection of every worker cut by a loopback TCP proxy (a private Pulsar advertises the " +

@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,11 +39,13 @@ import (
 // Every run is accounted by meta.id as TestFaults accounts its runs; work must resume
 // within the failover time plus 5 s. BQ_FAULTS=full runs the full form (3,000 messages).
 func TestClusterFaultsRedis(t *testing.T) {
+	parallelShort(t) // the sets are this test's own
 	plan := faultsuite.Short
 	if full() {
 		plan = faultsuite.Full
 	}
 	t.Run("sentinel", func(t *testing.T) {
+		parallelShort(t) // beside the cluster: each set is its own processes and ports
 		set := startRedisSet(t, "redis-sentinel")
 		t.Run("kill-primary-wait", func(t *testing.T) {
 			runRedisNodeFault(t, set, plan, "&wait=1&wait_timeout=1s", killLeader, true)
@@ -61,6 +64,7 @@ func TestClusterFaultsRedis(t *testing.T) {
 		})
 	})
 	t.Run("cluster", func(t *testing.T) {
+		parallelShort(t)
 		set := startRedisSet(t, "redis-cluster")
 		t.Run("kill-slot-primary-wait", func(t *testing.T) {
 			runRedisNodeFault(t, set, plan, "&wait=1&wait_timeout=1s", killLeader, true)
@@ -318,6 +322,7 @@ func runRedisNodeFault(t *testing.T, s *redisSet, plan func(faultsuite.Scenario)
 		t.Fatal(err)
 	}
 	res.Broker = "Redis " + strings.TrimPrefix(s.name, "redis-")
+	defer recordCluster(t, res, "Redis", strings.TrimPrefix(s.name, "redis-")+", "+cmp.Or(strings.TrimPrefix(query, "&"), "no wait"), "")
 	// Work resumed: the longest time in the fault without a settlement, or, when none was
 	// made before the heal, the fault's length and the engine's recovery after it.
 	resume := res.Pause

@@ -51,7 +51,10 @@ func redisBinding(t *testing.T, raw string) *faultsuite.Binding {
 		},
 		DLQMethod: "the dead-letter list renamed aside and a string put in its place, so every write to it fails " +
 			"with WRONGTYPE; healed by deleting the string and renaming the list back",
-		Bounds:   map[faultsuite.Scenario]time.Duration{faultsuite.Kill: redisRetryAfter + faultsuite.DefaultBound},
+		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.Kill: redisRetryAfter + faultsuite.DefaultBound},
+		// A settle is one script, answered before Settle returns: what a consumer held.
+		Duplicates: heldWindow(prefetch, "the deliveries a consumer held (prefetch = concurrency): a settlement "+
+			"lost with the connection, or with the killed worker, leaves its reservation to lapse after retry_after"),
 		Settings: "retry_after=5: a killed worker's reservations lapse and are swept back after 5 s (a handler must finish within it)",
 	}
 }

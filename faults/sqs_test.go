@@ -75,6 +75,9 @@ func sqsBinding(t *testing.T, raw string) *faultsuite.Binding {
 			"(it does not enforce MaximumMessageSize), so dead letters confirmed just before the deletion and " +
 			"not read yet are destroyed with it (counted apart, not missing)",
 		Bounds: map[faultsuite.Scenario]time.Duration{faultsuite.Kill: sqsVisibility + faultsuite.DefaultBound},
+		// Each delete is answered before Settle returns.
+		Duplicates: heldWindow(prefetch, "the messages a consumer held (prefetch = concurrency): a delete lost with the "+
+			"connection, or with the killed worker, leaves the message to come back after the visibility timeout"),
 		Settings: "visibility_timeout=5 (the consumer keeps it up for handlers still running): a killed worker's " +
 			"messages are received again after 5 s; wait_time=1 (long polls of 1 s); prefix set, queues made beforehand",
 	}

@@ -47,8 +47,9 @@ const (
 	// DefaultHeldRetry is how long a held delivery waits before it comes again
 	// ([WithHeldRetry]).
 	DefaultHeldRetry = time.Second
-	// DefaultStoreTimeout bounds the remember or release after the handler
-	// ([WithStoreTimeout]).
+	// DefaultStoreTimeout bounds every store call: the seen or claim before the
+	// handler and the remember or release after it ([WithStoreTimeout]), so a store
+	// whose connection went silent is found within it (issue 38).
 	DefaultStoreTimeout = 10 * time.Second
 )
 
@@ -98,10 +99,13 @@ func WithHeldRetry(d time.Duration) Option {
 	return positive("held retry", d, func(c *config) { c.heldRetry = d })
 }
 
-// WithStoreTimeout bounds the store call made after the handler returned (remember, or
-// release), which runs even when the handler's context has ended (default
-// [DefaultStoreTimeout], 10 seconds). The call before the handler uses the handler's
-// context.
+// WithStoreTimeout bounds each store call (default [DefaultStoreTimeout], 10 seconds).
+// The call before the handler (seen, or claim) runs within the handler's context and
+// this bound: a store that does not answer (a database whose connection went silent)
+// fails the delivery with a [StoreError] matching context.DeadlineExceeded, which is
+// retried like any failed delivery, instead of holding the worker until the
+// connection's own timeouts, if any. The call after the handler (remember, or release)
+// runs even when the handler's context has ended, within this bound.
 func WithStoreTimeout(d time.Duration) Option {
 	return positive("store timeout", d, func(c *config) { c.storeTimeout = d })
 }
@@ -203,7 +207,9 @@ func (g *guard) wrap(next babelqueue.Handler) babelqueue.Handler {
 
 func (g *guard) seenSet(ctx context.Context, m *babelqueue.Message, next babelqueue.Handler) error {
 	id := m.Envelope.Meta.ID
-	seen, err := g.store.Seen(ctx, id)
+	sctx, cancel := g.beforeCtx(ctx)
+	seen, err := g.store.Seen(sctx, id)
+	cancel()
 	if err != nil {
 		return &StoreError{Op: "seen", ID: id, Err: err}
 	}
@@ -219,7 +225,9 @@ func (g *guard) seenSet(ctx context.Context, m *babelqueue.Message, next babelqu
 
 func (g *guard) claimed(ctx context.Context, m *babelqueue.Message, next babelqueue.Handler) error {
 	id := m.Envelope.Meta.ID
-	c, err := g.claims.Claim(ctx, id, g.lease)
+	cctx, cancel := g.beforeCtx(ctx)
+	c, err := g.claims.Claim(cctx, id, g.lease)
+	cancel()
 	if err != nil {
 		return &StoreError{Op: "claim", ID: id, Err: err}
 	}
@@ -246,6 +254,12 @@ func (g *guard) claimed(ctx context.Context, m *babelqueue.Message, next babelqu
 	}
 	done = true // from here the claim stays until remembered or lapsed
 	return g.remember(ctx, id)
+}
+
+// beforeCtx is the context of the store call made before the handler: the handler's,
+// bounded by the store timeout.
+func (g *guard) beforeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.storeTimeout)
 }
 
 // afterCtx is the context of a store call made after the handler: the handler's may

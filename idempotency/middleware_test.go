@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue"
+	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/idempotency"
 	"github.com/babelqueue-go/babelqueue/idempotency/idempotencytest"
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -241,3 +242,50 @@ func (brokenStore) Remember(context.Context, string) error     { return errBroke
 func (brokenStore) Forget(context.Context, string) error       { return errBroken }
 
 var _ transport.Transport = (*memory.Transport)(nil)
+
+// silentStore never answers, as a store whose database connection went silent (open,
+// no byte through): each call waits until its context ends.
+type silentStore struct{}
+
+func (silentStore) Seen(ctx context.Context, _ string) (bool, error) {
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+func (silentStore) Remember(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+func (silentStore) Forget(ctx context.Context, _ string) error   { <-ctx.Done(); return ctx.Err() }
+func (silentStore) Claim(ctx context.Context, _ string, _ time.Duration) (idempotency.Claim, error) {
+	<-ctx.Done()
+	return idempotency.Claim{}, ctx.Err()
+}
+func (silentStore) Release(ctx context.Context, _, _ string) error { <-ctx.Done(); return ctx.Err() }
+
+// A store that stops answering before the handler (the seen or claim call) fails the
+// delivery within the store timeout, with a StoreError matching
+// context.DeadlineExceeded, though the handler's context has no deadline: a silent
+// database is found within the bound instead of holding the worker (issue 38). The
+// handler does not run.
+func TestSilentStoreFailsWithinStoreTimeout(t *testing.T) {
+	for _, mode := range []idempotency.Mode{idempotency.ModeClaim, idempotency.ModeSeenSet} {
+		ran := false
+		h, err := idempotency.Wrap(silentStore{}, func(context.Context, *babelqueue.Message) error { ran = true; return nil },
+			idempotency.WithMode(mode), idempotency.WithStoreTimeout(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &babelqueue.Message{Envelope: &envelope.Envelope{Meta: envelope.Meta{ID: "id-1"}}}
+		done := make(chan error, 1)
+		go func() { done <- h(context.Background(), m) }()
+		select {
+		case err := <-done:
+			var se *idempotency.StoreError
+			if !errors.As(err, &se) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("mode %v: %v, want a StoreError matching context.DeadlineExceeded", mode, err)
+			}
+		case <-time.After(5 * time.Second): // a hang guard: the bound is 100 ms
+			t.Fatalf("mode %v: the handler wrapper still waits on a silent store 5 s on, past its 100 ms store timeout", mode)
+		}
+		if ran {
+			t.Errorf("mode %v: the handler ran without its id checked", mode)
+		}
+	}
+}

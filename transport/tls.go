@@ -282,12 +282,16 @@ func WatchClientCert(c *tls.Config) (*tls.Config, *ClientCertWatch) {
 
 // Explain returns err marked as a TLS failure when the broker asked for a client
 // certificate and then closed the connection (a reset, a broken pipe or an EOF) before
-// any other answer; otherwise err unchanged.
+// any other answer; otherwise err unchanged. A client whose reader got the broker's
+// alert may close the connection under its own writer first, which then reports only
+// "use of closed network connection" (amqp091-go with TLS 1.3): that counts too.
 func (w *ClientCertWatch) Explain(err error) error {
 	if w == nil || err == nil || !w.asked.Load() || tlsReason(err) != "" {
 		return err
 	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "use of closed network connection") {
 		return &certRefused{err: err}
 	}
 	return err

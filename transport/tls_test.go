@@ -398,6 +398,11 @@ func TestClientCertWatch(t *testing.T) {
 		if ask && !strings.Contains(oe.Error(), "after asking for a client certificate") {
 			t.Errorf("error %q does not name the refused certificate", oe)
 		}
+		// A client that closed the connection under its own writer after the alert.
+		closed := &net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}
+		if got := errors.Is(transport.OpenFailed("amqp", "amqps://127.0.0.1", watch.Explain(closed)), transport.ErrTLS); got != ask {
+			t.Errorf("ask=%v: a write on the closed connection matches ErrTLS: %v", ask, got)
+		}
 	}
 	if c, w := transport.WatchClientCert(nil); c != nil || w != nil || w.Explain(io.EOF) != io.EOF {
 		t.Error("a nil configuration is not left alone")

@@ -149,6 +149,12 @@ type Message struct {
 	// It is the zero value for a raw write (a poison dead-letter body, a body rejected
 	// by the schema-version gate), where only what is known is projected.
 	Projection Projection
+	// Owned says the caller hands Body and Key over with the message: nothing changes
+	// their bytes once Publish is called, so a transport that writes after Publish
+	// returns (Kafka's fire-and-forget publish) may keep them instead of copying them.
+	// The runtime sets it on the messages it encodes; leave it false for a buffer you
+	// reuse.
+	Owned bool
 }
 
 // Projection is the view of an envelope a binding copies into native message properties.

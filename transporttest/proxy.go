@@ -1,7 +1,6 @@
 package transporttest
 
 import (
-	"net/url"
 	"sync"
 	"testing"
 
@@ -15,20 +14,8 @@ import (
 // broker goes away for the clients of the URL only. The proxy closes with the test.
 func ProxyURL(t testing.TB, rawURL string) (proxied string, cut func() (restore func())) {
 	t.Helper()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		t.Fatalf("ProxyURL: %v", err)
-	}
-	if u.Port() == "" {
-		t.Fatalf("ProxyURL: %s names no port", transport.RedactURL(u))
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	u.Host = p.Addr()
-	return u.String(), func() func() {
+	p, proxied := faultproxy.StartURL(t, rawURL)
+	return proxied, func() func() {
 		p.Down()
 		return p.Up
 	}

@@ -42,6 +42,7 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var queues queuesFlag
 	fs.Var(&queues, "queue", "a work queue to show on every URL without its own #queue,… (repeatable)")
 	interval := fs.Duration("interval", 5*time.Second, "how often the queues are counted for the rates and charts")
+	grace := fs.Duration("grace", DefaultGrace, "after SIGTERM or Ctrl-C, how long the console may take to end its redrives, tails and requests and close before it exits without them")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (chain, leaf first); goes with -tls-key")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of -tls-cert")
 	pos, err := parseArgs(fs, args)
@@ -53,6 +54,14 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *interval <= 0 {
 		return o.finish(usageError{"-interval must be positive"})
+	}
+	if *grace <= 0 {
+		return o.finish(usageError{"-grace must be positive"})
+	}
+	// Once the grace is over the process exits without closing (see graceful).
+	over := false
+	bound := func(d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), d)
 	}
 	opts := []console.Option{console.WithSampleInterval(*interval)}
 	switch {
@@ -105,7 +114,13 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return o.finish(err)
 		}
-		defer b.close()
+		defer func() {
+			if !over {
+				cctx, cancel := bound(10 * time.Second)
+				defer cancel()
+				_ = b.tr.Close(cctx)
+			}
+		}()
 		if len(qs) == 0 {
 			return o.finish(usageError{fmt.Sprintf("%s: name its queues (%s#orders,payments, or -queue orders)", b.name(), b.name())})
 		}
@@ -115,12 +130,22 @@ func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return o.finish(err)
 	}
-	defer c.Close()
-	err = c.ListenAndServe(ctx, *listen, func(a net.Addr) {
-		if !o.json {
-			fmt.Fprintf(stderr, "babelqueue console on %s://%s/ (Ctrl-C to stop)\n", scheme, a)
+	defer func() {
+		if !over {
+			_ = c.Close()
 		}
+	}()
+	over, bound, err = graceful(ctx, *grace, func() error {
+		return c.ListenAndServe(ctx, *listen, func(a net.Addr) {
+			if !o.json {
+				fmt.Fprintf(stderr, "babelqueue console on %s://%s/ (Ctrl-C to stop)\n", scheme, a)
+			}
+		})
 	})
+	if over {
+		return o.finish(fmt.Errorf("the console did not stop within the -grace of %s after the interrupt "+
+			"(a redrive, a page or a count waits on a broker that does not answer): exiting without it", *grace))
+	}
 	if err != nil {
 		return o.finish(usageErrorIfAuth(err))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -131,6 +132,7 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	migrate := fs.Bool("migrate", false, "create the outbox table first if it does not exist")
 	drain := fs.Bool("drain", false, "exit once nothing is left to publish, instead of running until interrupted")
 	progress := fs.Duration("progress", time.Second, "how often to print the progress line (0: never)")
+	grace := fs.Duration("grace", DefaultGrace, "after SIGTERM or Ctrl-C, how long the relay may take to finish the batch in flight, report and close before it exits without them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -144,11 +146,21 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *batch <= 0 || *poll <= 0 || *retention < 0 || *progress < 0 {
 		return usageError{"-batch and -poll must be positive, -retention and -progress not negative"}
 	}
+	if *grace <= 0 {
+		return usageError{"-grace must be positive"}
+	}
 	db, store, err := of.open(ctx, pgstore.WithRetention(*retention))
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	// Once the grace is over the process exits without closing: a close would wait on
+	// the connection that did not answer.
+	over := false
+	defer func() {
+		if !over {
+			_ = db.Close()
+		}
+	}()
 	if *migrate {
 		if err := store.Migrate(ctx); err != nil {
 			return err
@@ -158,7 +170,16 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer closeTransport(tr)
+	bound := func(d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), d)
+	}
+	defer func() {
+		if !over {
+			cctx, cancel := bound(10 * time.Second)
+			defer cancel()
+			_ = tr.Close(cctx)
+		}
+	}()
 	relay := outbox.NewRelay(store, tr, outbox.WithBatchSize(*batch), outbox.WithPollInterval(*poll),
 		outbox.WithLogger(quietLogger(stderr)))
 
@@ -166,33 +187,38 @@ func outboxRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *progress > 0 {
 		stopProgress = reportProgress(ctx, relay, *progress, stdout)
 	}
-	if *drain {
-		_, err = relay.Drain(ctx)
-	} else {
-		err = relay.Run(ctx)
-	}
+	over, bound, err = graceful(ctx, *grace, func() error {
+		if *drain {
+			_, err := relay.Drain(ctx)
+			return err
+		}
+		return relay.Run(ctx)
+	})
 	if stopProgress != nil {
 		stopProgress()
+	}
+	if over {
+		st := relay.Stats()
+		return fmt.Errorf("the batch in flight did not finish within the -grace of %s after the interrupt "+
+			"(the database or the broker did not answer; last error: %s): exiting without it; its rows stay in the table "+
+			"and are published again by the next relay (published %d row(s) before)", *grace, cmp.Or(st.LastError, "none"), st.Published)
 	}
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	pctx, cancel := bound(10 * time.Second)
 	defer cancel()
 	pending, _, perr := relay.Pending(pctx)
 	st := relay.Stats()
-	fmt.Fprintf(stdout, "outbox relay: published %d row(s), %d publish(es) not confirmed, %d pending\n", st.Published, st.Failed, pending)
+	left := fmt.Sprintf("%d pending", pending)
+	if perr != nil {
+		left = "pending not counted: " + perr.Error()
+	}
+	fmt.Fprintf(stdout, "outbox relay: published %d row(s), %d publish(es) not confirmed, %s\n", st.Published, st.Failed, left)
 	if *drain && perr == nil && pending > 0 {
 		return fmt.Errorf("%d row(s) still pending after the drain (last error: %s)", pending, st.LastError)
 	}
 	return nil
-}
-
-// closeTransport closes tr, flushing what it buffered, for at most 10 s.
-func closeTransport(tr transport.Transport) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = tr.Close(ctx)
 }
 
 // reportProgress prints a line every interval while something changes: rows

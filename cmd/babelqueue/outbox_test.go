@@ -29,6 +29,7 @@ func TestOutboxCommandErrors(t *testing.T) {
 		{[]string{"outbox", "relay", "memory://"}, 2, "-db (or $BQ_OUTBOX_DB) is required"},
 		{[]string{"outbox", "relay", "-db", "postgres://x@127.0.0.1:1/x"}, 2, "want exactly one broker URL"},
 		{[]string{"outbox", "relay", "-db", "postgres://x@127.0.0.1:1/x", "-batch", "0", "memory://"}, 2, "-batch and -poll must be positive"},
+		{[]string{"outbox", "relay", "-db", "postgres://x@127.0.0.1:1/x", "-grace", "0s", "memory://"}, 2, "-grace must be positive"},
 		{[]string{"outbox", "schema", "-table", "Robert'); DROP TABLE students;--"}, 2, "lower-case identifier"},
 		{[]string{"outbox", "migrate", "-db", "postgres://bob:hunter2@127.0.0.1:1/x?connect_timeout=2"}, 1, "outbox database"},
 	} {

@@ -337,9 +337,14 @@ func (s *Store) DeleteExpired(ctx context.Context) (int64, error) {
 	}
 }
 
+// CleanupTimeout bounds each round of [Store.RunCleanup]: a database whose connection
+// went silent (open, no byte through) fails the round within it, which is logged,
+// instead of holding the loop until the connection's own timeouts, if any (issue 38).
+const CleanupTimeout = 10 * time.Second
+
 // RunCleanup calls [Store.DeleteExpired] now and then every interval until ctx ends,
-// and returns nil then. A failure (the database is away) is logged and tried again at
-// the next tick.
+// and returns nil then. A failure (the database is away, or did not answer within
+// [CleanupTimeout]) is logged and tried again at the next tick.
 func (s *Store) RunCleanup(ctx context.Context, every time.Duration) error {
 	if every <= 0 {
 		return fmt.Errorf("%w: pgstore: cleanup interval %s (want more than zero)", babelqueue.ErrInvalidOption, every)
@@ -347,7 +352,9 @@ func (s *Store) RunCleanup(ctx context.Context, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		n, err := s.DeleteExpired(ctx)
+		rctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
+		n, err := s.DeleteExpired(rctx)
+		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.log.Warn("pgstore: deleting lapsed idempotency rows failed; trying again at the next tick",

@@ -262,3 +262,27 @@ func TestStrand(t *testing.T) {
 		})
 	}
 }
+
+// StartURL points a URL at a proxy of its host, keeping the rest of it; the proxy
+// carries traffic and is closed once its test ends (nothing listens on its address).
+func TestStartURL(t *testing.T) {
+	target := echoServer(t)
+	var addr string
+	t.Run("in a test", func(t *testing.T) {
+		p, proxied := StartURL(t, "redis://user:secret@"+target+"/0?x=1")
+		addr = p.Addr()
+		if want := "redis://user:secret@" + addr + "/0?x=1"; proxied != want {
+			t.Fatalf("StartURL = %q, want %q", proxied, want)
+		}
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mustEcho(t, c, "through")
+	})
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("the proxy at %s still takes connections after its test ended", addr)
+	}
+}

@@ -148,6 +148,11 @@ type Binding struct {
 	// for Kill, the broker's take-back setting (a session timeout, a visibility
 	// timeout, retry_after).
 	Bounds map[Scenario]time.Duration
+	// Duplicates returns the most duplicates the broker's documented guarantee allows
+	// in a run of plan p (docs/reliability.md, "Duplicates: the bound of each broker"),
+	// and what the figure is made of; 0 where it states none for p.Scenario. A run
+	// with more fails.
+	Duplicates func(p Plan) (bound int, of string)
 	// Settings says which settings of the run bound duplicates and recovery, for the
 	// report.
 	Settings string
@@ -168,6 +173,31 @@ func (b *Binding) Bound(s Scenario) time.Duration {
 		return DetectBound + DefaultBound
 	}
 	return DefaultBound
+}
+
+// Affected returns how many consumers a fault of plan p strikes, for a duplicate bound
+// stated per consumer: the killed worker, or every worker (a cut, a blackhole, a
+// restart); 0 for a refused dead-letter queue, whose duplicates no consumer's window
+// bounds (each refused write rewinds its delivery, handled again when it comes back).
+func Affected(p Plan) int {
+	switch p.Scenario {
+	case Kill:
+		return 1
+	case DLQFailure:
+		return 0
+	}
+	return p.Workers
+}
+
+// HandOutRate is how many deliveries per second one worker of plan p can take at most:
+// its Concurrency handlers each take a good message in HandlerDelay, and for every
+// FailEvery-1 good messages a failing one comes MaxAttempts times, at no cost.
+func HandOutRate(p Plan) float64 {
+	if p.HandlerDelay <= 0 || p.FailEvery < 2 {
+		return 0
+	}
+	good := float64(p.Concurrency) / p.HandlerDelay.Seconds()
+	return good * float64(p.FailEvery-1+p.MaxAttempts) / float64(p.FailEvery-1)
 }
 
 // Supports reports whether the binding can run s.
@@ -795,6 +825,20 @@ type Result struct {
 	Destroyed    int `json:"destroyed,omitempty"`
 	Missing      int `json:"missing"`
 	Duplicates   int `json:"duplicates"`
+	// DuplicateBound is the most duplicates the binding's documented guarantee allows
+	// in this run (0: none stated), DuplicateBoundOf what it is made of.
+	DuplicateBound   int    `json:"duplicate_bound,omitempty"`
+	DuplicateBoundOf string `json:"duplicate_bound_of,omitempty"`
+	// Setup names the deployment when it is not the suite's single broker (a cluster
+	// test's: "Sentinel, wait=1"), Case the fault when the scenario's name does not
+	// say it (a cluster test's: "primary SIGKILL"). Both only label the report.
+	Setup string `json:"setup,omitempty"`
+	Case  string `json:"case,omitempty"`
+	// Judged says the test that ran it judged it by bounds of its own (a cluster test:
+	// the pause against the failover it measured), Failed that the test failed it; the
+	// report then gives that verdict instead of [Result.Failures].
+	Judged bool `json:"judged,omitempty"`
+	Failed bool `json:"failed,omitempty"`
 
 	// Recovery is how long the consumers took to recover, RecoveryOf what was
 	// measured; Stalled says they did not recover at all. Bound is the longest
@@ -859,6 +903,13 @@ func (res *Result) Failures(slack float64) []string {
 	var out []string
 	if res.Missing > 0 {
 		out = append(out, fmt.Sprintf("%d messages missing (stream numbers %v)", res.Missing, res.MissingN))
+	}
+	if limit := int(float64(res.DuplicateBound) * slack); res.DuplicateBound > 0 && res.Duplicates > limit {
+		bound := fmt.Sprintf("the documented bound of %d", res.DuplicateBound)
+		if limit != res.DuplicateBound {
+			bound = fmt.Sprintf("%d, %g times %s", limit, slack, bound)
+		}
+		out = append(out, fmt.Sprintf("%d duplicates, past %s (%s)", res.Duplicates, bound, res.DuplicateBoundOf))
 	}
 	switch limit := time.Duration(float64(res.Bound) * slack); {
 	case res.Stalled:
@@ -981,6 +1032,9 @@ func (r *run) result(started, published, drained time.Time) *Result {
 		}
 	}
 	res.Settings = r.b.Settings
+	if r.b.Duplicates != nil {
+		res.DuplicateBound, res.DuplicateBoundOf = r.b.Duplicates(r.p)
+	}
 	if r.p.Scenario == Cut {
 		res.PublisherCut = r.pubCut
 		if !r.pubCut {

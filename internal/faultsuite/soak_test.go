@@ -280,3 +280,21 @@ func TestQuietWorkerReportsHandlersLatencyAndSamples(t *testing.T) {
 		}
 	}
 }
+
+// A latency trend the form reports but does not judge is shown in the report and does
+// not fail the run; the same trend judged does.
+func TestReportedTrendDoesNotFailTheRun(t *testing.T) {
+	grew := Trend{Measure: MeasureP99, First: 0.017e9, Last: 0.053e9, Growth: 1.97, GrowthLow: 0.36}
+	judged := &SoakResult{Trends: []Trend{grew}, MaxGrowth: 0.1}
+	if f := judged.Failures(); len(f) != 1 || !strings.Contains(f[0], MeasureP99) {
+		t.Errorf("judged: Failures = %q, want the p99 growth", f)
+	}
+	grew.Reported = true
+	reported := &SoakResult{Trends: []Trend{grew}, MaxGrowth: 0.1}
+	if f := reported.Failures(); len(f) != 0 {
+		t.Errorf("reported only: Failures = %q, want none", f)
+	}
+	if ShortSoak().JudgeLatency || !LongSoak().JudgeLatency {
+		t.Errorf("JudgeLatency: short %v, long %v; want the long form alone to judge latency", ShortSoak().JudgeLatency, LongSoak().JudgeLatency)
+	}
+}

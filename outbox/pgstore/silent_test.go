@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -22,17 +21,8 @@ import (
 func TestDatabaseBlackhole(t *testing.T) {
 	tg := targets[0] // the broker does not matter here
 	f := newFixture(t, tg)
-	u, err := url.Parse(pgURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	u.Host = p.Addr()
-	store, err := pgstore.New(openDB(t, u.String()), pgstore.WithTable(f.store.Table()))
+	p, proxied := faultproxy.StartURL(t, pgURL(t))
+	store, err := pgstore.New(openDB(t, proxied), pgstore.WithTable(f.store.Table()))
 	if err != nil {
 		t.Fatal(err)
 	}

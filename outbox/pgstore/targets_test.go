@@ -128,12 +128,7 @@ func (tg target) kafkaClient(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 // proxy puts a fault proxy in front of the broker.
 func (tg target) proxy(t testing.TB) *faultproxy.Proxy {
 	t.Helper()
-	p, err := faultproxy.New(tg.host(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
+	return faultproxy.Start(t, tg.host(t))
 }
 
 // open returns a transport on the broker (through p when it is not nil), closed when

@@ -3,13 +3,11 @@ package amqp
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -18,34 +16,27 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
-// Consume declares queue (a durable classic queue, unless [WithoutDeclare]) and starts
-// a basic.consume on it with manual acknowledgements and a prefetch of opts.Prefetch.
-// The consumer survives connection and channel loss: the next Receive consumes on a new
-// channel. The receive loop, the settlements and Close are the kit's
-// ([driverkit.Consumer]); the consumer below is RabbitMQ's side of them: Ack is
-// basic.ack once the settle writes are confirmed ([WithPipelinedSettles]), a Rewind
-// basic.nack with requeue, and HandOff is not offered (RabbitMQ has no redrive of its
-// own). A delivery whose channel died cannot be acknowledged: its Ack returns a
-// [transport.TakenBackError] wrapping [ErrDeliveryLost], its Rewind succeeds (the
-// broker requeued it already).
-//
-// A consumer opened with [transport.ConsumeOptions.Transactional] (a DLQ redrive's)
-// settles every delivery in an AMQP transaction of its own on its channel: the writes
-// and the acknowledgement are committed together, and a process killed before the
-// commit leaves none of them (the broker rolls back when the channel closes). Each
-// settlement costs a commit round trip, one at a time.
+// Consume declares queue (unless [WithoutDeclare]) and starts a basic.consume on it
+// with manual acknowledgements and a prefetch of opts.Prefetch; the next Receive after a
+// lost channel or connection consumes on a new channel. The receive loop, the
+// settlements and Close are the kit's ([driverkit.Consumer]); Ack is basic.ack once the
+// settle writes are confirmed, a Rewind basic.nack with requeue. A delivery whose channel
+// died cannot be acknowledged: its Ack returns a [transport.TakenBackError] wrapping
+// [ErrDeliveryLost], its Rewind succeeds (the broker requeued it already). A
+// [transport.ConsumeOptions.Transactional] consumer (a DLQ redrive's) commits each
+// settlement's writes and acknowledgement in one AMQP transaction on its channel.
 func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
 	if queue == "" {
 		return nil, errors.New("amqp: Consume: empty queue name")
 	}
 	prefetch := max(opts.Prefetch, 1)
-	c := &consumer{t: t, queue: queue, prefetch: prefetch, tag: "babelqueue-go-" + randomHex(8),
-		tx: opts.Transactional, opening: make(chan struct{}, 1)}
-	s, err := c.open(ctx)
+	// The tag comes with every delivery: 16 characters, as long as it always was.
+	c := &consumer{t: t, queue: queue, prefetch: prefetch, tag: "babelqueue-go-" + rand.Text()[:16], tx: opts.Transactional}
+	c.sess = driverkit.NewAttachment(c.open)
+	s, err := c.sess.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.sess.Store(s)
 	c.kit, err = driverkit.New[msg](c, driverkit.Config{Broker: "amqp", Queue: queue, Logger: t.log, Group: &t.consumers,
 		AtomicAcks: c.tx, Pipeline: t.s.pipeline, ConfirmTimeout: t.s.confirmTimeout, ConcurrentReceive: true,
 		PipelineDepth: prefetch, // the channel's basic.qos bounds them anyway
@@ -54,6 +45,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		_ = s.ch.Close()
 		return nil, err
 	}
+	c.sess.Done = c.kit.Done()
 	return c.kit, nil
 }
 
@@ -65,11 +57,10 @@ type consumer struct {
 	prefetch int
 	tag      string
 	kit      *driverkit.Consumer[msg]
-	sess     atomic.Pointer[session] // the live channel; nil once lost, until a Receive opens another
-	opening  chan struct{}           // a token held while a channel is opened
-	closed   bool                    // Close ran; guarded by the opening token
-	tx       bool                    // settles in transactions (ConsumeOptions.Transactional)
-	txMu     sync.Mutex              // one transaction at a time on the channel
+	sess     *driverkit.Attachment[session] // the live channel, opened again by a Receive once lost
+	opened   bool                           // a channel was opened (the next is a resumption); guarded by sess
+	tx       bool                           // settles in transactions (ConsumeOptions.Transactional)
+	txMu     sync.Mutex                     // one transaction at a time on the channel
 }
 
 // session is one channel consuming the queue.
@@ -95,7 +86,11 @@ var errChannelLost = errors.New("amqp: consumer channel lost; consuming again on
 // txBeforeCommit, set by tests, runs between a transaction's acknowledgement and commit.
 var txBeforeCommit func()
 
+// open opens a channel consuming the queue, bounded: amqp091's channel calls wait for
+// the broker's answer without a context.
 func (c *consumer) open(ctx context.Context) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	conn, gen, err := c.t.connection(ctx)
 	if err != nil {
 		return nil, err
@@ -126,44 +121,16 @@ func (c *consumer) open(ctx context.Context) (*session, error) {
 	if s.deliveries, err = ch.Consume(c.queue, c.tag, false, false, false, false, nil); err != nil {
 		return fail(fmt.Sprintf("consume %q", c.queue), err)
 	}
-	return s, nil
-}
-
-// session returns the live channel, opening a new one when it was lost. One caller
-// opens; the others wait for it.
-func (c *consumer) session(ctx context.Context) (*session, error) {
-	if s := c.sess.Load(); s != nil {
-		return s, nil
+	if c.opened {
+		c.t.log.Info("amqp: consumer resumed", "queue", c.queue)
 	}
-	select {
-	case c.opening <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.kit.Done():
-		return nil, transport.ErrClosed
-	}
-	defer func() { <-c.opening }()
-	if c.closed {
-		return nil, transport.ErrClosed
-	}
-	if s := c.sess.Load(); s != nil {
-		return s, nil
-	}
-	// Bounded: amqp091's channel calls wait for the broker's answer without a context.
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	s, err := c.open(octx)
-	if err != nil {
-		return nil, err
-	}
-	c.sess.Store(s)
-	c.t.log.Info("amqp: consumer resumed", "queue", c.queue)
+	c.opened = true
 	return s, nil
 }
 
 // Receive waits for the next delivery on the live channel.
 func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
-	s, err := c.session(ctx)
+	s, err := c.sess.Get(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -185,7 +152,7 @@ func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
 // the consumer (the queue was deleted), in which case closing the channel gives its
 // unsettled deliveries back to the queue.
 func (c *consumer) lose(s *session) error {
-	if c.sess.CompareAndSwap(s, nil) && !s.ch.IsClosed() {
+	if c.sess.Lost(s) && !s.ch.IsClosed() {
 		_ = s.ch.Close()
 	}
 	select {
@@ -264,14 +231,10 @@ func userHeaders(h amqp091.Table) map[string]string {
 // Close closes the consumer's channel: the deliveries prefetched and not handed out go
 // back to the broker.
 func (c *consumer) Close(ctx context.Context) error {
-	select {
-	case c.opening <- struct{}{}:
-	case <-ctx.Done(): // a channel being opened now closes with the connection
-		return fmt.Errorf("amqp: close the consumer's channel: %w", ctx.Err())
+	s, err := c.sess.Close(ctx)
+	if err != nil { // a channel being opened now closes with the connection
+		return fmt.Errorf("amqp: close the consumer's channel: %w", err)
 	}
-	c.closed = true
-	s := c.sess.Swap(nil)
-	<-c.opening
 	if s != nil && !s.ch.IsClosed() {
 		_ = s.ch.Close()
 	}
@@ -502,14 +465,10 @@ func (t *Transport) inspect(ctx context.Context, what, queue string) (ch *amqp09
 // ([transport.OffsetCursor]). A queue that does not exist is empty: Browse declares
 // nothing.
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
-	off, err := from.Offset()
+	off, limit, err := driverkit.OffsetBrowse("amqp", queue, from, limit)
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if queue == "" {
-		return transport.Page{}, errors.New("amqp: browse: empty queue name")
-	}
-	limit = max(limit, 1)
 	ch, _, found, err := t.inspect(ctx, "browse", queue)
 	if err != nil {
 		return transport.Page{}, err
@@ -538,15 +497,12 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("amqp: browse %q: %w", queue, err)
 	}
-	p := transport.Page{End: len(got) <= off+limit}
-	for i := off; i < len(got) && i < off+limit; i++ {
+	return driverkit.OffsetPage(off, limit, got, func(m amqp091.Delivery) *transport.Delivery {
 		d := &transport.Delivery{Queue: queue}
-		decode(&got[i], d)
+		decode(&m, d)
 		d.Redeliveries = 0 // the flag is the browse's own doing
-		p.Deliveries = append(p.Deliveries, d)
-	}
-	p.Next = transport.OffsetCursor(off + len(p.Deliveries))
-	return p, nil
+		return d
+	}), nil
 }
 
 // QueueStats asks RabbitMQ for the queue with a passive declare (queue.declare-ok
@@ -569,10 +525,4 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	_ = ch.Close()
 	s.Exists, s.Ready = found, int64(q.Messages)
 	return s, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

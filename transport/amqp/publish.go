@@ -92,9 +92,10 @@ func (t *Transport) putPub(pc *pubChan) {
 	if pc.ch.IsClosed() {
 		return
 	}
+	_, gen, _ := t.conn.Current()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.closed && pc.gen == t.gen && len(t.idle) < maxIdleChans {
+	if !t.consumers.Closed() && pc.gen == gen && len(t.idle) < maxIdleChans {
 		t.idle = append(t.idle, pc)
 	} else {
 		_ = pc.ch.Close()
@@ -106,7 +107,7 @@ func (t *Transport) check(m *transport.Message) error {
 	if m == nil || m.Queue == "" {
 		return errors.New("amqp: message has no queue")
 	}
-	return transport.CheckSize("amqp", m.Queue, len(m.Body), t.s.maxSize)
+	return t.s.CheckSize(m.Queue, len(m.Body), 0)
 }
 
 // Publish writes m to its queue (declared on first use) and, unless
@@ -123,7 +124,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err := t.check(m); err != nil {
 		return err
 	}
-	return t.rideOut(ctx, m.Queue, func(wait context.Context) error {
+	return t.rideOut(ctx, func(wait context.Context) error {
 		pc, err := t.getPub(wait)
 		if err != nil {
 			return err
@@ -151,24 +152,13 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 		return nil
 	}
 	var pc *pubChan
-	if err := t.rideOut(ctx, "", func(wait context.Context) (err error) { pc, err = t.getPub(wait); return err }); err != nil {
+	if err := t.rideOut(ctx, func(wait context.Context) (err error) { pc, err = t.getPub(wait); return err }); err != nil {
 		return err
 	}
 	defer t.putPub(pc)
-	errs, ss := make([]error, len(msgs)), make([]sent, len(msgs))
-	for i, m := range msgs {
-		if errs[i] = t.check(m); errs[i] != nil {
-			continue
-		}
-		if ss[i], errs[i] = t.send(ctx, pc, m, true); errs[i] != nil {
-			for j := i + 1; j < len(msgs); j++ {
-				errs[j] = transport.ErrNotAttempted
-			}
-			break
-		}
-	}
-	t.awaitConfirms(ctx, pc.timer, ss, errs)
-	return transport.NewBatchError(errs)
+	return driverkit.PublishInOrder(ctx, msgs, t.check,
+		func(ctx context.Context, m *transport.Message) (sent, error) { return t.send(ctx, pc, m, true) },
+		func(ctx context.Context, ss []sent, errs []error) { t.awaitConfirms(ctx, pc.timer, ss, errs) })
 }
 
 // send declares what m needs and publishes it on pc, mandatory; with track it is
@@ -357,18 +347,12 @@ func nativeInt(n int64) any {
 	return n
 }
 
-// Unroutable writes. Every publish is mandatory, so RabbitMQ answers a message no queue
-// takes with a basic.return before the basic.ack it still sends; without the flag such
-// a message would be confirmed and dropped.
-//
-// Each confirm channel's NotifyReturn channel is drained into a record by a goroutine
-// of its own, so a return never holds up amqp091-go's reader (which drops a return a
-// listener does not take within 5 s). amqp091-go hands a return over before it
-// processes the ack of the same publish, so once a confirm is acked its return, if any,
-// is recorded or still buffered: the waiter asks the goroutine to record what is
-// buffered (sync), then looks for its own publish (resolve). A publish is told apart by
-// its routing key and message id; a return for a key fails every publish in flight
-// under it (a duplicate at worst, never a loss).
+// Unroutable writes (docs/transports/amqp.md, Topology). Every publish is mandatory:
+// RabbitMQ answers a message no queue takes with a basic.return before its basic.ack.
+// A goroutine per confirm channel records the returns (amqp091-go drops one a listener
+// does not take within 5 s); once a confirm is acked its return, if any, is recorded or
+// still buffered, so the waiter has what is buffered recorded (sync), then looks for its
+// own publish (resolve), told apart by routing key and message id.
 
 // ErrUnroutable matches the error of a write RabbitMQ returned because no queue took it:
 // the queue does not exist (deleted while the application runs, or never declared with

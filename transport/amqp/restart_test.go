@@ -2,12 +2,14 @@ package amqp
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -38,7 +40,7 @@ func startRabbitNode(t *testing.T) *rabbitNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	name := "bqtest" + randomHex(4) + "@localhost"
+	name := "bqtest" + strings.ToLower(rand.Text()[:8]) + "@localhost"
 	port := brokerproc.FreePort(t)
 	home := dir
 	var cred *syscall.Credential

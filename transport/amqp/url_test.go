@@ -25,6 +25,8 @@ func TestURLErrorsNameTheParameter(t *testing.T) {
 		{"amqp://guest:s3cret@127.0.0.1:5672/?heartbeat=70000", "heartbeat"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/?connection_timeout=-5", "connection_timeout"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/?connection_timeout=0", "connection_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?connect_timeout=0s", "connect_timeout"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/?max_message_size=12", "max_message_size"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/?channel_max=x", "channel_max"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/?auth_mechanism=kerberos", "auth_mechanism"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/?publish_confirms=perhaps", "publish_confirms"},
@@ -78,7 +80,7 @@ func TestURLSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.heartbeat != 15*time.Second || s.connTimeout != 2500*time.Millisecond || !s.noUserConfirm ||
+	if s.heartbeat != 15*time.Second || s.ConnectTimeout != 2500*time.Millisecond || !s.noUserConfirm ||
 		s.confirmTimeout != 3*time.Second || s.connName != "billing" || !s.noDeclare {
 		t.Errorf("settings from the URL: %+v", s)
 	}
@@ -86,6 +88,12 @@ func TestURLSettings(t *testing.T) {
 		if strings.Contains(raw, own+"=") {
 			t.Errorf("URL handed to the client still holds %s: %s", own, transport.Redact(raw))
 		}
+	}
+	u2, _ := url.Parse("amqp://u:p@rabbit.example/?connect_timeout=4s&max_message_size=65536")
+	s2 := defaultSettings()
+	if raw, err := parseURL(u2, &s2); err != nil || s2.ConnectTimeout != 4*time.Second || s2.MaxMessageSize != 65536 ||
+		strings.Contains(raw, "connect_timeout") || strings.Contains(raw, "max_message_size") {
+		t.Errorf("connect_timeout and max_message_size from the URL: %v, %s, %d; handed on: %s", err, s2.ConnectTimeout, s2.MaxMessageSize, transport.Redact(raw))
 	}
 	if !strings.Contains(raw, "heartbeat=15") || !strings.Contains(raw, "/prod") {
 		t.Errorf("client URL lost a client parameter or the vhost: %s", transport.Redact(raw))
@@ -163,6 +171,7 @@ func TestBadOptionValuesAreInvalidOptions(t *testing.T) {
 		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithConfirmTimeout(0)}, "WithConfirmTimeout"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithMaxMessageSize(-1)}, "WithMaxMessageSize"},
 		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithHeartbeat(-time.Second)}, "WithHeartbeat"},
+		{"amqp://guest:s3cret@127.0.0.1:5672/", []Option{WithConnectTimeout(0)}, "WithConnectTimeout"},
 	} {
 		tr, err := Dial(ctx, c.url, c.opts...)
 		if err == nil {

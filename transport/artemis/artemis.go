@@ -1,7 +1,9 @@
 package artemis
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
@@ -41,15 +44,13 @@ var (
 type Option func(*options)
 
 type options struct {
-	logger         *slog.Logger
-	dial           func(ctx context.Context) (*amqp.Conn, error)
-	confirmTimeout time.Duration
-	maxBackoff     time.Duration
-	publishWait    time.Duration // WithPublishWait
-	maxSize        int
-	pipeline       bool
-	bad            driverkit.Options // the bad values given to option functions
-	tlsConfig      *tls.Config       // WithTLSConfig (secure.go)
+	driverkit.Common // logger, connect timeout, size limit (0: none), bad values
+	dial             func(ctx context.Context) (*amqp.Conn, error)
+	confirmTimeout   time.Duration
+	maxBackoff       time.Duration
+	publishWait      time.Duration // WithPublishWait
+	pipeline         bool
+	tlsConfig        *tls.Config // WithTLSConfig (secure.go)
 }
 
 // WithLogger sets the logger (default slog.Default()). A nil l is an error matching
@@ -57,12 +58,16 @@ type options struct {
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l == nil {
-			o.bad.Invalid("WithLogger", "the logger is nil")
-			return
+			o.Invalid("WithLogger", "the logger is nil")
 		}
-		o.logger = l
+		o.SetLogger(l)
 	}
 }
+
+// WithConnectTimeout bounds each dial, Open's and every reconnection (default
+// [DefaultConnectTimeout]; connect_timeout in the URL). A d of zero or less is an error
+// matching babelqueue.ErrInvalidOption.
+func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.SetConnectTimeout(d) } }
 
 // WithDial gives a transport built with [New] a way to dial a fresh connection after
 // the one it was given drops. Without it, such a transport fails with the connection's
@@ -76,78 +81,61 @@ func WithDial(dial func(ctx context.Context) (*amqp.Conn, error)) Option {
 // settlement for its writes (default 30s). A d of zero or less is an error matching
 // babelqueue.ErrInvalidOption.
 func WithConfirmTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad.Invalid("WithConfirmTimeout", "want a duration above zero, got %s", d)
-			return
-		}
-		o.confirmTimeout = d
-	}
+	return func(o *options) { o.SetAtLeast("WithConfirmTimeout", &o.confirmTimeout, d, 1) }
 }
 
 // WithMaxMessageSize makes a publish or settle write whose body is longer than n bytes
 // fail with a [*transport.TooLargeError] before it is sent. Artemis itself sets no limit
 // (it streams large messages) unless the link advertises one, which is then the
-// default. An n of zero or less is an error matching babelqueue.ErrInvalidOption.
-func WithMaxMessageSize(n int) Option {
-	return func(o *options) {
-		if n <= 0 {
-			o.bad.Invalid("WithMaxMessageSize", "want a number of bytes above zero, got %d", n)
-			return
-		}
-		o.maxSize = n
-	}
-}
+// default (max_message_size in the URL). An n of zero or less is an error matching
+// babelqueue.ErrInvalidOption.
+func WithMaxMessageSize(n int) Option { return func(o *options) { o.SetMaxMessageSize(n) } }
 
 // WithMaxBackoff caps the wait between reconnection attempts, and a consumer's backoff
 // after failed receives and settlements (default 2s: a consumer is back within about
 // 2 s of the broker). A d of zero or less is an error matching
 // babelqueue.ErrInvalidOption.
 func WithMaxBackoff(d time.Duration) Option {
-	return func(o *options) {
-		if d <= 0 {
-			o.bad.Invalid("WithMaxBackoff", "want a duration above zero, got %s", d)
-			return
-		}
-		o.maxBackoff = d
-	}
+	return func(o *options) { o.SetAtLeast("WithMaxBackoff", &o.maxBackoff, d, 1) }
 }
 
 // WithPipelinedSettles sets whether the runtime's settle writes (retry, release, dead
-// letter) are pipelined (default true). Pipelined, Settle sends the writes and returns
-// without waiting for Artemis's outcomes; the delivery is accepted only once every
-// write is accepted, and a write that is refused, fails, or is not accepted within the
-// confirm timeout makes the transport give the delivery back to the broker itself
-// (modified, not counted as a failed delivery; logged with its cause, and the
-// consumer's receives back off while writes keep failing), so it is delivered again:
-// nothing is lost, and a worker never waits for its own write. Not
-// pipelined, Settle waits for the outcomes and returns a failed write as a
-// [transport.SettleWriteError] (the runtime then rewinds the delivery), which costs the
-// worker a round trip and the broker's journal sync per write. An Option given to
-// [Open] or [OpenURL] overrides the URL's pipeline_settles.
+// letter) are pipelined (default true; overrides the URL's pipeline_settles): Settle
+// sends them and returns, and the delivery is accepted once every write is, or given
+// back when one is not. Not pipelined, Settle waits for the outcomes and returns a
+// failed write as a [transport.SettleWriteError] (docs/transports/artemis.md, Settlement).
 func WithPipelinedSettles(on bool) Option {
 	return func(o *options) { o.pipeline = on }
 }
 
+// DefaultPublishWait is how long, by default, Publish waits for a connection to Artemis
+// it cannot make ([WithPublishWait]).
+const DefaultPublishWait = 30 * time.Second
+
+// WithPublishWait bounds how long Publish waits for a connection to Artemis it cannot
+// make (the URL's publish_wait; default [DefaultPublishWait]; zero fails at once;
+// PublishConfirmed and settle writes do not wait), then fails with an error matching
+// context.DeadlineExceeded, or its context's error, that wraps the last reconnection
+// error. A negative d is an error matching babelqueue.ErrInvalidOption.
+func WithPublishWait(d time.Duration) Option {
+	return func(o *options) { o.SetAtLeast("WithPublishWait", &o.publishWait, d, 0) }
+}
+
 func buildOptions(opts []Option) (options, error) {
-	o := options{logger: slog.Default(), confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true,
-		publishWait: DefaultPublishWait,
-		bad:         driverkit.Options{Broker: "artemis"}}
+	o := options{Common: driverkit.NewCommon("artemis", DefaultConnectTimeout, 0, 0),
+		confirmTimeout: 30 * time.Second, maxBackoff: 2 * time.Second, pipeline: true, publishWait: DefaultPublishWait}
 	for _, f := range opts {
 		f(&o)
 	}
-	return o, o.bad.Err()
+	return o, o.Err()
 }
 
-// dialTimeout bounds one reconnection attempt.
-const dialTimeout = 15 * time.Second
+// DefaultConnectTimeout bounds a dial ([WithConnectTimeout]).
+const DefaultConnectTimeout = 15 * time.Second
 
 // DefaultIdleTimeout is the AMQP idle timeout a connection dialled from a URL asks for
-// (idle_timeout): Artemis then sends a frame at least every half of it (an empty one on
-// an idle connection), and a connection that carries none for this long is dead. It is
-// closed then, logged, and the next publish or receive dials again: a consumer finds
-// a silent connection within it; a Publish waiting for its outcome on one, about 10 s
-// later (measured; not explained yet). go-amqp's own default is a minute.
+// (idle_timeout; go-amqp's own default is a minute): a connection that carries no frame
+// for this long is dead, logged at once, and the next publish or receive dials again.
 const DefaultIdleTimeout = 5 * time.Second
 
 // Config is what an artemis:// URL says, parsed by [ParseURL].
@@ -177,6 +165,11 @@ type Config struct {
 	// PublishWait is the URL's publish_wait: [DefaultPublishWait] unless given (see
 	// [WithPublishWait]).
 	PublishWait time.Duration
+	// ConnectTimeout and MaxMessageSize are the URL's connect_timeout
+	// ([DefaultConnectTimeout] unless given) and max_message_size (0 unless given); see
+	// [WithConnectTimeout] and [WithMaxMessageSize].
+	ConnectTimeout time.Duration
+	MaxMessageSize int
 }
 
 // String describes the configuration without the password.
@@ -227,7 +220,8 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Opaque != "" {
 		return bad("host", "want artemis://host:port")
 	}
-	q, err := driverkit.ParseQuery("artemis", u, append([]string{"idle_timeout", "container_id", "server_name", "pipeline_settles", "publish_wait"}, transport.TLSParams...)...)
+	q, err := driverkit.ParseQuery("artemis", u, append(urlParams.Names(), append([]string{"server_name", "connect_timeout", "max_message_size"},
+		transport.TLSParams...)...)...)
 	if err != nil {
 		return Config{}, err
 	}
@@ -251,29 +245,18 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Fragment != "" {
 		return bad("fragment", "artemis:// takes no fragment")
 	}
-	if d, ok, err := q.Duration("idle_timeout", time.Second, 0, 0); err != nil {
+	sets, err := urlParams.Read(q)
+	if err != nil {
 		return Config{}, err
-	} else if ok {
-		c.IdleTimeout = d
-		if d == 0 {
-			c.IdleTimeout = -1 // 0 disables it
-		}
 	}
-	if id, ok, err := q.NonEmpty("container_id"); err != nil {
+	for _, set := range sets {
+		set(&c)
+	}
+	common := driverkit.NewCommon("artemis", DefaultConnectTimeout, 0, 0)
+	if err := common.Query(q); err != nil {
 		return Config{}, err
-	} else if ok {
-		c.ContainerID = id
 	}
-	if d, ok, err := q.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
-		return Config{}, err
-	} else if ok {
-		c.PublishWait = d
-	}
-	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
-		return Config{}, err
-	} else if ok {
-		c.PipelineSettles = on
-	}
+	c.ConnectTimeout, c.MaxMessageSize = common.ConnectTimeout, common.MaxMessageSize
 	// TLS: the shared grammar (transport.ParseTLS); server_name is tls_server_name.
 	if c.TLS, err = q.TLS(u, secure, map[string]string{"server_name": transport.ParamTLSServerName}); err != nil {
 		return Config{}, err
@@ -291,6 +274,16 @@ func ParseURL(u *url.URL) (Config, error) {
 	}
 	c.Addr = c.addrs()[0]
 	return c, nil
+}
+
+// urlParams are the URL parameters read into a Config.
+var urlParams = driverkit.Params[func(*Config)]{
+	{Name: "idle_timeout", Duration: func(d time.Duration) func(*Config) {
+		return func(c *Config) { c.IdleTimeout = cmp.Or(d, -1) } // 0 disables it
+	}},
+	{Name: "container_id", String: func(id string) func(*Config) { return func(c *Config) { c.ContainerID = id } }},
+	{Name: "publish_wait", Duration: func(d time.Duration) func(*Config) { return func(c *Config) { c.PublishWait = d } }, Hi: time.Hour},
+	{Name: "pipeline_settles", Bool: func(on bool) func(*Config) { return func(c *Config) { c.PipelineSettles = on } }},
 }
 
 // ConnOptions returns the go-amqp options the configuration dials the first node with.
@@ -368,25 +361,34 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions(append([]Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait)}, opts...))
+	urlOpts := []Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait)}
+	if cfg.ConnectTimeout > 0 {
+		urlOpts = append(urlOpts, WithConnectTimeout(cfg.ConnectTimeout))
+	}
+	if cfg.MaxMessageSize > 0 {
+		urlOpts = append(urlOpts, WithMaxMessageSize(cfg.MaxMessageSize))
+	}
+	o, err := buildOptions(append(urlOpts, opts...))
 	if err != nil {
 		return nil, err
 	}
 	if o.tlsConfig != nil && cfg.TLS != nil {
 		cfg.TLS, cfg.serverName = o.tlsConfig, o.tlsConfig.ServerName != ""
 	}
-	transport.WarnInsecureTLS(o.logger, "artemis", transport.RedactURL(u), cfg.TLS)
+	transport.WarnInsecureTLS(o.Logger, "artemis", transport.RedactURL(u), cfg.TLS)
 	if o.dial == nil {
 		nodes := driverkit.NewFailover(cfg.Nodes)
 		o.dial = func(ctx context.Context) (*amqp.Conn, error) {
 			conn, node, moved, err := cfg.dial(ctx, nodes)
 			if moved {
-				o.logger.Info("artemis: connected to another node of the cluster", "broker", cfg.String(), "node", node)
+				o.Logger.Info("artemis: connected to another node of the cluster", "broker", cfg.String(), "node", node)
 			}
 			return conn, err
 		}
 	}
-	conn, err := o.dial(ctx)
+	dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	conn, err := o.dial(dctx)
 	if err != nil {
 		return nil, transport.OpenFailed("artemis", transport.RedactURL(u), authCause(err))
 	}
@@ -409,23 +411,43 @@ func New(conn *amqp.Conn, opts ...Option) (*Transport, error) {
 }
 
 func newTransport(conn *amqp.Conn, desc string, o options) *Transport {
-	t := &Transport{opts: o, desc: desc, conn: conn, senders: map[string]*amqp.Sender{}, log: o.logger.With("transport", "artemis")}
-	go t.watch(conn)
+	t := &Transport{opts: o, desc: desc, senders: map[string]*amqp.Sender{}, log: o.Logger.With("transport", "artemis"),
+		dupPrefix: "bq-" + rand.Text() + "-"}
+	t.conn = driverkit.Redialer[*amqp.Conn]{
+		Live:      func(c *amqp.Conn) bool { return c.Err() == nil },
+		Installed: t.installed,
+		Release:   func(c *amqp.Conn) { _ = c.Close() },
+		Timeout:   o.ConnectTimeout,
+		Backoff:   driverkit.Backoff{Min: 200 * time.Millisecond, Max: o.maxBackoff},
+		Unrecoverable: fmt.Errorf("artemis: connection lost and no dial function to reconnect (use WithDial): %w",
+			transport.ErrClosed),
+	}
+	if o.dial != nil {
+		t.conn.Dial = func(ctx context.Context) (*amqp.Conn, error) {
+			conn, err := o.dial(ctx)
+			if err != nil {
+				return nil, &dialError{fmt.Errorf("artemis: reconnect to %s: %w", desc, err)}
+			}
+			return conn, nil
+		}
+	}
+	t.conn.Start(conn)
 	return t
 }
 
-// watch logs the loss of conn when it happens rather than when the transport next uses
-// it: the broker or the network closed it, or nothing came through it for the idle
-// timeout (a dead connection: "i/o timeout"). Publishes and receives on it fail then;
-// the next one dials again. A connection the transport's Close closes is not logged.
-func (t *Transport) watch(conn *amqp.Conn) {
-	<-conn.Done()
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	if !closed {
-		t.log.Warn("artemis: connection lost; the next publish or receive dials again", "broker", t.desc, "err", conn.Err())
+// installed closes old, the connection lost, and logs the loss of conn (closed, or silent
+// for the idle timeout) when it happens, unless the transport's Close closed it.
+func (t *Transport) installed(old, conn *amqp.Conn) {
+	if old != nil {
+		_ = old.Close()
+		t.log.Info("artemis: reconnected", "broker", t.desc)
 	}
+	go func() {
+		<-conn.Done()
+		if !t.conn.Closed() {
+			t.log.Warn("artemis: connection lost; the next publish or receive dials again", "broker", t.desc, "err", conn.Err())
+		}
+	}()
 }
 
 // Transport is a connection to one Artemis broker. It is safe for concurrent use.
@@ -433,16 +455,20 @@ type Transport struct {
 	opts options
 	desc string
 	log  *slog.Logger
-
-	mu       sync.Mutex
-	conn     *amqp.Conn // nil after a drop until redialled
-	sess     *amqp.Session
-	senders  map[string]*amqp.Sender
-	closed   bool
-	failures int // consecutive failed dials, for the back-off
-	lastDial time.Time
-
+	// conn is dialled again when lost (the next publish or receive dials, backing off
+	// after failed dials up to WithMaxBackoff); Close abandons a dial under way.
+	conn      driverkit.Redialer[*amqp.Conn]
 	consumers driverkit.Group // the consumers open; Close closes them
+
+	mu      sync.Mutex
+	gen     uint64        // the generation of the connection of sess and senders
+	sess    *amqp.Session // the senders' session
+	senders map[string]*amqp.Sender
+	closed  bool
+
+	// dupPrefix and dupSeq make the duplicate ids of writes (confirm.go).
+	dupPrefix string
+	dupSeq    atomic.Uint64
 }
 
 // Capabilities reports binding §7: attempts are the larger of the body's and the
@@ -458,71 +484,15 @@ func (t *Transport) Capabilities() transport.Capabilities {
 	}
 }
 
-// connection returns a live connection, dialling again when the last one dropped.
-// t.mu must be held.
-func (t *Transport) connectionLocked(ctx context.Context) (*amqp.Conn, error) {
-	if t.closed {
-		return nil, transport.ErrClosed
-	}
-	if t.conn != nil {
-		select {
-		case <-t.conn.Done(): // logged by watch
-			t.dropLocked()
-		default:
-			return t.conn, nil
-		}
-	}
-	if t.opts.dial == nil {
-		return nil, fmt.Errorf("artemis: connection lost and no dial function to reconnect (use WithDial): %w", transport.ErrClosed)
-	}
-	if t.failures > 0 {
-		wait := min(100*time.Millisecond<<min(t.failures, 10), t.opts.maxBackoff)
-		if rest := time.Until(t.lastDial.Add(wait)); rest > 0 {
-			timer := time.NewTimer(rest)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				timer.Stop()
-				return nil, ctx.Err()
-			}
-		}
-	}
-	t.lastDial = time.Now()
-	// Bounded, so a black-holed broker cannot hold the transport (and Close) forever.
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	conn, err := t.opts.dial(dctx)
-	if err != nil {
-		t.failures++
-		return nil, &dialError{fmt.Errorf("artemis: reconnect to %s: %w", t.desc, err)}
-	}
-	t.failures = 0
-	t.conn = conn
-	go t.watch(conn)
-	t.log.Info("artemis: reconnected", "broker", t.desc)
-	return conn, nil
-}
-
-// dropLocked forgets the connection and everything opened on it.
-func (t *Transport) dropLocked() {
-	if t.conn != nil {
-		_ = t.conn.Close()
-	}
-	t.conn, t.sess = nil, nil
-	clear(t.senders)
-}
-
 // session returns a new session on the live connection. Consumers take one each.
 func (t *Transport) session(ctx context.Context) (*amqp.Session, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	conn, err := t.connectionLocked(ctx)
+	conn, _, err := t.conn.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s, err := conn.NewSession(ctx, nil)
 	if err != nil {
-		t.noteErrLocked(err)
+		t.noteErr(conn, err)
 		return nil, fmt.Errorf("artemis: open session: %w", err)
 	}
 	return s, nil
@@ -535,19 +505,14 @@ func closeQuietly(s *amqp.Session) error {
 	return s.Close(ctx)
 }
 
-// noteErrLocked drops the connection when err says it is gone.
-func (t *Transport) noteErrLocked(err error) {
-	var ce *amqp.ConnError
-	if errors.As(err, &ce) {
-		t.dropLocked()
+// noteErr drops conn when err says it is gone (nil conn: the one held).
+func (t *Transport) noteErr(conn *amqp.Conn, err error) {
+	if errors.As(err, new(*amqp.ConnError)) {
+		if conn == nil {
+			conn, _, _ = t.conn.Current()
+		}
+		t.conn.Drop(conn)
 	}
-}
-
-// noteErr is noteErrLocked for a caller that does not hold t.mu.
-func (t *Transport) noteErr(err error) {
-	t.mu.Lock()
-	t.noteErrLocked(err)
-	t.mu.Unlock()
 }
 
 // bound returns ctx bounded by the confirm timeout when it has no deadline.
@@ -562,23 +527,25 @@ func (t *Transport) bound(ctx context.Context) (context.Context, context.CancelF
 func (t *Transport) sender(ctx context.Context, queue string) (*amqp.Sender, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s, ok := t.senders[queue]; ok {
-		return s, nil
-	}
-	conn, err := t.connectionLocked(ctx)
+	conn, gen, err := t.conn.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if gen != t.gen { // a new connection: what was opened on the last one is gone
+		t.gen, t.sess = gen, nil
+		clear(t.senders)
+	}
+	if s, ok := t.senders[queue]; ok {
+		return s, nil
+	}
 	if t.sess == nil {
-		s, err := conn.NewSession(ctx, nil)
-		if err != nil {
-			t.noteErrLocked(err)
+		if t.sess, err = conn.NewSession(ctx, nil); err != nil {
+			t.noteErr(conn, err)
 			return nil, fmt.Errorf("artemis: open session: %w", err)
 		}
-		t.sess = s
 	}
 	s, err := t.sess.NewSender(ctx, queue, &amqp.SenderOptions{
-		SettlementMode:     ptr(amqp.SenderSettleModeUnsettled),
+		SettlementMode:     amqp.SenderSettleModeUnsettled.Ptr(),
 		TargetCapabilities: []string{capabilityQueue},
 		TargetDurability:   amqp.DurabilityNone,
 	})
@@ -587,7 +554,7 @@ func (t *Transport) sender(ctx context.Context, queue string) (*amqp.Sender, err
 		if errors.As(err, &se) {
 			t.sess = nil
 		}
-		t.noteErrLocked(err)
+		t.noteErr(conn, err)
 		return nil, fmt.Errorf("artemis: attach sender to %q: %w", queue, authCause(err))
 	}
 	t.senders[queue] = s
@@ -605,7 +572,7 @@ func (t *Transport) forget(queue string, s *amqp.Sender, err error) {
 	if errors.As(err, &se) {
 		t.sess = nil
 	}
-	t.noteErrLocked(err)
+	t.noteErr(nil, err)
 }
 
 // linkGone reports that err means the link, session or connection is closed, so a
@@ -620,39 +587,41 @@ func linkGone(err error) bool {
 }
 
 // Publish writes one message and returns once Artemis accepted it. It waits for a
-// connection it cannot make ([WithPublishWait]).
+// connection it cannot make ([WithPublishWait]): a publish whose reconnection failed
+// (a *dialError: nothing was sent) is made again, 50 ms doubling to 1 s between
+// ([driverkit.RideOut]).
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
-	return t.rideOut(ctx, func(ctx context.Context) error { return t.write(ctx, m) })
+	dup := t.duplicateID() // one for every try: a copy stored before the link dropped is not stored again
+	return driverkit.RideOut(ctx, "artemis", t.opts.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second},
+		func(err error) bool { return errors.As(err, new(*dialError)) },
+		func(ctx context.Context) error { return t.write(ctx, m, dup) })
 }
 
+// dialError is a reconnection that failed: nothing was sent on it.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
 // Close closes the transport's consumers ([driverkit.Group.Close]: each waits, until
-// ctx ends, for its pipelined settlements in flight, whose deliveries are accepted once
-// their writes are, and detaches), then closes the connection. Deliveries not yet
-// settled go back to the broker. It returns nil, or the errors of both steps joined.
+// ctx ends, for its pipelined settlements in flight, and detaches), then the connection;
+// deliveries not yet settled go back to the broker. It returns nil, or the errors of both
+// steps joined. A reconnection under way is abandoned once ctx ends, and once the
+// consumers are closed, so Close returns within ctx whatever the connection is doing.
 func (t *Transport) Close(ctx context.Context) error {
+	conn := t.conn.Close() // a dial under way is abandoned
 	err := t.consumers.Close(ctx)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return err
-	}
-	t.closed = true
-	if t.conn == nil {
-		return err
-	}
-	done := make(chan error, 1)
-	conn := t.conn
-	go func() { done <- conn.Close() }()
-	t.conn, t.sess = nil, nil
+	closed := t.closed
+	t.closed, t.sess = true, nil
 	clear(t.senders)
-	select {
-	case cerr := <-done:
-		var ce *amqp.ConnError
-		if errors.As(cerr, &ce) && ce.RemoteErr == nil {
-			return err
-		}
-		return errors.Join(err, cerr)
-	case <-ctx.Done():
-		return errors.Join(err, ctx.Err())
+	t.mu.Unlock()
+	if closed || conn == nil || conn.Err() != nil {
+		return err
 	}
+	_, cerr := driverkit.Await(ctx, func() (struct{}, error) { return struct{}{}, conn.Close() }, nil)
+	if ce := (*amqp.ConnError)(nil); errors.As(cerr, &ce) && ce.RemoteErr == nil {
+		return err // closed by us: no error of the broker's
+	}
+	return errors.Join(err, cerr)
 }

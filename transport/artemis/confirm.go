@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	amqp "github.com/Azure/go-amqp"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // Every write of the transport (Publish, PublishConfirmed, settle writes) is sent
@@ -17,16 +19,26 @@ import (
 
 var _ transport.ConfirmedPublisher = (*Transport)(nil)
 
+// duplicateID returns a value of propDuplicateID no other write of any transport has:
+// the transport's random prefix and a count.
+func (t *Transport) duplicateID() string {
+	return t.dupPrefix + strconv.FormatUint(t.dupSeq.Add(1), 36)
+}
+
 // write sends m and waits until Artemis accepted it. A link that turns out to be dead,
-// when sending or while waiting for the outcome, is attached again once.
-func (t *Transport) write(ctx context.Context, m *transport.Message) error {
-	if m.Queue == "" {
-		return errors.New("artemis: message has no queue")
+// when sending or while waiting for the outcome, is attached again once. Every send of
+// the write carries dup, its duplicate id (propDuplicateID; the caller makes one per
+// write and keeps it for the write's every try, the publish wait's included): when the
+// link dropped after Artemis stored the first copy but before its outcome arrived,
+// Artemis drops a later copy and answers accepted, so the write is stored once.
+func (t *Transport) write(ctx context.Context, m *transport.Message, dup string) error {
+	if err := checkQueue(m); err != nil {
+		return err
 	}
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
 	for try := 0; ; try++ {
-		r, s, err := t.transfer(ctx, m)
+		r, s, err := t.transfer(ctx, m, dup)
 		if err != nil {
 			return err
 		}
@@ -42,61 +54,55 @@ func (t *Transport) write(ctx context.Context, m *transport.Message) error {
 }
 
 // PublishConfirmed writes msgs in order, every transfer in flight at once (unsettled, on
-// the cached sender of each queue), then waits for Artemis's outcomes together: one round
-// trip for the batch instead of one per message. Only an accepted outcome confirms a
-// message. Without a deadline on ctx the whole call is bounded by the confirm timeout.
-//
-// A message that cannot be sent (no queue, over the size limit) is reported and the
-// others go on; when a transfer fails (the link or connection went away; a dead link is
-// attached again once, as [Transport.Publish] does), the messages after it are not sent
-// and are reported with [transport.ErrNotAttempted], so a batch's order is kept. Those
-// results come in a *[transport.BatchError].
+// the cached sender of each queue), then waits for Artemis's outcomes together; only an
+// accepted one confirms a message. Without a deadline on ctx the whole call is bounded by
+// the confirm timeout. A message that cannot be sent (no queue, over the size limit) is
+// reported and the others go on; after a failed transfer the rest are not sent
+// ([transport.ErrNotAttempted]), so a batch's order is kept. The error is a
+// *[transport.BatchError].
 func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
-	errs := make([]error, len(msgs))
-	sent := make([]*amqp.SendReceipt, len(msgs))
-	for i, m := range msgs {
-		if m == nil || m.Queue == "" {
-			errs[i] = errors.New("artemis: message has no queue")
-			continue
-		}
-		r, _, err := t.transfer(ctx, m)
-		if errors.Is(err, transport.ErrTooLarge) {
-			errs[i] = err
-			continue
-		}
-		if err != nil {
-			errs[i] = err
-			for j := i + 1; j < len(msgs); j++ {
-				errs[j] = transport.ErrNotAttempted
+	return driverkit.PublishInOrder(ctx, msgs, checkQueue,
+		func(ctx context.Context, m *transport.Message) (*amqp.SendReceipt, error) {
+			r, _, err := t.transfer(ctx, m, "")
+			return &r, err
+		},
+		func(ctx context.Context, sent []*amqp.SendReceipt, errs []error) {
+			for i, r := range sent {
+				if errs[i] == nil {
+					errs[i] = outcome(ctx, msgs[i].Queue, r)
+				}
 			}
-			break
-		}
-		sent[i] = &r
+		})
+}
+
+// checkQueue refuses a message without a queue.
+func checkQueue(m *transport.Message) error {
+	if m == nil || m.Queue == "" {
+		return errors.New("artemis: message has no queue")
 	}
-	for i, r := range sent {
-		if r != nil {
-			errs[i] = outcome(ctx, msgs[i].Queue, r)
-		}
-	}
-	return transport.NewBatchError(errs)
+	return nil
 }
 
 // transfer sends m unsettled without waiting for its outcome, and returns the receipt
-// and the sender. A link found dead is attached again once.
-func (t *Transport) transfer(ctx context.Context, m *transport.Message) (amqp.SendReceipt, *amqp.Sender, error) {
+// and the sender. A link found dead is attached again once (nothing was sent on it).
+// dup, when set, is the write's duplicate id (write).
+func (t *Transport) transfer(ctx context.Context, m *transport.Message, dup string) (amqp.SendReceipt, *amqp.Sender, error) {
 	msg := toAMQP(m)
+	if dup != "" {
+		msg.ApplicationProperties[propDuplicateID] = dup
+	}
 	var err error
 	for try := 0; try < 2; try++ {
 		var s *amqp.Sender
 		if s, err = t.sender(ctx, m.Queue); err != nil {
 			return amqp.SendReceipt{}, nil, err
 		}
-		limit := t.opts.maxSize
+		limit := t.opts.MaxMessageSize
 		if n := s.MaxMessageSize(); limit == 0 && n > 0 && n <= math.MaxInt32 {
 			limit = int(n)
 		}
@@ -119,36 +125,29 @@ func (t *Transport) transfer(ctx context.Context, m *transport.Message) (amqp.Se
 	return amqp.SendReceipt{}, nil, err
 }
 
-// sentWrite is one settle write sent and not yet answered.
-type sentWrite struct {
-	r     amqp.SendReceipt
-	queue string
-}
-
 // sendWrites transfers the settle writes ws unsettled, in order, without waiting for
 // their outcomes (pipelined settle writes). It stops at the first that cannot be sent
 // and returns it as a *transport.SettleWriteError; the writes sent before it stay in
 // flight (a redelivery repeats them: a duplicate at worst, never a loss).
-func (t *Transport) sendWrites(ctx context.Context, ws []*transport.Message) ([]sentWrite, error) {
+func (t *Transport) sendWrites(ctx context.Context, ws []*transport.Message) ([]amqp.SendReceipt, error) {
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
-	sent := make([]sentWrite, 0, len(ws))
-	for _, w := range ws {
-		r, _, err := t.transfer(ctx, w)
-		if err != nil {
+	sent := make([]amqp.SendReceipt, len(ws))
+	for i, w := range ws {
+		var err error
+		if sent[i], _, err = t.transfer(ctx, w, ""); err != nil {
 			return nil, &transport.SettleWriteError{Queue: w.Queue, Err: err}
 		}
-		sent = append(sent, sentWrite{r: r, queue: w.Queue})
 	}
 	return sent, nil
 }
 
-// awaitWrites waits for the outcome of every write in sent and returns nil when each
-// was accepted, else the first failure (a *transport.SettleWriteError).
-func awaitWrites(ctx context.Context, sent []sentWrite) error {
+// awaitWrites waits for the outcome of every write of ws, sent, and returns nil when
+// each was accepted, else the first failure (a *transport.SettleWriteError).
+func awaitWrites(ctx context.Context, ws []*transport.Message, sent []amqp.SendReceipt) error {
 	for i := range sent {
-		if err := outcome(ctx, sent[i].queue, &sent[i].r); err != nil {
-			return &transport.SettleWriteError{Queue: sent[i].queue, Err: err}
+		if err := outcome(ctx, ws[i].Queue, &sent[i]); err != nil {
+			return &transport.SettleWriteError{Queue: ws[i].Queue, Err: err}
 		}
 	}
 	return nil

@@ -27,7 +27,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	// the one delivery in hand.
 	pipelined := t.opts.pipeline && !opts.Transactional
 	c := &consumer{t: t, queue: queue, credit: credit, manual: pipelined}
-	if _, err := c.link(ctx); err != nil {
+	c.link = driverkit.NewAttachment(c.attach)
+	if _, err := c.link.Get(ctx); err != nil {
 		return nil, err
 	}
 	k, err := driverkit.New[msg](c, driverkit.Config{
@@ -44,7 +45,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		_ = c.Close(ctx)
 		return nil, err
 	}
-	c.kit = k
+	c.kit, c.link.Done = k, k.Done()
 	return k, nil
 }
 
@@ -54,19 +55,21 @@ type consumer struct {
 	queue  string
 	credit int32 // the prefetch
 	kit    *driverkit.Consumer[msg]
-
-	mu     sync.Mutex // guards sess, recv, closed, granted; held while attaching
-	sess   *amqp.Session
-	recv   *amqp.Receiver
-	closed bool
+	link   *driverkit.Attachment[link] // attached again by a Receive once lost
 
 	// manual is set when settle writes are pipelined: the receiver's link credit is
-	// then issued by Receive (topUp), and granted counts the credit issued on recv and
-	// not yet used by a delivery received from it (in flight or buffered). A pipelined
-	// delivery is finished in the kit (its prefetch slot is free) while Artemis still
-	// holds it unsettled, and go-amqp's automatic credit would count it as held.
-	manual  bool
-	granted int
+	// then issued by Receive (topUp), as a pipelined delivery is finished in the kit (its
+	// prefetch slot is free) while Artemis still holds it unsettled, and go-amqp's
+	// automatic credit would count it as held.
+	manual bool
+	mu     sync.Mutex // guards the live link's granted
+}
+
+// link is a receiver link on the queue, on a session of its own.
+type link struct {
+	r       *amqp.Receiver
+	s       *amqp.Session
+	granted int // manual: the credit issued on r and not yet used by a delivery (in flight or buffered)
 }
 
 // msg is one delivery as the kit holds it: the message and the link it came on, which
@@ -76,16 +79,8 @@ type msg struct {
 	m *amqp.Message
 }
 
-// link returns the live receiver, attaching one when there is none.
-func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, transport.ErrClosed
-	}
-	if c.recv != nil {
-		return c.recv, nil
-	}
+// attach attaches a receiver to the queue.
+func (c *consumer) attach(ctx context.Context) (*link, error) {
 	sess, err := c.t.session(ctx)
 	if err != nil {
 		return nil, err
@@ -100,88 +95,80 @@ func (c *consumer) link(ctx context.Context) (*amqp.Receiver, error) {
 	})
 	if err != nil {
 		_ = closeQuietly(sess)
-		c.t.noteErr(err)
+		c.t.noteErr(nil, err)
 		return nil, fmt.Errorf("artemis: attach receiver to %q: %w", c.queue, err)
 	}
-	c.sess, c.recv, c.granted = sess, r, 0
-	return r, nil
+	return &link{r: r, s: sess}, nil
 }
 
-// topUp issues link credit on r, when the credit is managed here, so that the
+// topUp issues link credit on l, when the credit is managed here, so that the
 // deliveries held (handed out and not finished in the kit) and the credit granted and
 // unused add up to the prefetch: what go-amqp's automatic credit gives, less the
 // deliveries whose pipelined writes are in flight. The caller holds a prefetch slot, so
 // at least one credit is granted.
-func (c *consumer) topUp(r *amqp.Receiver) {
+func (c *consumer) topUp(l *link) {
 	if !c.manual {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.recv != r {
+	if c.link.Current() != l {
 		return
 	}
-	want := int(c.credit) - c.kit.Held() - c.granted
-	if c.granted == 0 {
+	want := int(c.credit) - c.kit.Held() - l.granted
+	if l.granted == 0 {
 		want = max(want, 1)
 	}
 	if want <= 0 {
 		return
 	}
-	if err := r.IssueCredit(uint32(want)); err == nil {
-		c.granted += want
+	if err := l.r.IssueCredit(uint32(want)); err == nil {
+		l.granted += want
 	} // else the link is closing: its Receive fails and the link is attached again
 }
 
-// used records a delivery received on r, which used a credit topUp granted.
-func (c *consumer) used(r *amqp.Receiver) {
+// used records a delivery received on l, which used a credit topUp granted.
+func (c *consumer) used(l *link) {
 	if !c.manual {
 		return
 	}
 	c.mu.Lock()
-	if c.recv == r && c.granted > 0 {
-		c.granted--
+	if c.link.Current() == l && l.granted > 0 {
+		l.granted--
 	}
 	c.mu.Unlock()
 }
 
-// unlink forgets a receiver whose link failed; the next Receive attaches another.
-func (c *consumer) unlink(r *amqp.Receiver, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.recv != r {
-		return
+// unlink forgets a link that failed; the next Receive attaches another.
+func (c *consumer) unlink(l *link, err error) {
+	if c.link.Lost(l) {
+		go func() { _ = closeQuietly(l.s) }()
+		c.t.noteErr(nil, err)
 	}
-	c.recv = nil
-	if c.sess != nil {
-		go func(s *amqp.Session) { _ = closeQuietly(s) }(c.sess)
-		c.sess = nil
-	}
-	c.t.noteErr(err)
 }
 
 // Receive waits for the next delivery on the live receiver, attaching one first when
 // the last was lost.
 func (c *consumer) Receive(ctx context.Context, into []msg) (int, error) {
-	r, err := c.link(ctx)
+	l, err := c.link.Get(ctx)
 	if err != nil {
 		return 0, err
 	}
-	c.topUp(r)
-	m := r.Prefetched() // the common case under load: no wait, no context
+	c.topUp(l)
+	m := l.r.Prefetched() // the common case under load: no wait, no context
 	if m == nil {
 		rctx, cancel := c.kit.Bind(ctx)
-		m, err = r.Receive(rctx, nil)
+		m, err = l.r.Receive(rctx, nil)
 		cancel()
 		if err != nil {
 			if linkGone(err) {
-				c.unlink(r, err)
+				c.unlink(l, err)
 			}
 			return 0, err
 		}
 	}
-	c.used(r)
-	into[0] = msg{r: r, m: m}
+	c.used(l)
+	into[0] = msg{r: l.r, m: m}
 	return 1, nil
 }
 
@@ -194,15 +181,8 @@ func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, transpor
 // Decode reads the message into the delivery (message.go).
 func (c *consumer) Decode(m msg, d *transport.Delivery) { decode(m.m, d) }
 
-// Settlement on Artemis. Ack is the accepted outcome, after the settle writes are
-// accepted (Write); a give-back is the modified outcome, with delivery-failed set for a
-// Rewind, so Artemis redelivers the message with a higher delivery-count, and unset for
-// a delivery whose Ack failed (a settle write refused): that does not count against
-// Artemis's max-delivery-attempts, which an outage of the dead-letter queue of a few
-// seconds was enough to use up (found by the fault suite, issue 16). A delivery whose
-// link is gone was taken back by the broker with the link.
-
-// Ack accepts the delivery.
+// Ack accepts the delivery (after its settle writes were accepted: Write). A delivery
+// whose link is gone was taken back by the broker with the link.
 func (c *consumer) Ack(ctx context.Context, m msg) error {
 	ctx, cancel := c.t.bound(ctx)
 	defer cancel()
@@ -217,8 +197,10 @@ func (c *consumer) Ack(ctx context.Context, m msg) error {
 	return nil
 }
 
-// GiveBack answers each delivery with the modified outcome. Deliveries given back
-// because the consumer closes need nothing: detaching the link gives them back.
+// GiveBack answers each delivery with the modified outcome, delivery-failed set for a
+// Rewind (a higher delivery-count) and unset for a delivery whose Ack failed, so that a
+// refused settle write does not count against Artemis's max-delivery-attempts (issue
+// 16). Closing needs nothing: detaching the link gives the deliveries back.
 func (c *consumer) GiveBack(ctx context.Context, ms []msg, why driverkit.Reason) error {
 	if why == driverkit.Closing {
 		return nil
@@ -240,33 +222,29 @@ func (c *consumer) GiveBack(ctx context.Context, ms []msg, why driverkit.Reason)
 // and accepted in turn, stopping at the first that fails.
 func (c *consumer) Write(ctx context.Context, _ msg, ws []*transport.Message) (driverkit.Confirm, error) {
 	if !c.manual {
-		return nil, driverkit.SendAll(ctx, ws, c.t.write)
+		return nil, driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
+			return c.t.write(ctx, w, c.t.duplicateID())
+		})
 	}
 	sent, err := c.t.sendWrites(ctx, ws)
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { return awaitWrites(ctx, sent) }, nil
+	return func(ctx context.Context) error { return awaitWrites(ctx, ws, sent) }, nil
 }
 
 // Close detaches the receiver: the deliveries it holds and that were not settled go
 // back to the broker, which redelivers them.
 func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	r, s := c.recv, c.sess
-	c.recv, c.sess = nil, nil
-	var err error
-	if r != nil {
-		if cerr := r.Close(ctx); cerr != nil && !linkGone(cerr) {
-			err = cerr
-		}
+	l, err := c.link.Close(ctx)
+	if l == nil {
+		return err
 	}
-	if s != nil {
-		if cerr := s.Close(ctx); cerr != nil && !linkGone(cerr) && err == nil {
-			err = cerr
-		}
+	if cerr := l.r.Close(ctx); cerr != nil && !linkGone(cerr) {
+		err = cerr
+	}
+	if cerr := l.s.Close(ctx); cerr != nil && !linkGone(cerr) && err == nil {
+		err = cerr
 	}
 	return err
 }

@@ -1,9 +1,7 @@
 package artemis
 
 import (
-	"fmt"
 	"math"
-	"reflect"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -37,16 +35,16 @@ const (
 	AppID = "babelqueue"
 )
 
+// propDuplicateID is Artemis's duplicate-detection property (_AMQ_DUPL_ID). Publish and
+// settle writes that wait for their outcome carry one value per write (confirm.go), so
+// that a write sent again after its link dropped while the outcome was on its way is
+// dropped by Artemis when the first copy was stored. It is the transport's own: never
+// taken from a message's headers (a redriven or retried message would carry its first
+// publish's value and be dropped as a duplicate of it) and never handed to a handler.
+const propDuplicateID = "_AMQ_DUPL_ID"
+
 // capabilityQueue makes Artemis treat an attached address as an anycast queue.
 const capabilityQueue = "queue"
-
-func reserved(name string) bool {
-	switch name {
-	case PropSchemaVersion, PropSourceLang, PropAttempts, PropAppID:
-		return true
-	}
-	return false
-}
 
 // toAMQP projects m onto an AMQP message. The body is carried unchanged: as an AMQP
 // string value section when it is valid UTF-8 (every envelope is), else as one data
@@ -69,7 +67,9 @@ func toAMQP(m *transport.Message) *amqp.Message {
 		msg.Data = [][]byte{m.Body}
 	}
 	for k, v := range m.Headers {
-		if !reserved(k) {
+		switch k {
+		case PropSchemaVersion, PropSourceLang, PropAttempts, PropAppID, propDuplicateID: // never replaced
+		default:
 			msg.ApplicationProperties[k] = v
 		}
 	}
@@ -98,11 +98,8 @@ func toAMQP(m *transport.Message) *amqp.Message {
 	}
 	msg.ApplicationProperties[PropAttempts] = strconv.Itoa(max(m.Attempts, 0))
 	msg.ApplicationProperties[PropAppID] = AppID
-	if m.Delay > 0 {
-		msg.Annotations[AnnotationDeliveryDelay] = m.Delay.Milliseconds()
-		if m.Delay%time.Millisecond != 0 {
-			msg.Annotations[AnnotationDeliveryDelay] = m.Delay.Milliseconds() + 1
-		}
+	if m.Delay > 0 { // rounded up to a whole millisecond
+		msg.Annotations[AnnotationDeliveryDelay] = m.Delay.Milliseconds() + int64(min(m.Delay%time.Millisecond, 1))
 	}
 	return msg
 }
@@ -117,11 +114,11 @@ func fromAMQP(queue string, msg *amqp.Message) *transport.Delivery {
 }
 
 // decode reads a received AMQP message into d. It never panics on what the broker
-// sends: a body in an unexpected section becomes the bytes that can be read, and
-// headers of unexpected types are left out. bq_attempts is read with
-// [driverkit.Attempts], the reading every driver shares.
+// sends: the body is [driverkit.AMQPBody] (a body in a section that holds no envelope
+// bytes is empty, which the runtime treats as poison), and headers of unexpected types
+// are left out.
 func decode(msg *amqp.Message, d *transport.Delivery) {
-	d.Body = bodyOf(msg)
+	d.Body = driverkit.AMQPBody(msg.Data, msg.Value)
 	if msg.Header != nil {
 		d.Redeliveries = int(min(msg.Header.DeliveryCount, math.MaxInt32))
 	}
@@ -130,8 +127,8 @@ func decode(msg *amqp.Message, d *transport.Delivery) {
 		case PropAttempts:
 			d.AttemptsHeader, d.HasAttemptsHeader = driverkit.Attempts(v)
 		case PropSchemaVersion:
-			d.SchemaVersion = schemaValue(v)
-		case PropSourceLang, PropAppID:
+			d.SchemaVersion = driverkit.SchemaValue(v) // the kit's one reading of an AMQP value
+		case PropSourceLang, PropAppID, propDuplicateID:
 		default:
 			if s, ok := v.(string); ok {
 				if d.Headers == nil {
@@ -141,56 +138,4 @@ func decode(msg *amqp.Message, d *transport.Delivery) {
 			}
 		}
 	}
-}
-
-// bodyOf returns the body bytes: the data sections joined (one in the usual case), or
-// the bytes of a string or binary value section. Anything else (a sequence, a typed
-// value) has no envelope bytes and yields an empty body, which the runtime treats as
-// poison.
-func bodyOf(msg *amqp.Message) []byte {
-	switch {
-	case len(msg.Data) == 1:
-		return msg.Data[0]
-	case len(msg.Data) > 1:
-		var n int
-		for _, b := range msg.Data {
-			n += len(b)
-		}
-		out := make([]byte, 0, n)
-		for _, b := range msg.Data {
-			out = append(out, b...)
-		}
-		return out
-	}
-	switch v := msg.Value.(type) {
-	case string:
-		return []byte(v)
-	case []byte:
-		return v
-	}
-	return []byte{}
-}
-
-// schemaValue is bq_schema_version as the broker typed it, in the forms
-// [transport.Delivery.SchemaVersion] allows: nil, string, int64, float64 or bool. A value
-// of another AMQP type is reported as a string naming its type, which the gate rejects.
-func schemaValue(v any) any {
-	switch s := v.(type) {
-	case nil:
-		return nil
-	case string, bool, float64:
-		return s
-	case float32:
-		return float64(s)
-	case int8, int16, int32, int64, int:
-		return reflect.ValueOf(s).Int()
-	case uint8, uint16, uint32, uint64, uint:
-		if u := reflect.ValueOf(s).Uint(); u <= math.MaxInt64 {
-			return int64(u)
-		}
-		return fmt.Sprint(s)
-	case amqp.Null:
-		return nil
-	}
-	return fmt.Sprintf("(%T)", v)
 }

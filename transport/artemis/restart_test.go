@@ -174,8 +174,15 @@ func (n *artemisNode) ready() error {
 type ackLedger struct {
 	transport.Transport
 	mu     sync.Mutex
-	acked  map[string][]time.Time // body of a plain Ack (no writes) -> when each ack returned nil
-	failed int                    // settlements that returned an error
+	acked  map[string][]ackedAt // body of a plain Ack (no writes) -> each ack that returned nil
+	failed int                  // settlements that returned an error
+}
+
+// ackedAt is one acknowledgement the transport said was done: when, and the delivery's
+// delivery-count (a repeat with 0 was stored twice; one above 0 was delivered again).
+type ackedAt struct {
+	at           time.Time
+	redeliveries int
 }
 
 func (l *ackLedger) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Consumer, error) {
@@ -199,7 +206,7 @@ func (c *ledgerConsumer) Settle(ctx context.Context, d *transport.Delivery, s tr
 	case err != nil:
 		c.l.failed++
 	case s.Outcome == transport.Ack && len(s.Writes) == 0:
-		c.l.acked[string(d.Body)] = append(c.l.acked[string(d.Body)], time.Now())
+		c.l.acked[string(d.Body)] = append(c.l.acked[string(d.Body)], ackedAt{time.Now(), d.Redeliveries})
 	}
 	return err
 }
@@ -242,7 +249,7 @@ func TestBrokerRestartMidRun(t *testing.T) {
 	// The transport's warnings (lost links) and the runtime's errors (failed
 	// settlements) go to the test log; dead-lettering each failing message is the
 	// runtime's warning, expected here.
-	ledger := &ackLedger{Transport: open(slog.LevelWarn), acked: map[string][]time.Time{}}
+	ledger := &ackLedger{Transport: open(slog.LevelWarn), acked: map[string][]ackedAt{}}
 	a, err := babelqueue.New(ledger, babelqueue.WithQueue(q), babelqueue.WithLogger(brokerproc.TestLogger(t, slog.LevelError)),
 		babelqueue.WithDeadLetter(true), babelqueue.WithMaxAttempts(3), babelqueue.WithConcurrency(4),
 		babelqueue.WithShutdownGrace(5*time.Second), babelqueue.WithSettleTimeout(20*time.Second))
@@ -361,8 +368,12 @@ func TestBrokerRestartMidRun(t *testing.T) {
 			continue
 		}
 		twice++
-		t.Logf("acknowledged %d times, first %s after the SIGTERM: %s", len(at), at[0].Sub(run.TermAt).Round(time.Millisecond), body)
-		if !at[0].Before(run.BackAt) {
+		var when []string
+		for _, a := range at {
+			when = append(when, fmt.Sprintf("%s after the SIGTERM (delivery-count %d)", a.at.Sub(run.TermAt).Round(time.Millisecond), a.redeliveries))
+		}
+		t.Logf("acknowledged %d times (the broker was back %s after the SIGTERM): %s: %s", len(at), run.BackAt.Sub(run.TermAt).Round(time.Millisecond), strings.Join(when, ", "), body)
+		if !at[0].at.Before(run.BackAt) {
 			t.Errorf("acknowledged after the broker was back, yet delivered again: %s", body)
 		}
 	}

@@ -23,18 +23,13 @@ const managementAddress = "activemq.management"
 // The attributes of a queue's QueueControl that QueueStats reads, in this order.
 var statsAttributes = [...]string{"messageCount", "deliveringCount", "scheduledCount", "messagesAdded", "firstMessageTimestamp"}
 
-// QueueStats asks the broker's management API for the queue's counts: one request
-// message per attribute of the queue's QueueControl, sent to activemq.management on the
-// transport's connection and answered on a temporary queue, on a session of its own.
-// InFlight is deliveringCount (delivered to a consumer, not acknowledged), Delayed
-// scheduledCount, Ready messageCount less both (Artemis counts them in its message
-// count), Appended messagesAdded (which starts again from zero when the broker
-// restarts), and Oldest firstMessageTimestamp, the timestamp of the queue's first
-// message (the AMQP creation-time, which the binding sets to meta.created_at; a message
-// written without one, such as a raw dead-letter write, has none, and Oldest is then
-// unknown).
+// QueueStats asks the broker's management API (activemq.management, answered on a
+// temporary queue) for the attributes of the queue's QueueControl: InFlight is
+// deliveringCount, Delayed scheduledCount, Ready messageCount less both, Appended
+// messagesAdded (from zero again after a broker restart), and Oldest
+// firstMessageTimestamp (meta.created_at; unknown for a message written without one).
 // The user needs the manage permission on the management address (the default role
-// of an Artemis instance has it). A queue that does not exist has Exists false.
+// has it). A queue that does not exist has Exists false (docs/transports/artemis.md).
 func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.QueueStats, error) {
 	s := transport.QueueStats{}
 	if queue == "" {
@@ -72,7 +67,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 			return s, fmt.Errorf("artemis: stats %q: ask %s: %w", queue, attr, err)
 		}
 	}
-	var answers [len(statsAttributes)]json.RawMessage
+	var count [len(statsAttributes)]int64
 	for range statsAttributes {
 		m, err := replies.Receive(ctx, nil)
 		if err != nil {
@@ -96,25 +91,14 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 			}
 			return s, fmt.Errorf("artemis: stats %q: %s: %s", queue, statsAttributes[i], body)
 		}
-		answers[i] = json.RawMessage(body)
-	}
-	n := func(i int) (int64, error) {
-		if len(answers[i]) == 0 {
-			return -1, nil // the attribute is null (firstMessageTimestamp of an empty queue)
-		}
-		var v []*float64
-		if err := json.Unmarshal(answers[i], &v); err != nil || len(v) != 1 {
-			return 0, fmt.Errorf("artemis: stats %q: %s answered %q", queue, statsAttributes[i], answers[i])
-		}
-		if v[0] == nil {
-			return -1, nil
-		}
-		return int64(*v[0]), nil
-	}
-	var count [len(statsAttributes)]int64
-	for i := range statsAttributes {
-		if count[i], err = n(i); err != nil {
-			return s, err
+		var v []*float64 // one number, or null (firstMessageTimestamp of an empty queue)
+		switch err := json.Unmarshal([]byte(body), &v); {
+		case body == "" || err == nil && len(v) == 1 && v[0] == nil:
+			count[i] = -1
+		case err != nil || len(v) != 1:
+			return s, fmt.Errorf("artemis: stats %q: %s answered %q", queue, statsAttributes[i], body)
+		default:
+			count[i] = int64(*v[0])
 		}
 	}
 	s.Exists = true

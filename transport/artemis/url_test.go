@@ -1,6 +1,7 @@
 package artemis_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/url"
@@ -28,6 +29,8 @@ func TestParseURL(t *testing.T) {
 		sni      string
 		noPipe   bool
 		nodes    string // every node, when the URL lists several
+		connect  time.Duration
+		size     int
 	}{
 		{url: "artemis://127.0.0.1:5673", addr: "amqp://127.0.0.1:5673"},
 		{url: "artemis://broker", addr: "amqp://broker:5672"},
@@ -43,6 +46,7 @@ func TestParseURL(t *testing.T) {
 		{url: "artemis://h?pipeline_settles=0", addr: "amqp://h:5672", noPipe: true},
 		{url: "artemis://h?pipeline_settles=false", addr: "amqp://h:5672", noPipe: true},
 		{url: "artemis://h?pipeline_settles=1", addr: "amqp://h:5672"},
+		{url: "artemis://h?connect_timeout=3s&max_message_size=65536", addr: "amqp://h:5672", connect: 3 * time.Second, size: 65536},
 		{url: "artemis://u:p%40ss@h1:5681,h2:5682", addr: "amqp://h1:5681", nodes: "h1:5681 h2:5682", user: "u", password: "p@ss", creds: true},
 		{url: "artemis://h1,h2:5682", addr: "amqp://h1:5672", nodes: "h1:5672 h2:5682"},
 		{url: "artemis+ssl://h1:5701,h2:5702", addr: "amqps://h1:5701", nodes: "h1:5701 h2:5702", tls: true, sni: "h1"},
@@ -59,6 +63,9 @@ func TestParseURL(t *testing.T) {
 			}
 			if c.Addr != tc.addr || c.Username != tc.user || c.Password != tc.password || c.HasCredentials != tc.creds || c.IdleTimeout != tc.idle {
 				t.Errorf("got %+v", c)
+			}
+			if connect := cmp.Or(tc.connect, artemis.DefaultConnectTimeout); c.ConnectTimeout != connect || c.MaxMessageSize != tc.size {
+				t.Errorf("ConnectTimeout, MaxMessageSize = %s, %d; want %s, %d", c.ConnectTimeout, c.MaxMessageSize, connect, tc.size)
 			}
 			if c.PipelineSettles == tc.noPipe {
 				t.Errorf("PipelineSettles = %v, want %v", c.PipelineSettles, !tc.noPipe)
@@ -100,6 +107,8 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		{"artemis://u:" + secret + "@h:5673?container_id=a&container_id=b", "container_id", true},
 		{"artemis://u:" + secret + "@h:5673?server_name=x", "server_name", true},
 		{"artemis://u:" + secret + "@h:5673?pipeline_settles=maybe", "pipeline_settles", true},
+		{"artemis://u:" + secret + "@h:5673?connect_timeout=0s", "connect_timeout", true},
+		{"artemis://u:" + secret + "@h:5673?max_message_size=10", "max_message_size", true},
 		{"artemis://u:" + secret + "@:5673", "host", false},
 		{"artemis://u:" + secret + "@h1:5673,:5674", "host", false},
 		{"artemis://u:" + secret + "@h1:5673,,h2:5674", "host", false},
@@ -148,6 +157,7 @@ func TestBadOptionValues(t *testing.T) {
 		{artemis.WithMaxMessageSize(0), "WithMaxMessageSize"},
 		{artemis.WithMaxBackoff(-1), "WithMaxBackoff"},
 		{artemis.WithLogger(nil), "WithLogger"},
+		{artemis.WithConnectTimeout(0), "WithConnectTimeout"},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

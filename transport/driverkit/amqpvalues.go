@@ -9,9 +9,13 @@ import (
 )
 
 // AMQPBody is the payload of an AMQP 1.0 message (Service Bus, Artemis) from its body
-// sections: every Data section joined, else an AmqpValue that is a string or binary,
-// else an empty body (never nil), which the runtime treats as poison.
+// sections: every Data section joined (the one section of the usual case as it is, not
+// copied), else an AmqpValue that is a string or binary, else an empty body (never nil),
+// which the runtime treats as poison.
 func AMQPBody(data [][]byte, value any) []byte {
+	if len(data) == 1 && data[0] != nil {
+		return data[0]
+	}
 	if len(data) > 0 {
 		out := []byte{}
 		for _, s := range data {

@@ -29,8 +29,11 @@ func (b Backoff) Delay(n int) time.Duration {
 }
 
 // Wait waits out Delay(n). It returns nil, or ctx.Err() when ctx ends first.
-func (b Backoff) Wait(ctx context.Context, n int) error {
-	t := time.NewTimer(b.Delay(n))
+func (b Backoff) Wait(ctx context.Context, n int) error { return Sleep(ctx, b.Delay(n)) }
+
+// Sleep waits d. It returns nil, or ctx.Err() when ctx ends first.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -60,3 +60,18 @@ func TestBackoffRetry(t *testing.T) {
 		t.Fatalf("Retry until ctx ends = %v (ctx %v), want the last error once ctx ended", err, ctx.Err())
 	}
 }
+
+// TestSleep: Sleep waits its duration, and returns the context's error as soon as the
+// context ends.
+func TestSleep(t *testing.T) {
+	began := time.Now()
+	if err := driverkit.Sleep(context.Background(), 20*time.Millisecond); err != nil || time.Since(began) < 20*time.Millisecond {
+		t.Errorf("Sleep(20ms) = %v after %s", err, time.Since(began))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	began = time.Now()
+	if err := driverkit.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(began) > time.Minute {
+		t.Errorf("Sleep(1h) with a context cancelled after 10ms = %v after %s", err, time.Since(began))
+	}
+}

@@ -23,3 +23,23 @@ func (o *Options) AtLeastN(option string, n, lo int) {
 		o.Invalid(option, "want at least %d, got %d", lo, n)
 	}
 }
+
+// SetAtLeast is a duration option's function in one call: it sets *field to d, or
+// records d as a bad value of option when it is below lo ([Options.AtLeast]) and leaves
+// *field as it was.
+func (o *Options) SetAtLeast(option string, field *time.Duration, d, lo time.Duration) {
+	if d < lo {
+		o.AtLeast(option, d, lo)
+		return
+	}
+	*field = d
+}
+
+// SetAtLeastN is [Options.SetAtLeast] for a count.
+func (o *Options) SetAtLeastN(option string, field *int, n, lo int) {
+	if n < lo {
+		o.AtLeastN(option, n, lo)
+		return
+	}
+	*field = n
+}

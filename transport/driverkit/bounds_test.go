@@ -2,6 +2,7 @@ package driverkit_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,5 +35,27 @@ func TestOptionsBounds(t *testing.T) {
 		if err := o.Err(); !errors.As(err, &oe) || !errors.Is(err, transport.ErrInvalidOption) || oe.Option != tc.option || oe.Reason != tc.reason {
 			t.Errorf("%s: %v, want an OptionError naming it: %q", tc.option, err, tc.reason)
 		}
+	}
+}
+
+// SetAtLeast and SetAtLeastN set a value within its bound and keep the field, recording
+// the option, for one below it.
+func TestOptionsSetAtLeast(t *testing.T) {
+	o := driverkit.Options{Broker: "b"}
+	d, n := time.Second, 4
+	o.SetAtLeast("WithWait", &d, 0, 0)
+	o.SetAtLeastN("WithBatch", &n, 8, 1)
+	if err := o.Err(); err != nil || d != 0 || n != 8 {
+		t.Fatalf("values within their bounds: %v, %s, %d; want nil, 0s, 8", err, d, n)
+	}
+	o.SetAtLeast("WithTimeout", &d, -time.Second, 1)
+	o.SetAtLeastN("WithBatch", &n, 0, 1)
+	var oe *driverkit.OptionError
+	if err := o.Err(); !errors.As(err, &oe) || oe.Option != "WithTimeout" || oe.Reason != "want a duration above zero, got -1s" ||
+		!strings.Contains(err.Error(), "invalid option WithBatch: want at least 1, got 0") {
+		t.Errorf("values below their bounds: %v", err)
+	}
+	if d != 0 || n != 8 {
+		t.Errorf("a bad value changed the field: %s, %d; want 0s, 8", d, n)
 	}
 }

@@ -457,6 +457,16 @@ func TestProject(t *testing.T) {
 	}
 }
 
+// TestSetHeader: the first header makes the map, the next ones go in it.
+func TestSetHeader(t *testing.T) {
+	var d transport.Delivery
+	driverkit.SetHeader(&d, "traceparent", "00-1")
+	driverkit.SetHeader(&d, "x-b", "")
+	if len(d.Headers) != 2 || d.Headers["traceparent"] != "00-1" || d.Headers["x-b"] != "" {
+		t.Errorf("Headers = %v", d.Headers)
+	}
+}
+
 // TestReach: a node that accepts is enough; none accepting is every node's error.
 func TestReach(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -596,6 +606,10 @@ func TestAMQPBody(t *testing.T) {
 			t.Errorf("AMQPBody(%q, %v) = %q, want %q", c.data, c.value, got, c.want)
 		}
 	}
+	one := []byte(`{"one":1}`)
+	if got := driverkit.AMQPBody([][]byte{one}, nil); &got[0] != &one[0] {
+		t.Error("AMQPBody copied the one Data section")
+	}
 }
 
 type symbol string
@@ -616,6 +630,43 @@ func TestSchemaValue(t *testing.T) {
 	} {
 		if got := driverkit.SchemaValue(c.in); got != c.want {
 			t.Errorf("SchemaValue(%#v) = %#v, want %#v", c.in, got, c.want)
+		}
+	}
+}
+
+// A client Drop forgets is closed with Discard when one is set (a client that failed a
+// write may be closing itself: no flush), and with Free otherwise.
+func TestPoolDropUsesDiscard(t *testing.T) {
+	for _, withDiscard := range []bool{false, true} {
+		freed, discarded := make(chan int, 1), make(chan int, 1)
+		p := driverkit.Pool[int]{
+			Make: func(string) (int, error) { return 7, nil },
+			Free: func(_ context.Context, c int) error { freed <- c; return nil },
+		}
+		if withDiscard {
+			p.Discard = func(_ context.Context, c int) error { discarded <- c; return nil }
+		}
+		c, err := p.Get(context.Background(), "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Drop("q", c)
+		want, other := freed, discarded
+		if withDiscard {
+			want, other = discarded, freed
+		}
+		select {
+		case got := <-want:
+			if got != 7 {
+				t.Errorf("discard=%v: closed client %d, want 7", withDiscard, got)
+			}
+		case <-time.After(5 * time.Second): // a hang guard
+			t.Fatalf("discard=%v: the dropped client was not closed the expected way", withDiscard)
+		}
+		select {
+		case <-other:
+			t.Errorf("discard=%v: the dropped client was closed both ways", withDiscard)
+		default:
 		}
 	}
 }

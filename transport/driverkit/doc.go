@@ -98,14 +98,17 @@
 // What every transport repeats around its consumers is here too, each tested once:
 // [Common], the settings every driver takes (logger, connect timeout, size limit) with
 // one validation path and their URL parameters ([Common.Query]); [ParseURL],
-// [RefuseParts], [CheckHTTPURL] and [IsLoopback] for reading a URL; [Reach], the
+// [RefuseParts], [CheckHTTPURL], [IsLoopback] and [Hosts] for reading a URL; [Reach], the
 // start-up check that a node answers; [Pool], a client per destination (a producer per
 // topic, a sender per queue) made once and closed together; [Project], the envelope's
-// fields under the bq- property names; [PublishRuns] and [Receipts] for confirmed
+// fields under the bq- property names, and [SetHeader]; [PublishRuns] and [Receipts] for confirmed
 // publishes; [Coalescer], one request for the calls made while another is on its way
-// (acknowledgements); [Poller], long polls never cancelled for their caller; [Await], a
+// (acknowledgements); [GroupCommit], the calls several workers make at once sent as one
+// request by the caller that finds a lane free; [DeferredAcks], acknowledgements sent
+// with the next receive request or after a linger; [Poller], long polls never cancelled for their caller; [Await], a
 // blocking client call bounded by a context; [ClientLog], the log handler a driver
-// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers; and [Backoff],
+// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers; [Offsets], the
+// commit bookkeeping of a consumer of a partitioned log; and [Backoff], [Sleep],
 // [Params], [FIFO], [Confirmations], [RunCoalesced] and [RunDue].
 //
 // # Testing

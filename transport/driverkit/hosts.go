@@ -1,6 +1,7 @@
 package driverkit
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -35,7 +36,7 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 			host, port = strings.Trim(p, "[]"), defaultPort
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
-			return nil, fmt.Errorf("%w: node %q has no port number (1-65535)", ErrBadHosts, p)
+			return nil, fmt.Errorf("%w: node %q has no %w (1-65535)", ErrBadHosts, p, ErrBadPort)
 		}
 		if host == "" {
 			return nil, fmt.Errorf("%w: node %q has no host", ErrBadHosts, p)
@@ -47,6 +48,10 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 
 // ErrBadHosts is the error [Hosts] wraps when a URL's node list cannot be read.
 var ErrBadHosts = errBadHosts{}
+
+// ErrBadPort is the error [Hosts] wraps too when the fault is a node's port (not a
+// number in 1-65535), for a driver that names the port as the URL's part at fault.
+var ErrBadPort = errors.New("port number")
 
 type errBadHosts struct{}
 

@@ -26,6 +26,7 @@ func TestHosts(t *testing.T) {
 		{"amqp://a:99999/", nil, true},
 		{"amqp://a:1,:2/", nil, true},
 	}
+	badPort := map[string]bool{"amqp://a:x1,b:2/": true, "amqp://a:0/": true, "amqp://a:99999/": true}
 	for _, c := range cases {
 		u, err := url.Parse(c.url)
 		if err != nil {
@@ -39,6 +40,9 @@ func TestHosts(t *testing.T) {
 		if c.bad {
 			if !errors.Is(err, driverkit.ErrBadHosts) {
 				t.Errorf("Hosts(%s) = %v, %v; want ErrBadHosts", c.url, got, err)
+			}
+			if errors.Is(err, driverkit.ErrBadPort) != badPort[c.url] {
+				t.Errorf("Hosts(%s) = %v; matches ErrBadPort: %v, want %v", c.url, err, !badPort[c.url], badPort[c.url])
 			}
 			continue
 		}

@@ -1,15 +1,19 @@
 package driverkit
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // Param binds one URL query parameter to the driver option that takes its value, so a
 // driver declares its parameters as a table and reads them with [Params.Read] instead of
 // a loop per kind. Exactly one of Duration, Bool, Int and String is set.
 type Param[O any] struct {
 	Name string // the query parameter: "delivery_timeout"
-	// Duration takes a duration within [Lo, Hi] (a bare number is seconds).
-	Duration func(time.Duration) O
-	Lo, Hi   time.Duration
+	// Duration takes a duration within [Lo, Hi] (Hi of zero: no upper bound); a bare
+	// number is in Unit (seconds when Unit is zero).
+	Duration     func(time.Duration) O
+	Lo, Hi, Unit time.Duration
 	// Bool takes a boolean (1/0, true/false, yes/no, on/off).
 	Bool func(bool) O
 	// Int takes an integer within [Min, Max].
@@ -42,7 +46,7 @@ func (ps Params[O]) Read(q Query) ([]O, error) {
 		switch {
 		case p.Duration != nil:
 			var d time.Duration
-			if d, ok, err = q.Duration(p.Name, time.Second, p.Lo, p.Hi); ok {
+			if d, ok, err = q.Duration(p.Name, cmp.Or(p.Unit, time.Second), p.Lo, p.Hi); ok {
 				o = p.Duration(d)
 			}
 		case p.Bool != nil:

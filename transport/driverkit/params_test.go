@@ -17,6 +17,7 @@ var testParams = driverkit.Params[string]{
 	{Name: "confirm", Bool: func(b bool) string { return fmt.Sprint("confirm=", b) }},
 	{Name: "batch", Int: func(n int) string { return fmt.Sprint("batch=", n) }, Min: 1, Max: 100},
 	{Name: "group", String: func(s string) string { return "group=" + s }},
+	{Name: "linger", Duration: func(d time.Duration) string { return "linger=" + d.String() }, Unit: time.Millisecond},
 }
 
 // Read gives the options of the parameters present, in the table's order, and the
@@ -30,14 +31,14 @@ func TestParamsRead(t *testing.T) {
 		}
 		return testParams.Read(q)
 	}
-	got, err := read("group=g&batch=7&confirm=off&timeout=2.5")
-	if want := []string{"timeout=2.5s", "confirm=false", "batch=7", "group=g"}; err != nil || !slices.Equal(got, want) {
+	got, err := read("linger=5&group=g&batch=7&confirm=off&timeout=2.5")
+	if want := []string{"timeout=2.5s", "confirm=false", "batch=7", "group=g", "linger=5ms"}; err != nil || !slices.Equal(got, want) {
 		t.Fatalf("Read = %v, %v; want %v", got, err, want)
 	}
 	if got, err := read(""); err != nil || len(got) != 0 {
 		t.Fatalf("no parameters: %v, %v", got, err)
 	}
-	for _, bad := range []string{"timeout=soon", "timeout=2h", "confirm=maybe", "batch=0", "batch=x", "group=", "other=1"} {
+	for _, bad := range []string{"timeout=soon", "timeout=2h", "confirm=maybe", "batch=0", "batch=x", "group=", "linger=-1", "other=1"} {
 		_, err := read(bad)
 		var oe *driverkit.OptionError
 		name := bad[:len(bad)-len(bad[slices.Index([]byte(bad), '='):])]

@@ -20,6 +20,9 @@ type Pool[C comparable] struct {
 	Make func(name string) (C, error)
 	// Free closes a client (flushing what it holds first), bounded by ctx.
 	Free func(ctx context.Context, c C) error
+	// Discard closes a client Drop forgot (its write failed); nil means Free. A client
+	// that may be closing itself after the failure wants a close without a flush.
+	Discard func(ctx context.Context, c C) error
 
 	mu     sync.Mutex
 	closed bool
@@ -97,7 +100,11 @@ func (p *Pool[C]) Drop(name string, c C) {
 	}
 	p.mu.Unlock()
 	if drop {
-		go p.Free(context.Background(), s.c)
+		free := p.Free
+		if p.Discard != nil {
+			free = p.Discard
+		}
+		go free(context.Background(), s.c)
 	}
 }
 

@@ -41,3 +41,12 @@ func Project(p transport.Projection, set func(name, text string, number bool, n 
 		set(PropCreatedAt, strconv.FormatInt(p.CreatedAt, 10), true, p.CreatedAt)
 	}
 }
+
+// SetHeader sets the out-of-band header name of d to value, making d.Headers on first
+// use: how a driver's Decode hands over a property that is not the binding's own.
+func SetHeader(d *transport.Delivery, name, value string) {
+	if d.Headers == nil {
+		d.Headers = map[string]string{}
+	}
+	d.Headers[name] = value
+}

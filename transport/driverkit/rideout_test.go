@@ -58,8 +58,8 @@ func TestRideOut(t *testing.T) {
 	t.Run("no wait", func(t *testing.T) {
 		calls := 0
 		err := driverkit.RideOut(context.Background(), "test", 0, b, gone, func(context.Context) error { calls++; return errGone })
-		if !errors.Is(err, errGone) || calls != 1 {
-			t.Fatalf("RideOut = %v after %d writes, want the error after 1", err, calls)
+		if !errors.Is(err, errGone) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "publish_wait") || calls != 1 {
+			t.Fatalf("RideOut = %v after %d writes, want the error after 1, past publish_wait", err, calls)
 		}
 	})
 }

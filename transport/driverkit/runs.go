@@ -2,6 +2,7 @@ package driverkit
 
 import (
 	"context"
+	"errors"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -62,5 +63,32 @@ func PublishRuns[E any](ctx context.Context, msgs []*transport.Message, maxN, ma
 	if len(run.Index) > 0 {
 		flush()
 	}
+	return transport.NewBatchError(errs)
+}
+
+// PublishInOrder is the PublishConfirmed of a driver whose client sends a message and
+// confirms it later (a deferred confirmation, a send receipt): it sends msgs in order,
+// then waits for their outcomes together, so that a batch costs one round trip. A
+// message that check refuses, or that send refuses with an error matching
+// [transport.ErrTooLarge] (nothing was sent), is reported and the others go on; when
+// send fails otherwise, the messages after it are not sent
+// ([transport.ErrNotAttempted]), so that a batch keeps its order. await gets what send
+// returned for each message (the zero R for one not sent) with the errors so far, and
+// sets the outcome of each message sent. The result is nil or a *[transport.BatchError].
+func PublishInOrder[R any](ctx context.Context, msgs []*transport.Message, check func(*transport.Message) error,
+	send func(context.Context, *transport.Message) (R, error), await func(ctx context.Context, sent []R, errs []error)) error {
+	errs, sent := make([]error, len(msgs)), make([]R, len(msgs))
+	for i, m := range msgs {
+		if errs[i] = check(m); errs[i] != nil {
+			continue
+		}
+		if sent[i], errs[i] = send(ctx, m); errs[i] != nil && !errors.Is(errs[i], transport.ErrTooLarge) {
+			for j := i + 1; j < len(msgs); j++ {
+				errs[j] = transport.ErrNotAttempted
+			}
+			break
+		}
+	}
+	await(ctx, sent, errs)
 	return transport.NewBatchError(errs)
 }

@@ -174,8 +174,10 @@ func (t *Transport) readPartition(ctx context.Context, topic string, part int32,
 			if r.Attrs.IsControl() {
 				return
 			}
+			rec := &record{r: r}
+			rec.decode()
 			d := &transport.Delivery{Queue: view.queue}
-			view.Decode(&record{r: r}, d)
+			view.Decode(rec, d)
 			out = append(out, d)
 		})
 		if got {

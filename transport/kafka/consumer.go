@@ -25,17 +25,6 @@ import (
 // to the record, and the deliveries a seek or a revoke supersedes are taken back
 // (docs/transports/kafka.md, Consuming and committing).
 
-// record states.
-const (
-	stBuffered = iota // fetched, waiting in the ready list
-	stDelayed         // a parked record waiting until due
-	stHanded          // handed out by Receive
-	stSettling        // its settle writes are in flight
-	stSettled         // acknowledged; committable once everything before it is
-	stDropped         // superseded by a rewind or a revoke: it will be redelivered
-	stRewound         // rewound by its owner
-)
-
 // pauseAt and resumeAt bound the parked records a consumer holds per delay partition.
 const (
 	pauseAt  = 512
@@ -47,36 +36,32 @@ type tp struct {
 	partition int32
 }
 
-// partition is the bookkeeping of one assigned partition.
+// partition is one assigned partition: the kit's bookkeeping and Kafka's own.
 type partition struct {
+	driverkit.LogPartition[*record]
 	tp       tp
-	tier     time.Duration           // the delay of a delay topic; zero for the queue itself
-	pending  driverkit.FIFO[*record] // tracked records in offset order, the first one unsettled
-	next     int64                   // the lowest offset accepted next; -1 before the first record
-	commitAt kgo.EpochOffset
-	hasMark  bool  // commitAt is set
-	sent     int64 // the last offset committed
-	seek     *kgo.EpochOffset
-	delayed  []parked // parked records, due order (delay topics only)
+	tier     time.Duration // the delay of a delay topic; zero for the queue itself
+	delayed  []parked      // parked records, due order (delay topics only)
 	paused   bool
 	revoking bool // being revoked: its buffered records are no longer handed out
-	// A settle write that failed holds the partition back: a rewind before holdUntil
-	// seeks only at holdUntil (seekAt), with the partition's fetching paused meanwhile
-	// (held), so a write that keeps failing never spins the handler.
-	holdUntil time.Time
-	seekAt    time.Time
-	held      bool
-	// [from, to) are the offsets handed out and not committed (the consumer's
-	// uncommitted window); -1 before the first record is handed out.
-	from, to int64
+	held     bool // its fetching is paused until its seek is due (driverkit.LogPartition.Hold)
 }
 
 // record is one fetched record and its state: the kit's raw message (in slabs of slabSize).
 type record struct {
-	r     *kgo.Record
-	p     *partition // nil for a record never admitted (already fetched)
-	state uint8
+	driverkit.LogEntry
+	// What Decode hands out of r's headers, read on the polling goroutine (decode), so
+	// that the first touch of a record's memory is not on the Receive path.
+	hasAttempts bool // beside the entry's state: one word for both
+	attempts    int
+	schema      any
+	headers     map[string]string
+	r           *kgo.Record
+	p           *partition // nil for a record never admitted (already fetched)
 }
+
+// LogOffset is the record's offset, for driverkit.Offsets.
+func (rec *record) LogOffset() int64 { return rec.r.Offset }
 
 // parked is a record of a delay topic waiting until due.
 type parked struct {
@@ -91,7 +76,7 @@ type span struct {
 }
 
 // readyList is the FIFO of records waiting for Receive: spans of slabs rather than a
-// pointer per record. Receive skips records whose state is no longer stBuffered.
+// pointer per record. Receive skips records no longer buffered.
 type readyList struct {
 	s driverkit.FIFO[span]
 	n int // records not yet taken
@@ -144,18 +129,11 @@ type consumer struct {
 	pollCancel   context.CancelFunc
 	batch        []record // the rest of the current slab of record structs (poll loop only)
 	seekWanted   bool
-	commitQueued bool          // commitSig is signalled and the commit loop has not yet taken it
-	writing      int           // records in stSettling: settle writes in flight
-	idle         chan struct{} // closed when writing drops to zero; nil while nobody waits
-	// The bound on the work ahead of the commits (WithMaxUncommitted): records handed
-	// out and not committed, the start of the oldest commit attempt that has not
-	// succeeded (zero when the last one did), and whether Receive stopped for them.
-	uncommitted   int
-	commitFrom    time.Time
-	commitFailing bool // the last commit failed
-	stalled       bool
-	stallLogged   bool
-	urgentSig     chan struct{} // the uncommitted window is half full: commit without the pause
+	commitQueued bool // commitSig is signalled and the commit loop has not yet taken it
+	// offs is the commit bookkeeping: the marks, the rewinds, the settle writes in
+	// flight and the uncommitted window (WithMaxUncommitted, WithMaxUncommittedTime).
+	offs      driverkit.Offsets[*record]
+	urgentSig chan struct{} // the uncommitted window is half full: commit without the pause
 
 	tx *txSettle // transactional settlements (move.go); nil unless opened Transactional
 }
@@ -206,6 +184,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		wake:      make(chan struct{}),
 		buffer:    max(t.cfg.buffer, opts.Prefetch),
 	}
+	c.offs = newOffsets(t, log)
 	c.depth = pipeDepth * c.buffer
 	cl, err := t.factory(append(clientOpts(t.log),
 		kgo.ConsumerGroup(t.cfg.group),
@@ -334,8 +313,9 @@ func (c *consumer) pollLoop() {
 			tier := c.tierOf(fp.Topic)
 			for rs := fp.Records; len(rs) > 0; {
 				n := min(len(rs), slabSize)
+				recs := c.slab(rs[:n], tier)
 				c.mu.Lock()
-				if c.admitLocked(tp{fp.Topic, fp.Partition}, tier, rs[:n]) {
+				if c.admitLocked(tp{fp.Topic, fp.Partition}, tier, recs) {
 					delayed = true
 				}
 				if c.ready.len() > 0 {
@@ -363,6 +343,7 @@ func (c *consumer) apply(delayed bool) {
 	}
 	pause := map[string][]int32{}
 	seeks := map[string]map[int32]kgo.EpochOffset{}
+	sought := map[*partition]*record{}
 	unhold := map[string][]int32{}
 	now := time.Now()
 	for _, p := range c.parts {
@@ -370,11 +351,12 @@ func (c *consumer) apply(delayed bool) {
 			p.paused = true
 			pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
 		}
-		if c.seekWanted && p.seek != nil && !p.seekAt.After(now) {
+		if at, ok := p.Seek(now); c.seekWanted && ok {
 			if seeks[p.tp.topic] == nil {
 				seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
 			}
-			seeks[p.tp.topic][p.tp.partition] = *p.seek
+			seeks[p.tp.topic][p.tp.partition] = kgo.EpochOffset{Epoch: at.r.LeaderEpoch, Offset: at.r.Offset}
+			sought[p] = at
 			if p.held {
 				unhold[p.tp.topic] = append(unhold[p.tp.topic], p.tp.partition)
 			}
@@ -390,19 +372,14 @@ func (c *consumer) apply(delayed bool) {
 	c.cl.SetOffsets(seeks)
 	c.log.Debug("kafka: partitions sought back to rewound records", "offsets", seeks)
 	c.mu.Lock()
-	for topic, ps := range seeks {
-		for part, eo := range ps {
-			if p := c.parts[tp{topic, part}]; p != nil && p.seek != nil && *p.seek == eo {
-				p.seek = nil
-				p.held = false
-			}
+	for p, at := range sought {
+		if c.parts[p.tp] == p && p.Sought(at) {
+			p.held = false
 		}
 	}
 	c.seekWanted = false
 	for _, p := range c.parts {
-		if p.seek != nil {
-			c.seekWanted = true
-		}
+		c.seekWanted = c.seekWanted || p.Seeking()
 	}
 	c.mu.Unlock()
 	if len(unhold) > 0 {
@@ -417,9 +394,9 @@ func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]in
 		return false, nil
 	}
 	for _, p := range c.parts {
-		switch {
-		case p.seek == nil:
-		case !p.seekAt.After(now):
+		switch at, ok := p.Seek(now); {
+		case at == nil:
+		case ok:
 			due = true
 		case !p.held:
 			p.held = true
@@ -454,46 +431,58 @@ func (c *consumer) pauseHeld(hold map[string][]int32) {
 // bounds what one record still referenced by the application keeps reachable.
 const slabSize = 128
 
-// admitLocked tracks up to slabSize fetched records of one partition: a delay topic's
-// are parked, the others join the ready list; those fetched before a pending seek, or
-// already, are dropped. It reports whether any record was parked.
-func (c *consumer) admitLocked(key tp, tier time.Duration, rs []*kgo.Record) bool {
-	p := c.parts[key]
-	if p == nil {
-		p = &partition{tp: key, next: -1, sent: -1, tier: tier, from: -1, to: -1}
-		c.parts[key] = p
-	}
-	if p.seek != nil {
-		return false // fetched before the seek: they come again from the sought offset
-	}
+// slab returns the record structs of up to slabSize fetched records of one partition,
+// with the headers of the queue's own records decoded. It touches no shared state, so
+// the poll loop calls it without the lock.
+func (c *consumer) slab(rs []*kgo.Record, tier time.Duration) []record {
 	if len(c.batch) < len(rs) {
 		c.batch = make([]record, slabSize)
 	}
 	recs := c.batch[:len(rs):len(rs)]
 	c.batch = c.batch[len(rs):]
+	for i, r := range rs {
+		recs[i].r = r
+		if tier == 0 {
+			recs[i].decode()
+		}
+	}
+	return recs
+}
+
+// admitLocked starts tracking a slab of fetched records of one partition: those of a
+// delay topic are parked, the others join the ready list. Records fetched before a
+// pending seek, or already fetched, are dropped. It reports whether any record was
+// parked.
+func (c *consumer) admitLocked(key tp, tier time.Duration, recs []record) bool {
+	p := c.parts[key]
+	if p == nil {
+		p = &partition{LogPartition: driverkit.NewLogPartition[*record](), tp: key, tier: tier}
+		c.parts[key] = p
+	}
+	if p.Seeking() {
+		return false // fetched before the seek: they come again from the sought offset
+	}
 	isParked := false
 	now := time.Time{}
 	first := -1 // the first record admitted to the ready list
-	for i, r := range rs {
+	for i := range recs {
 		rec := &recs[i]
-		rec.r = r
-		if p.next >= 0 && r.Offset < p.next {
-			rec.state = stDropped // already fetched: skipped by Receive
-			continue
+		st := driverkit.LogBuffered
+		if p.tier > 0 {
+			st = driverkit.LogParked
 		}
-		p.next = r.Offset + 1
+		if !c.offs.Admit(&p.LogPartition, rec, st) {
+			continue // already fetched: skipped by Receive
+		}
 		rec.p = p
-		p.pending.Push(rec)
 		if p.tier > 0 {
 			if now.IsZero() {
 				now = time.Now()
 			}
-			rec.state = stDelayed
-			p.delayed = append(p.delayed, parked{rec, dueAt(r, p.tier, now)})
+			p.delayed = append(p.delayed, parked{rec, dueAt(rec.r, p.tier, now)})
 			isParked = true
 			continue
 		}
-		rec.state = stBuffered
 		if first < 0 {
 			first = i
 		}
@@ -547,7 +536,7 @@ func dueAt(r *kgo.Record, tier time.Duration, now time.Time) time.Time {
 }
 
 // Receive hands out the next record of the ready list; it waits too while the consumer
-// is as far ahead of its commits as it may be (overLocked).
+// is as far ahead of its commits as it may be (driverkit.Offsets.Full).
 func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	c.mu.Lock()
 	for {
@@ -562,7 +551,7 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 		}
 		wake := c.wake
 		c.waiting = true
-		writing := c.writing > 0
+		writing := c.offs.Writing() > 0
 		c.mu.Unlock()
 		if writing {
 			// Nothing to hand out while settle writes are in flight: they may be the
@@ -586,24 +575,15 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 // nextLocked takes the next record and counts it in the uncommitted window; nil when
 // none is ready or the window is full.
 func (c *consumer) nextLocked() *record {
-	if c.overLocked() {
+	if c.offs.Full() {
 		return nil
 	}
 	for c.ready.len() > 0 {
 		rec := c.ready.pop()
-		if rec.state != stBuffered || rec.p.revoking {
+		if rec.State != driverkit.LogBuffered || rec.p.revoking {
 			continue
 		}
-		rec.state = stHanded
-		p := rec.p
-		if p.to < 0 {
-			p.from, p.to = rec.r.Offset, rec.r.Offset
-		}
-		if end := rec.r.Offset + 1; end > p.to {
-			c.uncommitted += int(end - p.to)
-			p.to = end
-		}
-		if 2*c.uncommitted >= c.t.cfg.maxUncommitted {
+		if c.offs.Hand(&rec.p.LogPartition, rec) {
 			signal(c.urgentSig)
 		}
 		return rec
@@ -611,45 +591,11 @@ func (c *consumer) nextLocked() *record {
 	return nil
 }
 
-// overLocked reports whether the consumer is as far ahead of its commits as
-// WithMaxUncommitted and WithMaxUncommittedTime allow, logging when failing commits
-// stop it and when it goes on.
-func (c *consumer) overLocked() bool {
-	cfg := &c.t.cfg
-	late := !c.commitFrom.IsZero() && time.Since(c.commitFrom) >= cfg.maxUncommittedTime
-	over := late || c.uncommitted >= cfg.maxUncommitted
-	c.stalled = over
-	switch {
-	case over && (late || c.commitFailing):
-		c.logStallLocked()
-	case !over && c.stallLogged:
-		c.stallLogged = false
-		c.log.Info("kafka: commits caught up; the consumer takes records again", "uncommitted", c.uncommitted)
-	}
-	return over
-}
-
-// logStallLocked says once that failing commits stopped the consumer.
-func (c *consumer) logStallLocked() {
-	if c.stallLogged || !c.stalled {
-		return
-	}
-	c.stallLogged = true
-	cfg := &c.t.cfg
-	c.log.Warn("kafka: commits fail; the consumer stops taking records until one succeeds",
-		"uncommitted", c.uncommitted, "max_uncommitted", cfg.maxUncommitted,
-		"commit_failing_for", time.Since(c.commitFrom), "max_uncommitted_time", cfg.maxUncommittedTime)
-}
-
-// committedLocked records that off is committed for p: the window of records handed
-// out and not committed starts there now.
-func (c *consumer) committedLocked(p *partition, off int64) {
-	p.sent = max(p.sent, off)
-	if p.to >= 0 && off > p.from {
-		n := min(off, p.to) - p.from
-		c.uncommitted -= int(n)
-		p.from += n
-	}
+// newOffsets is the commit bookkeeping of a consumer of t: records committed let go of
+// their bodies (release).
+func newOffsets(t *Transport, log *slog.Logger) driverkit.Offsets[*record] {
+	return driverkit.Offsets[*record]{MaxUncommitted: t.cfg.maxUncommitted, MaxUncommittedTime: t.cfg.maxUncommittedTime,
+		Logger: log, Broker: "kafka", Passed: (*record).release}
 }
 
 // IsRetryable reports false: Receive fails only when its context ends or the consumer
@@ -672,18 +618,35 @@ func isReserved(name string) bool {
 	return false
 }
 
-// Decode gives the record's value (never nil), its key as it is, the first
-// bq-schema-version and bq-attempts headers, and the other headers but the binding's
-// own (the first of a name wins).
+// Decode hands out a record: its value (a tombstone's is empty), its key as it is (nil
+// stays nil), and what decode read of its headers.
 func (c *consumer) Decode(rec *record, d *transport.Delivery) {
-	r := rec.r
-	d.Body, d.Key = r.Value, r.Key
+	d.Body, d.Key = rec.r.Value, rec.r.Key
 	if d.Body == nil {
 		d.Body = []byte{}
 	}
+	d.Headers, d.SchemaVersion = rec.headers, rec.schema
+	d.AttemptsHeader, d.HasAttemptsHeader = rec.attempts, rec.hasAttempts
+}
+
+// release lets go of a finished record's value, key and headers. Its struct lives on in
+// a slab of slabSize records beside records still in use (and the poll loop's c.batch
+// holds the slab being filled), and each kgo.Record's slices keep its fetch's
+// decompressed buffer reachable: without this, a consumer of 64 KiB records kept up to
+// a slab's worth of bodies (8 MiB) alive after they were settled. The record's topic,
+// partition and offset stay for the logs.
+func (rec *record) release() {
+	rec.r.Value, rec.r.Key, rec.r.Headers = nil, nil, nil
+	rec.headers, rec.schema = nil, nil
+}
+
+// decode reads the record's headers: the first bq-schema-version and bq-attempts
+// headers (driverkit.Attempts), and the other headers but the binding's own (the first
+// of a name wins).
+func (rec *record) decode() {
 	var seenSchema, seenAttempts bool
-	for i := range r.Headers {
-		h := &r.Headers[i]
+	for i := range rec.r.Headers {
+		h := &rec.r.Headers[i]
 		switch h.Key {
 		case HeaderSchemaVersion:
 			if !seenSchema {
@@ -691,49 +654,28 @@ func (c *consumer) Decode(rec *record, d *transport.Delivery) {
 				switch {
 				case h.Value == nil:
 				case len(h.Value) == 1 && h.Value[0] == '1':
-					d.SchemaVersion = schemaOne
+					rec.schema = schemaOne
 				default:
-					d.SchemaVersion = string(h.Value)
+					rec.schema = string(h.Value)
 				}
 			}
 		case HeaderAttempts:
 			if !seenAttempts {
 				seenAttempts = true
-				d.AttemptsHeader, d.HasAttemptsHeader = driverkit.Attempts(h.Value)
+				rec.attempts, rec.hasAttempts = driverkit.Attempts(h.Value)
 			}
 		default:
 			if isReserved(h.Key) {
 				continue
 			}
-			if d.Headers == nil {
-				d.Headers = map[string]string{}
+			if rec.headers == nil {
+				rec.headers = map[string]string{}
 			}
-			if _, dup := d.Headers[h.Key]; !dup {
-				d.Headers[h.Key] = string(h.Value)
+			if _, dup := rec.headers[h.Key]; !dup {
+				rec.headers[h.Key] = string(h.Value)
 			}
 		}
 	}
-}
-
-// inHand reports whether rec is handed out and still this consumer's to settle.
-func inHand(rec *record) bool { return rec.state == stHanded || rec.state == stSettling }
-
-// setLocked moves rec to state st, counting the records whose settle writes are in
-// flight (for SyncAcks and the producer's hurry).
-func (c *consumer) setLocked(rec *record, st uint8) {
-	switch {
-	case rec.state == st:
-		return
-	case st == stSettling:
-		c.writing++
-	case rec.state == stSettling:
-		c.writing--
-		if c.writing == 0 && c.idle != nil {
-			close(c.idle)
-			c.idle = nil
-		}
-	}
-	rec.state = st
 }
 
 // Ack marks rec settled and moves its partition's commit mark; a record dropped by a
@@ -741,7 +683,7 @@ func (c *consumer) setLocked(rec *record, st uint8) {
 func (c *consumer) Ack(_ context.Context, rec *record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !inHand(rec) {
+	if !rec.InHand() {
 		return c.takenBack
 	}
 	c.ackLocked(rec)
@@ -757,7 +699,7 @@ func (c *consumer) GiveBack(_ context.Context, recs []*record, why driverkit.Rea
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rec := range recs {
-		if !inHand(rec) {
+		if !rec.InHand() {
 			return c.takenBack
 		}
 		c.rewindLocked(rec)
@@ -767,22 +709,13 @@ func (c *consumer) GiveBack(_ context.Context, recs []*record, why driverkit.Rea
 
 // takeBackLocked tells the kit that the records dropped are taken back.
 func (c *consumer) takeBackLocked() {
-	c.kit.TakeBack(func(r *record) bool { return r.state == stDropped }, c.takenBack)
+	c.kit.TakeBack(func(r *record) bool { return r.State == driverkit.LogDropped }, c.takenBack)
 }
 
 // ackLocked marks rec settled and moves the partition's commit mark past every settled
 // record at its head.
 func (c *consumer) ackLocked(rec *record) {
-	c.setLocked(rec, stSettled)
-	p := rec.p
-	moved := false
-	for p.pending.Len() > 0 && (*p.pending.Front()).state == stSettled {
-		h := p.pending.Pop()
-		p.commitAt = kgo.EpochOffset{Epoch: h.r.LeaderEpoch, Offset: h.r.Offset + 1}
-		p.hasMark = true
-		moved = true
-	}
-	if moved && !c.commitQueued {
+	if c.offs.Ack(&rec.p.LogPartition, rec) && !c.commitQueued {
 		c.commitQueued = true
 		signal(c.commitSig)
 	}
@@ -791,40 +724,16 @@ func (c *consumer) ackLocked(rec *record) {
 // rewindLocked drops rec and every later record of its partition and asks the poll loop
 // to seek the partition back to rec.
 func (c *consumer) rewindLocked(rec *record) {
-	p := rec.p
-	pending := p.pending.Items()
-	i := len(pending) - 1
-	for i >= 0 && pending[i] != rec {
-		i--
-	}
-	if i < 0 { // not tracked: the partition was revoked meanwhile
-		c.setLocked(rec, stDropped)
+	dropped, wait, ok := c.offs.Rewind(&rec.p.LogPartition, rec, time.Now())
+	if !ok {
 		return
 	}
-	dropped := false
-	for _, r := range pending[i+1:] {
-		c.setLocked(r, stDropped)
-		dropped = true
-	}
-	c.setLocked(rec, stRewound)
 	if dropped {
 		c.takeBackLocked()
 	}
-	p.pending.Truncate(i)
-	at := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset}
-	if p.to > at.Offset { // the records from at on come again
-		lo := max(at.Offset, p.from)
-		c.uncommitted -= int(p.to - lo)
-		p.to = lo
+	if wait > 0 {
+		time.AfterFunc(wait, c.kickPoll)
 	}
-	if p.seek == nil || at.Offset < p.seek.Offset {
-		p.seek = &at
-	}
-	if d := time.Until(p.holdUntil); d > 0 && p.holdUntil.After(p.seekAt) {
-		p.seekAt = p.holdUntil
-		time.AfterFunc(d, c.kickPoll)
-	}
-	p.next = at.Offset
 	c.seekWanted = true
 	if c.pollCancel != nil {
 		c.pollCancel()
@@ -870,17 +779,14 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 		if only != nil && !only[k] {
 			continue
 		}
-		if p.hasMark && p.commitAt.Offset > p.sent {
+		if m, ok := p.Mark(); ok {
 			if offsets[k.topic] == nil {
 				offsets[k.topic] = map[int32]kgo.EpochOffset{}
 			}
-			offsets[k.topic][k.partition] = p.commitAt
+			offsets[k.topic][k.partition] = kgo.EpochOffset{Epoch: m.r.LeaderEpoch, Offset: m.r.Offset + 1}
 		}
 	}
-	if len(offsets) > 0 && c.commitFrom.IsZero() {
-		c.commitFrom = time.Now()
-	} else if len(offsets) == 0 && only == nil && !c.commitFrom.IsZero() {
-		c.commitFrom = time.Time{} // nothing left to commit (its partitions were lost)
+	if c.offs.Committing(len(offsets) > 0, only == nil) {
 		c.wakeLocked()
 	}
 	c.mu.Unlock()
@@ -892,8 +798,8 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		defer func() {
-			if c.commitFailing = rerr != nil; c.commitFailing {
-				c.logStallLocked()
+			if c.offs.CommitDone(rerr) {
+				c.wakeLocked()
 			}
 		}()
 		if err != nil {
@@ -910,14 +816,10 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 				}
 				if p := c.parts[tp{t.Topic, pr.Partition}]; p != nil {
 					if eo, ok := offsets[t.Topic][pr.Partition]; ok {
-						c.committedLocked(p, eo.Offset)
+						c.offs.Committed(&p.LogPartition, eo.Offset)
 					}
 				}
 			}
-		}
-		if rerr == nil {
-			c.commitFrom = time.Time{}
-			c.wakeLocked()
 		}
 	})
 	return rerr
@@ -993,12 +895,8 @@ func (c *consumer) closing() bool {
 // handedLocked reports whether a record of parts is handed out and not yet settled.
 func (c *consumer) handedLocked(parts map[tp]bool) bool {
 	for k := range parts {
-		if p := c.parts[k]; p != nil {
-			for _, r := range p.pending.Items() {
-				if inHand(r) {
-					return true
-				}
-			}
+		if p := c.parts[k]; p != nil && c.offs.Handed(&p.LogPartition) {
+			return true
 		}
 	}
 	return false
@@ -1015,20 +913,13 @@ func (c *consumer) forget(parts map[tp]bool, why string) {
 		if p == nil {
 			continue
 		}
-		for _, r := range p.pending.Items() {
-			if r.state != stSettled {
-				c.setLocked(r, stDropped)
-				dropped++
-			}
-		}
+		n, seek := c.offs.Forget(&p.LogPartition)
+		dropped += n
 		if p.paused || p.held {
 			resume[k.topic] = append(resume[k.topic], k.partition)
 		}
-		if p.to >= 0 {
-			c.uncommitted -= int(p.to - p.from)
-		}
-		if p.seek != nil {
-			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", p.seek.Offset)
+		if seek != nil {
+			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", seek.r.Offset)
 		}
 		delete(c.parts, k)
 	}
@@ -1076,11 +967,7 @@ var errFinalCommit = errors.New("kafka: final commit failed; settled records may
 func (k kitConsumer) SyncAcks(ctx context.Context) error {
 	c := k.c
 	c.mu.Lock()
-	for c.writing > 0 {
-		if c.idle == nil {
-			c.idle = make(chan struct{})
-		}
-		idle := c.idle
+	for idle := c.offs.Idle(); idle != nil; idle = c.offs.Idle() {
 		c.mu.Unlock()
 		select {
 		case <-idle:

@@ -61,7 +61,7 @@ func (c *consumer) reinject(due []*record) bool {
 			continue
 		}
 		p := d.p
-		if d.state != stDelayed || c.parts[p.tp] != p {
+		if d.State != driverkit.LogParked || c.parts[p.tp] != p {
 			continue // revoked meanwhile: the new owner moves it again
 		}
 		// Keep due order: only the head of the partition's parked records is settled;
@@ -71,7 +71,7 @@ func (c *consumer) reinject(due []*record) bool {
 		}
 		p.delayed[0] = parked{}
 		p.delayed = p.delayed[1:]
-		d.state = stHanded
+		d.State = driverkit.LogHanded
 		c.ackLocked(d)
 		if p.paused && len(p.delayed) <= resumeAt {
 			p.paused = false

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -69,16 +70,19 @@ const (
 	// DefaultHeartbeatInterval is how often a consumer heartbeats to its group.
 	DefaultHeartbeatInterval = time.Second
 	// DefaultRequestTimeoutOverhead is how long the transport's clients wait for a
-	// broker's answer beyond what the request itself allows (a fetch's max wait, a
-	// produce's timeout; franz-go's own is 10 s): a heartbeat, commit or fetch on a
-	// connection gone silent (open, no byte through) fails after it and the connection
-	// is dropped, so a consumer resumes on a new one about 6 s after, within its session
-	// (with 10 s the fault suite's consumers took 23 s and lost it: issue 38).
-	DefaultRequestTimeoutOverhead = 5 * time.Second
+	// broker's answer beyond what the request itself allows (franz-go's own is 10 s): a
+	// request on a connection gone silent fails after it and is sent again on a new
+	// connection (docs/transports/kafka.md, URL).
+	DefaultRequestTimeoutOverhead = 2500 * time.Millisecond
+	// DefaultProduceRequestTimeout is how long a broker may take to answer a produce
+	// request of the transport's clients (Kafka's request.timeout.ms; franz-go's own is
+	// 10 s); the idempotent producer sends a produce that timed out again.
+	DefaultProduceRequestTimeout = 2 * time.Second
 	// DefaultDialTimeout bounds a connection attempt, and [Open]'s check that a broker answers.
 	DefaultDialTimeout = 10 * time.Second
-	// DefaultMaxUncommitted bounds the records a consumer hands out beyond its commits.
-	DefaultMaxUncommitted = 5000
+	// DefaultMaxUncommitted bounds the records a consumer hands out beyond its commits:
+	// the most one consumer redelivers after a kill or a cut (BenchmarkMaxUncommitted).
+	DefaultMaxUncommitted = 20000
 	// DefaultMaxUncommittedTime bounds how long a consumer hands out records while its
 	// commits fail.
 	DefaultMaxUncommittedTime = 2 * time.Second
@@ -135,6 +139,7 @@ type config struct {
 	sessionTimeout, heartbeatInterval           time.Duration
 	dialTimeout, txTimeout                      time.Duration // txTimeout: move.go's, tests shorten it
 	tlsConfig                                   *tls.Config   // WithTLSConfig (secure.go)
+	dialer                                      func(ctx context.Context, network, host string) (net.Conn, error)
 }
 
 // Option configures a [Transport]. A value an option cannot use makes [Open], [OpenURL]
@@ -165,6 +170,16 @@ func WithSessionTimeout(d time.Duration) Option { return func(c *config) { c.ses
 // [DefaultHeartbeatInterval]); shorter than the session timeout.
 func WithHeartbeatInterval(d time.Duration) Option {
 	return func(c *config) { c.heartbeatInterval = d }
+}
+
+// WithDialer makes the clients [Open] builds dial every broker connection with dial (a
+// proxy, a tunnel, a test's fault switch) instead of a net.Dialer; franz-go dials the
+// addresses the cluster's metadata names, so a listening proxy would not carry them.
+// The clients keep the transport's other settings. It cannot be combined with TLS
+// (franz-go takes a dialer or a TLS configuration: dial TLS in dial yourself);
+// [New] takes clients you built, with kgo.Dialer if you need one.
+func WithDialer(dial func(ctx context.Context, network, host string) (net.Conn, error)) Option {
+	return func(c *config) { c.dialer = dial }
 }
 
 // WithDialTimeout bounds a connection attempt (default [DefaultDialTimeout]).
@@ -466,43 +481,39 @@ func (t *Transport) produceEach(ctx context.Context, recs []*kgo.Record) []error
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.deliveryTimeout)
 	defer cancel()
-	type result struct {
-		i   int
-		err error
+	rs := driverkit.NewReceipts(len(recs))
+	for i := range recs {
+		rs.Expect(i)
 	}
-	done := make(chan result, len(recs))
-	t.produce(ctx, recs, func(i int, err error) { done <- result{i, err} })
+	t.produce(ctx, recs, receipts{rs})
 	// An awaited write does not wait out the producer's linger: flush until it is done.
-	hctx, hurried := context.WithCancel(ctx)
-	defer hurried()
-	go func() { _ = t.prod.Flush(hctx) }()
-	got := make([]bool, len(recs))
-	for range recs {
-		select {
-		case res := <-done:
-			got[res.i] = true
-			if res.err != nil {
-				errs[res.i] = &DeliveryError{Topic: recs[res.i].Topic, Err: res.err}
-			}
-		case <-ctx.Done():
-			for i := range recs {
-				if !got[i] {
-					errs[i] = &DeliveryError{Topic: recs[i].Topic, Err: ctx.Err()}
-				}
-			}
-			return errs
+	go func() { _ = t.prod.Flush(ctx) }()
+	for i, err := range rs.Wait(ctx) {
+		if err != nil {
+			errs[i] = &DeliveryError{Topic: recs[i].Topic, Err: err}
 		}
 	}
 	return errs
 }
 
-// produce hands recs to the producer, in order, and calls report once for each: from
+// receipts are produceEach's outcomes.
+type receipts struct{ *driverkit.Receipts }
+
+// Report records record i's outcome.
+func (r receipts) Report(i int, err error) { r.Done(i, err) }
+
+// reporter is told the outcome of each record of a produce: a settle write's
+// *driverkit.Confirmations, or produceEach's receipts. An interface, not a func, so a
+// settle write hands itself over without a closure.
+type reporter interface{ Report(i int, err error) }
+
+// produce hands recs to the producer, in order, and calls to.Report once for each: from
 // its delivery promise, or with ctx's error for a record that found no room in the
 // producer's buffer before ctx ended. It does not wait (room.go).
-func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, report func(i int, err error)) {
+func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, to reporter) {
 	if err := ctx.Err(); err != nil {
 		for i := range recs {
-			report(i, err)
+			to.Report(i, err)
 		}
 		return
 	}
@@ -513,7 +524,7 @@ func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, report func
 				t.delivered(r.Topic)
 				t.settleWriteConfirmed(r.Topic)
 			}
-			report(i, err)
+			to.Report(i, err)
 		}
 	}
 	uctx := context.WithoutCancel(ctx)
@@ -532,7 +543,7 @@ func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, report func
 		go func() {
 			for i, r := range recs {
 				if err := t.room.wait(ctx); err != nil {
-					report(i, err)
+					to.Report(i, err)
 					continue
 				}
 				t.prod.Produce(uctx, r, promise(i))
@@ -558,6 +569,9 @@ func (t *Transport) produceUncancelled(ctx context.Context, r *kgo.Record, promi
 // delivered notes a topic the transport wrote to; the first time, local consumers that
 // consume it refresh their metadata so they see a topic that was just created.
 func (t *Transport) delivered(topic string) {
+	if _, seen := t.seen.Load(topic); seen {
+		return // Load's key does not escape: no allocation per delivered record
+	}
 	if _, seen := t.seen.LoadOrStore(topic, struct{}{}); seen {
 		return
 	}
@@ -600,7 +614,8 @@ type recordAlloc struct {
 }
 
 // record projects m onto a Kafka record that owns its bytes (one buffer for the value,
-// key and header values). A delay counts from now (zero: time.Now()).
+// key and header values; the value and key of a message handed over, m.Owned, are kept
+// as they are). A delay counts from now (zero: time.Now()).
 func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, error) {
 	if m == nil {
 		return nil, errors.New("kafka: nil message")
@@ -621,11 +636,14 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 		}
 	}
 	const intLen = 20 // room for a formatted int64
-	size := len(m.Body) + len(m.Key) + len(p.URN) + len(p.TraceID) + len(p.MessageID) + len(p.Lang) + 2*intLen
+	size := len(p.URN) + len(p.TraceID) + len(p.MessageID) + len(p.Lang) + 2*intLen
 	nh := 6
 	if delayed {
 		size += intLen + len(m.Queue)
 		nh += 2
+	}
+	if !m.Owned {
+		size += len(m.Body) + len(m.Key)
 	}
 	var keys []string
 	if len(m.Headers) > 0 {
@@ -687,11 +705,22 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 	rec := &ra.rec
 	rec.Topic = topic
 	rec.Headers = hs
-	i := len(buf)
-	buf = append(buf, m.Body...)
-	rec.Value = cut(i) // never nil: an empty body is an empty value, not a null one
-	if m.Key != nil {
-		i = len(buf)
+	switch {
+	case m.Owned && m.Body != nil:
+		rec.Value = slices.Clip(m.Body) // handed over: kept, not copied
+	case m.Owned:
+		rec.Value = []byte{} // never nil: an empty body is an empty value, not a null one
+	default:
+		i := len(buf)
+		buf = append(buf, m.Body...)
+		rec.Value = cut(i)
+	}
+	switch {
+	case m.Key == nil: // no key
+	case m.Owned:
+		rec.Key = slices.Clip(m.Key)
+	default:
+		i := len(buf)
 		buf = append(buf, m.Key...)
 		rec.Key = cut(i) // an empty key stays empty, not null
 	}

@@ -4,6 +4,7 @@ package kafka_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,7 +17,10 @@ import (
 // published before the clock starts, then consumed with their offsets committed, "raw" by
 // a franz-go group consumer that polls and commits each batch (never looking inside a
 // record), "runtime" by an app with one worker whose handler reads the message.
-// cpu-µs/KiB is the Go process's CPU per KiB of body (the broker is a process of its own).
+// cpu-µs/KiB is the Go process's CPU per KiB of body (the broker is a process of its own);
+// heap-MiB and peak-heap-MiB are the median and the largest Go heap (live and not yet
+// swept objects) sampled every millisecond from the consumer's start to its end (the
+// runtime's side includes the publish before its clock starts).
 //
 //	CI=true go test -run '^$' -bench LargeBody -benchmem -benchtime 300x -count 3 ./transport/kafka/
 func BenchmarkLargeBody(b *testing.B) {
@@ -37,6 +41,8 @@ func BenchmarkLargeBody(b *testing.B) {
 		cl := rawClient(b, kgo.ConsumerGroup(transporttest.UniqueName("bqbench")), kgo.ConsumeTopics(q),
 			kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		b.ReportAllocs()
+		heap := sampleHeap()
+		defer heap.report(b)
 		b.ResetTimer()
 		start := transporttest.ProcessCPU()
 		for got := 0; got < len(bodies); {
@@ -55,6 +61,43 @@ func BenchmarkLargeBody(b *testing.B) {
 	b.Run("runtime", func(b *testing.B) {
 		q := newTopic(b, "bqbench-large-rt")
 		createTopic(b, q, 1)
-		transporttest.BenchRuntimeLargeBody(b, openKafka(b), q, transporttest.LargeBodies(b.N, kib, q))
+		tr := openKafka(b)
+		heap := sampleHeap()
+		defer heap.report(b)
+		transporttest.BenchRuntimeLargeBody(b, tr, q, transporttest.LargeBodies(b.N, kib, q))
 	})
+}
+
+// heapSampler reads the Go heap every millisecond until report.
+type heapSampler struct {
+	stop chan struct{}
+	done chan []uint64
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan []uint64)}
+	go func() {
+		var got []uint64
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, _, heap := readHeap()
+			got = append(got, heap)
+			select {
+			case <-h.stop:
+				h.done <- got
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+// report stops the sampling and reports the median and the largest heap sampled.
+func (h *heapSampler) report(b *testing.B) {
+	close(h.stop)
+	got := <-h.done
+	b.ReportMetric(float64(medianOf(got))/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(slices.Max(got))/(1<<20), "peak-heap-MiB")
 }

@@ -138,14 +138,14 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 	c.mu.Lock()
 	p := rec.p
 	switch {
-	case !inHand(rec): // revoked meanwhile
+	case !rec.InHand(): // revoked meanwhile
 		c.mu.Unlock()
 		return c.takenBack
-	case p.pending.Len() == 0 || *p.pending.Front() != rec:
+	case !p.First(rec):
 		c.mu.Unlock()
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: errTxOrder}
 	}
-	c.setLocked(rec, stSettling)
+	c.offs.Set(rec, driverkit.LogSettling)
 	at := p.tp
 	off := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset + 1}
 	c.mu.Unlock()
@@ -158,23 +158,23 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 				c.t.delivered(r.Topic)
 			}
 			c.mu.Lock()
-			if rec.state == stSettling && c.parts[at] == p {
+			if rec.State == driverkit.LogSettling && c.parts[at] == p {
 				c.ackLocked(rec)
-				c.committedLocked(p, off.Offset) // committed by the transaction: nothing for the commit loop
+				c.offs.Committed(&p.LogPartition, off.Offset) // committed by the transaction: nothing for the commit loop
 			} else {
 				// Revoked while the transaction ran: it committed the offset with the
 				// writes (the group's generation was still ours), so the new owner
 				// starts after the record.
-				c.setLocked(rec, stDropped)
+				c.offs.Set(rec, driverkit.LogDropped)
 			}
 			c.mu.Unlock()
 			return nil
 		case txUnknown:
 			c.mu.Lock()
-			if rec.state == stSettling {
+			if rec.State == driverkit.LogSettling {
 				// Not delivered again from here: it may be moved already. It stays
 				// first in its partition, so nothing after it is committed either.
-				c.setLocked(rec, stDropped)
+				c.offs.Set(rec, driverkit.LogDropped)
 			}
 			c.mu.Unlock()
 			c.log.Error("kafka: a move's transaction has an unknown outcome; the record is left to the group's committed offset",
@@ -182,7 +182,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: fmt.Errorf("%w: %w", errTxUnresolved, err)}
 		}
 		c.mu.Lock()
-		owned := rec.state == stSettling && c.parts[at] == p
+		owned := rec.State == driverkit.LogSettling && c.parts[at] == p
 		c.mu.Unlock()
 		if !owned {
 			return c.takenBack
@@ -202,8 +202,8 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 // unsettle hands rec back to its worker after a settlement that made nothing.
 func (c *consumer) unsettle(rec *record) {
 	c.mu.Lock()
-	if rec.state == stSettling {
-		c.setLocked(rec, stHanded)
+	if rec.State == driverkit.LogSettling {
+		c.offs.Set(rec, driverkit.LogHanded)
 	}
 	c.mu.Unlock()
 }

@@ -50,18 +50,18 @@ func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.
 		return nil, false, err
 	}
 	c.mu.Lock()
-	if !inHand(rec) {
+	if !rec.InHand() {
 		c.mu.Unlock()
 		return nil, false, c.takenBack
 	}
-	c.setLocked(rec, stSettling)
-	crowded := c.writing >= c.depth
+	c.offs.Set(rec, driverkit.LogSettling)
+	crowded := c.offs.Writing() >= c.depth
 	c.mu.Unlock()
 	w := driverkit.NewConfirmations(len(recs), c.t.cfg.deliveryTimeout, func(i int, err error) error {
 		c.writeFailed(rec, recs[i].Topic, err)
 		return &transport.SettleWriteError{Queue: ws[i].Queue, Err: &DeliveryError{Topic: recs[i].Topic, Err: err}}
 	}, done)
-	c.t.produce(ctx, recs, w.Report)
+	c.t.produce(ctx, recs, w)
 	return w, crowded, nil
 }
 
@@ -71,13 +71,11 @@ func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
 	hold := holdAfter(n)
 	c.mu.Lock()
-	if rec.state == stSettling {
-		c.setLocked(rec, stHanded)
+	if rec.State == driverkit.LogSettling {
+		c.offs.Set(rec, driverkit.LogHanded)
 	}
 	if p := rec.p; c.parts[p.tp] == p {
-		if until := time.Now().Add(hold); until.After(p.holdUntil) {
-			p.holdUntil = until
-		}
+		p.Hold(time.Now().Add(hold))
 	}
 	c.mu.Unlock()
 	if counted { // once per step of the streak, not for every delivery in flight

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestRecordProjectionAndOwnership(t *testing.T) {
 }
 
 // A nil or empty body is an empty value, never a null (tombstone) one; a nil key is a
-// null key and an empty key an empty one.
+// null key and an empty key an empty one; handed over (Owned) or not.
 func TestRecordNullability(t *testing.T) {
 	tr := testTransport(t)
 	for _, c := range []struct {
@@ -112,22 +113,56 @@ func TestRecordNullability(t *testing.T) {
 		{"empty body, empty key", []byte{}, []byte{}, []byte{}},
 		{"body and key", []byte("{}"), []byte("k"), []byte("k")},
 	} {
-		r, err := tr.record(&transport.Message{Queue: "q", Body: c.body, Key: c.key}, time.Time{})
-		if err != nil {
-			t.Fatal(err)
+		for _, owned := range []bool{false, true} {
+			r, err := tr.record(&transport.Message{Queue: "q", Body: c.body, Key: c.key, Owned: owned}, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkNullability(t, fmt.Sprintf("%s (owned %v)", c.name, owned), r, c.body, c.wantKey)
 		}
-		if r.Value == nil || !bytes.Equal(r.Value, c.body) {
-			t.Errorf("%s: value %#v", c.name, r.Value)
-		}
-		if (r.Key == nil) != (c.wantKey == nil) || !bytes.Equal(r.Key, c.wantKey) {
-			t.Errorf("%s: key %#v, want %#v", c.name, r.Key, c.wantKey)
-		}
-		if got := headerMap(t, r); len(got) != 1 || got[HeaderAttempts] != "0" {
-			t.Errorf("%s: headers %v, want only bq-attempts 0", c.name, got)
-		}
-		if !r.Timestamp.IsZero() {
-			t.Errorf("%s: timestamp set without created_at", c.name)
-		}
+	}
+}
+
+// checkNullability checks r, the record of a message of body and key with no
+// projection (name says which).
+func checkNullability(t *testing.T, name string, r *kgo.Record, body, wantKey []byte) {
+	t.Helper()
+	if r.Value == nil || !bytes.Equal(r.Value, body) {
+		t.Errorf("%s: value %#v", name, r.Value)
+	}
+	if (r.Key == nil) != (wantKey == nil) || !bytes.Equal(r.Key, wantKey) {
+		t.Errorf("%s: key %#v, want %#v", name, r.Key, wantKey)
+	}
+	if got := headerMap(t, r); len(got) != 1 || got[HeaderAttempts] != "0" {
+		t.Errorf("%s: headers %v, want only bq-attempts 0", name, got)
+	}
+	if !r.Timestamp.IsZero() {
+		t.Errorf("%s: timestamp set without created_at", name)
+	}
+}
+
+// A message handed over (Owned, as the runtime's publishes are) keeps its body and key:
+// the record's value is the body itself, not a copy, and the headers are projected as
+// for any message.
+func TestRecordKeepsAnOwnedBody(t *testing.T) {
+	tr := testTransport(t)
+	body := make([]byte, 64<<10, 65<<10)
+	copy(body, `{"job":"urn:babel:orders:created"}`)
+	key := []byte("order-1042")
+	m := &transport.Message{Queue: "orders", Body: body, Key: key, Owned: true,
+		Projection: transport.Projection{URN: "urn:babel:orders:created", TraceID: "trace-1", MessageID: "msg-1", Lang: "go", SchemaVersion: 1}}
+	r, err := tr.record(m, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &r.Value[0] != &body[0] || len(r.Value) != len(body) || &r.Key[0] != &key[0] {
+		t.Error("the record copied a body handed over to it")
+	}
+	if cap(r.Value) != len(r.Value) || cap(r.Key) != len(r.Key) {
+		t.Error("an append to the value or key could write into the caller's spare capacity")
+	}
+	if got := headerMap(t, r); got[HeaderJob] != "urn:babel:orders:created" || got[HeaderMessageID] != "msg-1" || len(got) != 6 {
+		t.Errorf("headers %v", got)
 	}
 }
 

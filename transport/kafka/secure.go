@@ -1,11 +1,8 @@
 package kafka
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
-	"log/slog"
-	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -36,36 +33,4 @@ func isAuth(err error) bool {
 		}
 	}
 	return false
-}
-
-// openGate lowers franz-go's warnings and errors to Debug while opening is set: the
-// failures of Open's own check of the broker (a refused certificate, a refused SASL
-// login) are what Open returns, in one error.
-type openGate struct {
-	slog.Handler
-	opening *atomic.Bool
-}
-
-func (g openGate) Enabled(ctx context.Context, l slog.Level) bool {
-	return g.Handler.Enabled(ctx, g.level(l))
-}
-
-func (g openGate) Handle(ctx context.Context, r slog.Record) error {
-	r.Level = g.level(r.Level)
-	return g.Handler.Handle(ctx, r)
-}
-
-func (g openGate) level(l slog.Level) slog.Level {
-	if g.opening.Load() && l > slog.LevelDebug {
-		return slog.LevelDebug
-	}
-	return l
-}
-
-func (g openGate) WithAttrs(as []slog.Attr) slog.Handler {
-	return openGate{g.Handler.WithAttrs(as), g.opening}
-}
-
-func (g openGate) WithGroup(name string) slog.Handler {
-	return openGate{g.Handler.WithGroup(name), g.opening}
 }

@@ -20,7 +20,8 @@ func windowConsumer(t *testing.T, n int, opts ...Option) (*consumer, *partition)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &consumer{t: tr, queue: "q", log: slog.New(slog.NewTextHandler(io.Discard, nil)), parts: map[tp]*partition{},
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := &consumer{t: tr, queue: "q", log: log, parts: map[tp]*partition{}, offs: newOffsets(tr, log),
 		wake: make(chan struct{}), commitSig: make(chan struct{}, 1), pollSig: make(chan struct{}, 1),
 		delaySig: make(chan struct{}, 1), urgentSig: make(chan struct{}, 1)}
 	if c.kit, err = driverkit.New[*record](c, driverkit.Config{Broker: "kafka", Queue: "q"}, transport.ConsumeOptions{Prefetch: n}); err != nil {
@@ -30,7 +31,7 @@ func windowConsumer(t *testing.T, n int, opts ...Option) (*consumer, *partition)
 	for i := range rs {
 		rs[i] = &kgo.Record{Topic: "q", Offset: int64(i)}
 	}
-	c.admitLocked(tp{"q", 0}, 0, rs)
+	c.admitLocked(tp{"q", 0}, 0, c.slab(rs, 0))
 	return c, c.parts[tp{"q", 0}]
 }
 
@@ -55,8 +56,8 @@ func TestUncommittedWindowStopsHandingOut(t *testing.T) {
 				t.Fatalf("%s: handed out %v, want %v", step, got, want)
 			}
 		}
-		if c.uncommitted != uncommitted {
-			t.Fatalf("%s: %d records uncommitted, want %d", step, c.uncommitted, uncommitted)
+		if c.offs.Uncommitted() != uncommitted {
+			t.Fatalf("%s: %d records uncommitted, want %d", step, c.offs.Uncommitted(), uncommitted)
 		}
 	}
 	expect("up to the bound", []int64{take(), take(), take(), take(), take()}, []int64{0, 1, 2, 3, -1}, 4)
@@ -65,7 +66,7 @@ func TestUncommittedWindowStopsHandingOut(t *testing.T) {
 	default:
 		t.Error("a half-full window did not ask for a commit")
 	}
-	c.committedLocked(p, 2) // offsets 0 and 1 committed
+	c.offs.Committed(&p.LogPartition, 2) // offsets 0 and 1 committed
 	expect("after a commit", []int64{take(), take(), take()}, []int64{4, 5, -1}, 4)
 	c.rewindLocked(handed[3]) // offset 3: it and every later record come again
 	expect("after a rewind", []int64{take()}, []int64{-1}, 1)
@@ -73,31 +74,30 @@ func TestUncommittedWindowStopsHandingOut(t *testing.T) {
 	expect("after the partition was lost", nil, nil, 0)
 }
 
-// TestUncommittedTimeStopsHandingOut decides, for the age of the oldest commit attempt
-// that has not succeeded and the records uncommitted, whether the consumer goes on
-// handing out records.
-func TestUncommittedTimeStopsHandingOut(t *testing.T) {
-	cases := []struct {
-		name        string
-		failingFor  time.Duration // 0: the last commit succeeded
-		uncommitted int
-		stop        bool
-	}{
-		{"commits succeed", 0, 0, false},
-		{"a commit failing for less than the bound", 100 * time.Millisecond, 1, false},
-		{"a commit failing for longer than the bound", 20 * time.Second, 1, true},
-		{"the records bound, commits succeeding", 0, 1000, true},
+// TestSettledRecordsLetGoOfTheirBodies: a record settled in offset order lets go of its
+// value, key and headers (its struct stays in a slab beside records still in use, which
+// kept the bodies of a whole slab reachable); one settled behind an unsettled record,
+// and the unsettled one, keep theirs until they are passed.
+func TestSettledRecordsLetGoOfTheirBodies(t *testing.T) {
+	c, p := windowConsumer(t, 3, WithMaxUncommittedTime(time.Hour))
+	for _, rec := range p.Pending() {
+		rec.r.Value, rec.r.Key = []byte(`{"job":"urn:babel:orders:created"}`), []byte("k")
+		rec.r.Headers = []kgo.RecordHeader{{Key: HeaderAttempts, Value: []byte("0")}}
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, _ := windowConsumer(t, 1, WithMaxUncommitted(1000), WithMaxUncommittedTime(10*time.Second))
-			c.uncommitted = tc.uncommitted
-			if tc.failingFor > 0 {
-				c.commitFrom = time.Now().Add(-tc.failingFor)
-			}
-			if got := c.nextLocked() == nil; got != tc.stop {
-				t.Errorf("stops handing out: %v, want %v", got, tc.stop)
-			}
-		})
+	first, second, third := c.nextLocked(), c.nextLocked(), c.nextLocked()
+	kept := func(rec *record) bool { return rec.r.Value != nil || rec.r.Key != nil || rec.r.Headers != nil }
+	c.ackLocked(second)
+	if !kept(second) || !kept(first) || !kept(third) {
+		t.Fatal("a record settled behind an unsettled one let go of its body")
+	}
+	c.ackLocked(first)
+	if kept(first) || kept(second) {
+		t.Error("records settled and passed still hold their bodies")
+	}
+	if !kept(third) {
+		t.Error("a record not yet settled lost its body")
+	}
+	if first.r.Offset != 0 || second.r.Offset != 1 {
+		t.Error("a record that let go of its body lost its offset")
 	}
 }

@@ -62,18 +62,16 @@ func parseURL(u *url.URL) (*settings, error) {
 	if !strings.EqualFold(u.Scheme, "kafka") {
 		return nil, bad("scheme", fmt.Sprintf("want kafka://, got %q", u.Scheme+"://"))
 	}
-	if u.Opaque != "" {
-		return nil, bad("host", "want kafka://host:port[,host:port]")
+	if err := driverkit.RefuseParts("kafka", u, driverkit.URLPart{Part: "opaque", Param: "host", Reason: "want kafka://host:port[,host:port]"}); err != nil {
+		return nil, err
 	}
 	q, err := driverkit.ParseQuery("kafka", u, urlParams...)
 	if err != nil {
 		return nil, err
 	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, bad("path", "kafka:// takes no path (the queue is the topic)")
-	}
-	if u.Fragment != "" {
-		return nil, bad("fragment", "kafka:// takes no fragment")
+	if err := driverkit.RefuseParts("kafka", u, driverkit.URLPart{Part: "path", Param: "path", Reason: "kafka:// takes no path (the queue is the topic)"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "kafka:// takes no fragment"}); err != nil {
+		return nil, err
 	}
 	s := &settings{}
 	if u.Host == "" {
@@ -151,21 +149,36 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 		return nil, err
 	}
 	log := cfg.logger.With("transport", "kafka")
-	var opening atomic.Bool // franz-go's warnings while Open checks the broker go to Debug: its error says it
+	// franz-go's warnings while Open checks the broker go to Debug: Open's error says it.
+	var opening atomic.Bool
 	opening.Store(true)
 	defer opening.Store(false)
-	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(slog.New(openGate{log.Handler(), &opening}))))
+	gate := driverkit.ClientLog{Handler: log.Handler(), Level: func(l slog.Level) slog.Level {
+		if opening.Load() {
+			return min(l, slog.LevelDebug)
+		}
+		return l
+	}}
+	base := append(slices.Clip(s.base), kgo.WithLogger(clientLogger(slog.New(gate))))
 	if cfg.tlsConfig != nil {
 		s.tls = cfg.tlsConfig
 		base = append(base, kgo.DialTLSConfig(cfg.tlsConfig))
 	}
 	transport.WarnInsecureTLS(log, "kafka", transport.RedactURL(u), s.tls)
+	if cfg.dialer != nil {
+		if s.tls != nil {
+			bad := driverkit.Options{Broker: "kafka"}
+			bad.Invalid("WithDialer", "cannot be combined with TLS (franz-go takes a dialer or a TLS configuration): dial TLS in the function, without tls in the URL")
+			return nil, bad.Err()
+		}
+		base = append(base, kgo.Dialer(cfg.dialer))
+	}
 	popts := slices.Clip(base)
 	if cfg.autoCreate {
 		popts = append(popts, kgo.AllowAutoTopicCreation())
 	}
-	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout), kgo.RetryBackoffFn(retryBackoff),
-		kgo.RequestTimeoutOverhead(DefaultRequestTimeoutOverhead))
+	popts = append(popts, kgo.MetadataMinAge(250*time.Millisecond), kgo.DialTimeout(cfg.dialTimeout), kgo.RetryBackoffFn(retryBackoff))
+	popts = append(popts, deadlineOpts(log)...)
 	prod, err := kgo.NewClient(popts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: building the producer for %s: %w", transport.RedactURL(u), err)
@@ -193,9 +206,9 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 // Open builds a transport from a kafka:// URL string (see the package documentation for
 // its parameters).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("kafka", rawURL)
 	if err != nil {
-		return nil, bad("url", "cannot parse "+transport.Redact(rawURL))
+		return nil, err
 	}
 	return OpenURL(ctx, u, opts...)
 }

@@ -246,7 +246,9 @@ func TestDecodeAttempts(t *testing.T) {
 	view := &consumer{queue: "q"}
 	for _, c := range cases {
 		var d transport.Delivery
-		view.Decode(&record{r: recordWithHeader(HeaderAttempts, c.in)}, &d)
+		rec := &record{r: recordWithHeader(HeaderAttempts, c.in)}
+		rec.decode()
+		view.Decode(rec, &d)
 		if n, ok := d.AttemptsHeader, d.HasAttemptsHeader; n != c.n || ok != c.okay {
 			t.Errorf("bq-attempts %q read as %d, %v; want %d, %v", c.in, n, ok, c.n, c.okay)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -31,10 +32,8 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		all = make([]*Stored, 0, len(q.ready)+len(q.delayed))
 		all = append(append(all, q.ready...), q.delayed...)
 	}
-	p := transport.Page{Next: from}
-	for i := off; i < len(all) && len(p.Deliveries) < limit; i++ {
-		s := all[i]
-		p.Deliveries = append(p.Deliveries, &transport.Delivery{
+	return driverkit.OffsetPage(off, limit, all, func(s *Stored) *transport.Delivery {
+		return &transport.Delivery{
 			Queue:             queue,
 			Body:              append([]byte(nil), s.Body...),
 			Key:               cloneKey(s.Key),
@@ -43,10 +42,6 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 			AttemptsHeader:    s.Attempts,
 			HasAttemptsHeader: true,
 			SchemaVersion:     s.SchemaVersion,
-		})
-	}
-	next := off + len(p.Deliveries)
-	p.Next = transport.OffsetCursor(next)
-	p.End = next >= len(all)
-	return p, nil
+		}
+	}), nil
 }

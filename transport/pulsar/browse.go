@@ -12,7 +12,6 @@ import (
 	pc "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -41,19 +40,6 @@ func defaultAdminURL(serviceURL string) string {
 		return "https://" + net.JoinHostPort(host, "8443")
 	}
 	return "http://" + net.JoinHostPort(host, "8080")
-}
-
-// adminParam reads the admin URL parameter: an http or https URL with a host.
-func adminParam(q driverkit.Query) (string, error) {
-	v, ok := q.String("admin")
-	if !ok {
-		return "", nil
-	}
-	if driverkit.CheckHTTPURL(v) != "" {
-		return "", q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
-	}
-	u, _ := url.Parse(v)
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Browse reads up to limit messages of queue from the cursor from without consuming

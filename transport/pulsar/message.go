@@ -88,10 +88,7 @@ func deliveryFields(d *transport.Delivery, msg pc.Message) {
 		if projected(k) {
 			continue
 		}
-		if d.Headers == nil {
-			d.Headers = map[string]string{}
-		}
-		d.Headers[k] = v
+		driverkit.SetHeader(d, k, v)
 	}
 	d.Redeliveries = int(msg.RedeliveryCount())
 }

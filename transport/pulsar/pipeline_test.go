@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transport/pulsar"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
@@ -139,5 +141,58 @@ func TestNotPipelinedSettleReturnsWriteFailure(t *testing.T) {
 	}
 	if again := receive(t, c); !bytes.Equal(again.Body, src) {
 		t.Fatalf("after the failed Ack the queue handed out %q, want the message back", again.Body)
+	}
+}
+
+// Pipelined, a consumer hands out no more deliveries whose settlement the broker has not
+// answered than its prefetch and the pipeline's depth (max(256, prefetch)): what a
+// SIGKILL or a lost connection then redelivers, settle writes made and acknowledgements
+// lost, so the bound of a fault's duplicates (docs/reliability.md, which the fault
+// suite asserts). With pulsar-client-go's answer to a refused write (none until
+// send_timeout) every settle write here stays unanswered; a pipeline without a bound
+// would take every message of the queue.
+func TestPipelineBoundsUnansweredSettlements(t *testing.T) {
+	tr := openTransport(t, "send_timeout=15s", fastNack(), pulsar.WithPipelinedSettles(true))
+	big := body("refused-" + strings.Repeat("x", 200))
+	dlq := refusingTopic(t, tr, big)
+	q := transporttest.UniqueName("bqtest-depth")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const prefetch, depth = 2, driverkit.DefaultPipelineDepth
+	const messages = prefetch + depth + 40
+	for i := range messages {
+		if err := tr.Publish(ctx, &transport.Message{Queue: q, Body: body(fmt.Sprintf("depth-%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: prefetch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	handed, pipelined := 0, 0
+	for range messages {
+		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+		d, err := c.Receive(rctx)
+		rcancel()
+		if err != nil {
+			break // nothing handed out while the pipeline is full
+		}
+		handed++
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		err = c.Settle(sctx, d, transport.Settlement{Outcome: transport.Ack, Writes: []*transport.Message{{Queue: dlq, Body: big}}})
+		scancel()
+		if err != nil {
+			break // Settle waited for room in the pipeline
+		}
+		pipelined++
+	}
+	t.Logf("handed out %d of %d, %d settled into the pipeline", handed, messages, pipelined)
+	if handed > prefetch+depth || pipelined > depth {
+		t.Errorf("handed out %d deliveries and pipelined %d settlements the broker never answered: want at most %d and %d",
+			handed, pipelined, prefetch+depth, depth)
+	}
+	if pipelined < depth {
+		t.Errorf("%d settlements went into the pipeline before it was full, want %d: the test does not reach the bound", pipelined, depth)
 	}
 }

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -107,26 +105,17 @@ func WithSubscriptionType(t SubscriptionType) Option {
 	}
 }
 
-// positive records d as the duration of option into, refusing one that is not positive.
-func (o *options) positive(option string, d time.Duration, into *time.Duration) {
-	if d <= 0 {
-		o.Invalid(option, "want a duration above zero, got %s", d)
-		return
-	}
-	*into = d
-}
-
 // WithNackRedeliveryDelay sets how long Pulsar waits before it redelivers a rewound
 // delivery (default 1s; nack_delay in the URL).
 func WithNackRedeliveryDelay(d time.Duration) Option {
-	return func(o *options) { o.positive("WithNackRedeliveryDelay", d, &o.nackDelay) }
+	return func(o *options) { o.SetAtLeast("WithNackRedeliveryDelay", &o.nackDelay, d, 1) }
 }
 
 // WithSendTimeout bounds the wait for the broker to confirm a write when the caller's
 // context has no deadline, and for a pipelined settlement's confirmations (default 30s;
 // send_timeout in the URL).
 func WithSendTimeout(d time.Duration) Option {
-	return func(o *options) { o.positive("WithSendTimeout", d, &o.sendTimeout) }
+	return func(o *options) { o.SetAtLeast("WithSendTimeout", &o.sendTimeout, d, 1) }
 }
 
 // WithConnectTimeout bounds how long [OpenURL] waits for the broker, and the client it
@@ -138,13 +127,7 @@ func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.Se
 // workers (default [DefaultReceiverQueueSize]; receiver_queue in the URL), independent
 // of the runtime's prefetch.
 func WithReceiverQueueSize(n int) Option {
-	return func(o *options) {
-		if n < 1 {
-			o.Invalid("WithReceiverQueueSize", "want a number of messages above zero, got %d", n)
-			return
-		}
-		o.receiverQueue = n
-	}
+	return func(o *options) { o.SetAtLeastN("WithReceiverQueueSize", &o.receiverQueue, n, 1) }
 }
 
 // WithMaxMessageSize tells the transport the broker's maxMessageSize in bytes (default
@@ -269,24 +252,11 @@ func ParseURL(u *url.URL) (Config, error) {
 	if u.Host == "" {
 		return bad("host", "missing (want pulsar://host:port)")
 	}
-	var hosts []string
-	for _, hp := range strings.Split(u.Host, ",") {
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			if strings.Contains(err.Error(), "missing port") {
-				host, port, err = hp, defPort, nil
-				if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-					host = host[1 : len(host)-1]
-				}
-			}
-		}
-		if err != nil || host == "" {
-			return bad("host", "want host[:port][,host[:port]…]")
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return bad("port", "not a port number")
-		}
-		hosts = append(hosts, net.JoinHostPort(host, port))
+	hosts, err := driverkit.Hosts(u, defPort)
+	if errors.Is(err, driverkit.ErrBadPort) {
+		return bad("port", err.Error())
+	} else if err != nil {
+		return bad("host", err.Error()+" (want host[:port][,host[:port]…])")
 	}
 	c := Config{
 		ServiceURL:       scheme + "://" + strings.Join(hosts, ","),
@@ -325,8 +295,11 @@ func ParseURL(u *url.URL) (Config, error) {
 	if c.ReceiverQueueSize, _, err = q.Int("receiver_queue", 1, math.MaxInt32); err != nil {
 		return Config{}, err
 	}
-	if c.AdminURL, err = adminParam(q); err != nil {
-		return Config{}, err
+	if v, ok := q.String("admin"); ok {
+		if driverkit.CheckHTTPURL(v) != "" {
+			return Config{}, q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
+		}
+		c.AdminURL = strings.TrimRight(v, "/")
 	}
 	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
 		return Config{}, err
@@ -437,6 +410,11 @@ func newTransport(client pc.Client, o options) *Transport {
 	t.producers = driverkit.Pool[pc.Producer]{Make: t.createProducer, Free: func(ctx context.Context, p pc.Producer) error {
 		defer p.Close()
 		return p.FlushWithCtx(ctx)
+	}, Discard: func(_ context.Context, p pc.Producer) error {
+		// A dropped producer failed a write and may be closing itself: a flush would
+		// race the client's own close of its event channel (pulsar-client-go v0.19.0).
+		p.Close()
+		return nil
 	}}
 	return t
 }

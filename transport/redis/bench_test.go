@@ -2,6 +2,9 @@ package redis_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,6 +221,44 @@ var (
 	luaMove = goredis.NewScript(`return redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')`)
 	luaRem  = goredis.NewScript(`return redis.call('lrem', KEYS[1], 1, ARGV[1])`)
 )
+
+// The floor of the family's layout (the one the Python SDK shares): what any consumer
+// keeping it must make Redis do, and nothing more. A reservation is the element moved to
+// "<q>:processing" and its deadline member "<token>:<element>" in
+// "<q>:processing:deadlines", recorded together in one script (a consumer that died
+// between two commands would strand the message); a settle removes the member, and the
+// element only when the member was still there (the gate), in one script.
+//
+//	layoutReserve: KEYS ready, processing, deadlines; ARGV deadline score, token
+//	layoutSettle:  KEYS processing, deadlines; ARGV token, element
+var (
+	layoutReserve = goredis.NewScript(`
+local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+if raw then redis.call('zadd', KEYS[3], ARGV[1], ARGV[2] .. ':' .. raw) end
+return raw`)
+	layoutSettle = goredis.NewScript(`
+if redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. ARGV[2]) == 1 then
+  return redis.call('lrem', KEYS[1], 1, ARGV[2])
+end
+return 0`)
+)
+
+// layoutKeys are the keys of layoutReserve for queue q (layoutSettle takes [1:]).
+func layoutKeys(q string) []string {
+	return []string{q, q + ":processing", q + ":processing:deadlines"}
+}
+
+// layoutToken is a reservation token of the layout: 32 lowercase hex characters.
+func layoutToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// layoutDeadline is the deadline score of a reservation made now (retry_after 60 s).
+func layoutDeadline() string {
+	return strconv.FormatFloat(float64(time.Now().Add(time.Minute).UnixMicro())/1e6, 'f', 6, 64)
+}
 
 // splitN runs fn k times over n goroutines.
 func splitN(k, n int, fn func()) {

@@ -2,9 +2,12 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -18,17 +21,13 @@ var _ transport.Browser = (*Transport)(nil)
 // place in the list ([transport.OffsetCursor]): a page read while workers take from
 // the head starts that many messages further on.
 func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cursor, limit int) (transport.Page, error) {
-	off, err := from.Offset()
+	off, limit, err := driverkit.OffsetBrowse("redis", queue, from, limit)
 	if err != nil {
 		return transport.Page{}, err
 	}
-	if queue == "" {
-		return transport.Page{}, fmt.Errorf("redis: browse: empty queue name")
-	}
-	if t.isClosed() {
+	if t.closed.Load() {
 		return transport.Page{}, transport.ErrClosed
 	}
-	limit = max(limit, 1)
 	ready := t.ready(queue)
 	// One more than asked for tells whether the list goes on.
 	els, err := t.client.LRange(ctx, ready, int64(off), int64(off+limit)).Result()
@@ -43,7 +42,8 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if t.laravel && len(els) > 0 {
 		fields := make([]string, len(els))
 		for i, el := range els {
-			fields[i] = sha1hex([]byte(el))
+			sum := sha1.Sum([]byte(el))
+			fields[i] = hex.EncodeToString(sum[:])
 		}
 		if hdrs, err = t.client.HMGet(ctx, headersKey(ready), fields...).Result(); err != nil {
 			return transport.Page{}, fmt.Errorf("redis: browse %q: headers: %w", ready, err)

@@ -41,9 +41,9 @@ func WithWait(replicas int, timeout time.Duration) Option {
 	return func(t *Transport) {
 		switch {
 		case replicas < 0:
-			t.bad.Invalid("WithWait", "want 0 (off) or more replicas, got %d", replicas)
+			t.common.Invalid("WithWait", "want 0 (off) or more replicas, got %d", replicas)
 		case timeout <= 0:
-			t.bad.Invalid("WithWait", "want a timeout above zero, got %s", timeout)
+			t.common.Invalid("WithWait", "want a timeout above zero, got %s", timeout)
 		default:
 			t.waitN, t.waitFor = replicas, timeout
 		}

@@ -24,7 +24,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	if len(msgs) == 0 {
 		return nil
 	}
-	if t.isClosed() {
+	if t.closed.Load() {
 		return transport.ErrClosed
 	}
 	ws := make([]write, len(msgs))
@@ -49,12 +49,11 @@ func (t *Transport) prepare(m *transport.Message, now time.Time) (w write) {
 		w.err = errors.New("redis: message has no queue")
 		return w
 	}
-	w.queue = m.Queue
-	if w.err = t.checkSlot(m.Queue); w.err != nil {
-		return w
+	if err := t.checkSlot(m.Queue); err != nil {
+		return write{queue: m.Queue, err: err}
 	}
-	w.op, w.score, w.value, w.hdr, w.keys = t.writeOp(m, now)
-	w.err = t.checkSize(m.Queue, w.value)
+	w = t.writeOp(m, now)
+	w.err = t.common.CheckSize(m.Queue, len(w.value), 0)
 	return w
 }
 

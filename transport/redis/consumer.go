@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +33,7 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 	if queue == "" {
 		return nil, errors.New("redis: consume needs a queue name")
 	}
-	if t.isClosed() {
+	if t.closed.Load() {
 		return nil, transport.ErrClosed
 	}
 	if err := t.checkSlot(queue); err != nil {
@@ -47,12 +47,15 @@ func (t *Transport) Consume(_ context.Context, queue string, opts transport.Cons
 		c.rkeys = []string{queue, processingKey(queue), deadlinesKey(queue), delayedKey(queue)}
 		c.skeys = []string{processingKey(queue), deadlinesKey(queue), ready, ready}
 	}
-	c.settles.run = c.settleGroup
-	c.settles.lanes = groupLanes
+	c.settles = driverkit.GroupCommit[settleItem]{Send: c.settleGroup, Lanes: groupLanes, Max: maxGroup}
+	if t.ackLinger > 0 {
+		c.deferred = driverkit.NewDeferredAcks(t.ackLinger, t.common.Logger, "redis", queue,
+			func(ctx context.Context, rs []res) ([]bool, error) { return c.runSettle(ctx, ackItems(rs)) })
+	}
 	k, err := driverkit.New[res](c, driverkit.Config{
 		Broker:     "redis",
 		Queue:      queue,
-		Logger:     t.log,
+		Logger:     t.common.Logger,
 		Group:      &t.consumers,
 		AtomicAcks: true,    // the settle script makes the writes and removes the reservation
 		MaxBatch:   t.batch, // one reserve call for the workers waiting
@@ -75,39 +78,29 @@ var _ transport.AckSyncer = (*kitConsumer)(nil)
 // SyncAcks sends the deferred acks made before the call ([WithDeferredAcks]) and
 // returns once Redis has them, for a tool that moves messages between queues
 // ([transport.SyncAcks]). Without deferred acks it has nothing to do.
-func (c *kitConsumer) SyncAcks(ctx context.Context) error { return c.d.sendAcks(ctx) }
+func (c *kitConsumer) SyncAcks(ctx context.Context) error { return c.d.deferred.Flush(ctx) }
 
 // consumer is Redis's side of one consumer: the primitives the kit drives.
 type consumer struct {
-	t        *Transport
-	queue    string
-	readyKey string
-	// The keys of the reserve and settle scripts, before those of a settle's writes.
-	rkeys, skeys []string
-	kit          *driverkit.Consumer[res]
-	settles      committer[settleItem] // acks and rewinds of several workers in one call
+	t               *Transport
+	queue, readyKey string
+	rkeys, skeys    []string // the reserve and settle scripts' keys (then a settle's writes')
+	kit             *driverkit.Consumer[res]
+	settles         driverkit.GroupCommit[settleItem] // acks and rewinds of several workers in one call
 
-	// drained is set when the last reserve call left the ready list empty: the next
-	// one waits on it first, in the same round trip (default layout).
+	// drained is set when the last Receive had to wait and its reserve call left the
+	// ready list empty: the next one waits first, in the same round trip (default
+	// layout). A queue that keeps a worker waiting costs a round trip less per message.
 	drained atomic.Bool
 
-	mu     sync.Mutex
-	swept  time.Time // when a reserve call last swept
-	closed bool      // Close ran: acks are no longer deferred
-	// Deferred acks (Transport.ackLinger > 0): acknowledged reservations whose removal
-	// has not been sent yet. The next reserve call carries them, or the flush timer
-	// after the linger, or Close.
-	acks     []res
-	ackTimer *time.Timer
-	flushes  sync.WaitGroup // flush timer calls sending acks
+	mu       sync.Mutex
+	swept    time.Time                    // when a reserve call last swept
+	deferred *driverkit.DeferredAcks[res] // [WithDeferredAcks]; nil: off
 }
 
 // res is one reservation, as the kit holds it.
 type res struct {
-	// token is the token of the deadline member (default layout: the member is
-	// "<token>:<raw>", which the scripts put together, so a settle sends the body once)
-	// or the reserved member (Laravel).
-	token string
+	token string // the deadline member's token (its member is "<token>:<raw>"), or Laravel's reserved member
 	raw   string // the element as stored in the list
 	hdr   string // Laravel: the headers JSON from the header hash, or ""
 }
@@ -127,7 +120,7 @@ type settleItem struct {
 func (c *consumer) Receive(ctx context.Context, into []res) (int, error) {
 	var n int
 	var err error
-	if !c.drained.Load() || c.acksWaiting() { // else the look goes first: the list was empty last time
+	if !c.drained.Load() || c.deferred.Waiting() { // else the look goes first: the queue is idle
 		n, err = c.reserve(ctx, into, 0)
 	}
 	for n == 0 && err == nil {
@@ -161,26 +154,26 @@ func (c *consumer) waitFor(ctx context.Context) (time.Duration, error) {
 }
 
 // reserve runs the layout's reserve script for up to len(into) messages. With wait > 0
-// a blocking look of up to wait goes first, in the same pipeline, and the script
-// sweeps; else the script sweeps at most every [sweepEvery] and the deferred acks ride
-// along: in the reserve script itself (default layout), or in a settle script ahead of
-// Laravel's reserve script, which stays as Laravel has it.
+// a blocking look of up to wait goes first, in the same pipeline ([consumer.wake] in the
+// default layout); else the script sweeps at most every [sweepEvery] and the deferred
+// acks ride along: in the reserve script itself (default layout), or in a settle script
+// ahead of Laravel's reserve script, which stays as Laravel has it.
 func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) (int, error) {
 	t := c.t
 	now := time.Now()
 	var acks []res
 	c.mu.Lock()
-	sweepArg := "0"
-	switch {
-	case now.Sub(c.swept) >= min(sweepEvery, t.poll):
-		sweepArg, c.swept = "1", now
-	case wait > 0:
-		sweepArg = "2" // when the wait ended with nothing
+	sweep := now.Sub(c.swept) >= min(sweepEvery, t.poll)
+	if sweep {
+		c.swept = now
 	}
 	if wait == 0 {
-		acks = c.takeAcksLocked()
+		acks = c.deferred.Take()
 	}
 	c.mu.Unlock()
+	if wait > 0 && !t.laravel {
+		return c.wake(ctx, into, wait, now, sweep)
+	}
 
 	script, keys, args := reserveDefault, c.rkeys, []any(nil)
 	if t.laravel {
@@ -191,12 +184,12 @@ func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) 
 		script = reserveLaravel
 		args = []any{strconv.FormatInt(now.Unix(), 10), score, len(into), migrate}
 	} else {
-		deadline := math.Inf(1)
-		if t.retryAfter > 0 {
-			deadline = unixSeconds(now.Add(t.retryAfter))
+		sweepArg := "0"
+		if sweep {
+			sweepArg = "1"
 		}
 		args = make([]any, 0, 5+2*len(acks)+len(into))
-		args = append(args, fmtScore(unixSeconds(now)), fmtScore(deadline), sweepLimit, sweepArg, len(acks))
+		args = append(args, scoreAt(now), t.deadline(now), sweepLimit, sweepArg, len(acks))
 		for _, a := range acks {
 			args = append(args, a.token, a.raw)
 		}
@@ -210,12 +203,12 @@ func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) 
 	var sargs []any
 	if wait == 0 && (!t.laravel || len(acks) == 0) {
 		rc = script.EvalSha(ctx, t.client, keys, args...)
-	} else {
+	} else { // Laravel
 		pipe := t.client.Pipeline()
 		if wait > 0 {
 			look = pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
 		}
-		if len(acks) > 0 { // Laravel
+		if len(acks) > 0 {
 			skeys, sargs, _ = c.settleCall(ackItems(acks), now) // acks carry no writes
 			sc = pipe.EvalSha(ctx, settle.Hash(), skeys, sargs...)
 		}
@@ -227,7 +220,7 @@ func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) 
 	}
 	if sc != nil {
 		ok, err := gates(evalAgain(ctx, t.client, settle, sc, skeys, sargs).Int64Slice())
-		c.acksSent(acks, ok, err)
+		c.deferred.Sent(acks, ok, err)
 	}
 	out, err := evalAgain(ctx, t.client, script, rc, keys, args).StringSlice()
 	if t.laravel {
@@ -240,7 +233,7 @@ func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) 
 		}
 		return n, nil
 	}
-	if err == nil && (len(out) < 2 || len(out[0]) != len(acks) || len(out)-2 > len(into)) {
+	if err == nil && (len(out) < 1 || len(out[0]) != len(acks) || len(out)-1 > len(into)) {
 		err = fmt.Errorf("reserve script answered %d values for %d acks and %d reservations", len(out), len(acks), len(into))
 	}
 	if len(acks) > 0 {
@@ -251,17 +244,70 @@ func (c *consumer) reserve(ctx context.Context, into []res, wait time.Duration) 
 				ok[i] = out[0][i] == '1'
 			}
 		}
-		c.acksSent(acks, ok, err)
+		c.deferred.Sent(acks, ok, err)
 	}
 	if err != nil {
 		return 0, err
 	}
-	c.drained.Store(out[1] == "0")
+	c.drained.Store(false)
 	first := len(args) - len(into)
-	for i, raw := range out[2:] {
+	for i, raw := range out[1:] {
 		into[i] = res{token: args[first+i].(string), raw: raw}
 	}
-	return len(out) - 2, nil
+	return len(out) - 1, nil
+}
+
+// wake waits up to wait for the ready list with the blocking look and reserves behind
+// it in the same pipeline (default layout): a due sweep goes ahead of the look, so that
+// a message ending the wait meets only reserveWoken, the least the layout asks of a
+// reservation, and reaches the worker in the answer to that one round trip.
+func (c *consumer) wake(ctx context.Context, into []res, wait time.Duration, now time.Time, sweep bool) (int, error) {
+	t := c.t
+	args := make([]any, 1, 1+len(into))
+	args[0] = t.deadline(now)
+	for range into {
+		args = append(args, t.token())
+	}
+	keys := c.rkeys[:3]
+	pipe := t.client.Pipeline()
+	var sw *goredis.Cmd
+	var sargs []any
+	if sweep { // the reserve script with no tokens only sweeps
+		sargs = []any{scoreAt(now), args[0], sweepLimit, "1", 0}
+		sw = pipe.EvalSha(ctx, reserveDefault.Hash(), c.rkeys, sargs...)
+	}
+	look := pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+	rc := pipe.EvalSha(ctx, reserveWoken.Hash(), keys, args...)
+	_, _ = pipe.Exec(ctx)
+	if sw != nil && evalAgain(ctx, t.client, reserveDefault, sw, c.rkeys, sargs).Err() != nil {
+		c.mu.Lock()
+		c.swept = time.Time{} // due again next time
+		c.mu.Unlock()
+	}
+	if err := look.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return 0, err
+	}
+	out, err := evalAgain(ctx, t.client, reserveWoken, rc, keys, args).Slice()
+	if err != nil {
+		return 0, err
+	}
+	n, left, ok := len(out), int64(0), true
+	if n > len(into) { // every token used: the list's length follows
+		n--
+		left, ok = out[n].(int64)
+	}
+	if !ok || n > len(into) {
+		return 0, fmt.Errorf("reserve script answered %d values for %d reservations", len(out), len(into))
+	}
+	for i := range n {
+		raw, ok := out[i].(string)
+		if !ok {
+			return 0, fmt.Errorf("reserve script answered a %T for a reservation", out[i])
+		}
+		into[i] = res{token: args[1+i].(string), raw: raw}
+	}
+	c.drained.Store(left == 0) // the next Receive looks first
+	return n, nil
 }
 
 // evalAgain runs s with EVAL when cmd, its EVALSHA, found the script gone from Redis's
@@ -274,8 +320,7 @@ func evalAgain(ctx context.Context, c goredis.Scripter, s *goredis.Script, cmd *
 }
 
 // Decode unwraps the element: a frame's body and headers (default layout), or the job
-// with the headers kept in the header hash (Laravel). The body is the one copy of the
-// element; the reservation keeps the element as reserved, for its settle.
+// with the headers kept in the header hash (Laravel).
 func (c *consumer) Decode(r res, d *transport.Delivery) {
 	d.Body, d.Headers = c.t.unwrap(r.raw, r.hdr)
 }
@@ -288,21 +333,8 @@ func (c *consumer) IsRetryable(err error) bool { return !errors.Is(err, goredis.
 // rewinds other workers of the consumer make meanwhile), or defers the removal to the
 // next reserve call ([WithDeferredAcks]).
 func (c *consumer) Ack(ctx context.Context, r res) error {
-	if c.t.ackLinger > 0 {
-		c.mu.Lock()
-		if !c.closed { // Close sends the deferred acks it finds
-			c.acks = append(c.acks, r)
-			if len(c.acks) == 1 {
-				if c.ackTimer == nil {
-					c.ackTimer = time.AfterFunc(c.t.ackLinger, c.flushAcks)
-				} else {
-					c.ackTimer.Reset(c.t.ackLinger)
-				}
-			}
-			c.mu.Unlock()
-			return nil
-		}
-		c.mu.Unlock()
+	if c.deferred.Add(r) { // false once closed: Close sends the deferred acks it finds
+		return nil
 	}
 	return c.settleOne(ctx, settleItem{r: r}, transport.Ack)
 }
@@ -328,8 +360,7 @@ func (c *consumer) GiveBack(ctx context.Context, rs []res, why driverkit.Reason)
 	}
 	var errs []error
 	failed := 0
-	for from := 0; from < len(items); from += maxGroup {
-		group := items[from:min(from+maxGroup, len(items))]
+	for group := range slices.Chunk(items, maxGroup) {
 		if _, err := c.runSettle(ctx, group); err != nil {
 			errs = append(errs, err)
 			failed += len(group)
@@ -344,12 +375,12 @@ func (c *consumer) GiveBack(ctx context.Context, rs []res, why driverkit.Reason)
 // settleOne runs the settle script for an ack or rewind without writes, in one call
 // with those other workers of the consumer ask for meanwhile.
 func (c *consumer) settleOne(ctx context.Context, it settleItem, o transport.Outcome) error {
-	cl := &call[settleItem]{arg: it}
-	c.settles.do(ctx, cl)
+	cl := &driverkit.GroupCall[settleItem]{Arg: it}
+	c.settles.Do(ctx, cl)
 	switch {
-	case cl.err != nil:
-		return fmt.Errorf("redis: %s on %q: %w", o, c.queue, cl.err)
-	case !cl.ok:
+	case cl.Err != nil:
+		return fmt.Errorf("redis: %s on %q: %w", o, c.queue, cl.Err)
+	case !cl.OK:
 		return c.lost()
 	}
 	return nil
@@ -362,63 +393,8 @@ func (c *consumer) lost() error {
 
 // Close sends the deferred acks left: the kit gave back what was held.
 func (c *consumer) Close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.flushes.Wait() // a flush the timer started finishes first
-	if err := c.sendAcks(ctx); err != nil {
+	if err := c.deferred.Close(ctx); err != nil {
 		return fmt.Errorf("%w (their messages come back after retry_after)", err)
-	}
-	return nil
-}
-
-// acksWaiting reports whether deferred acks wait to ride with a reserve call.
-func (c *consumer) acksWaiting() bool {
-	if c.t.ackLinger == 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.acks) > 0
-}
-
-// takeAcksLocked takes the deferred acks waiting to be sent.
-func (c *consumer) takeAcksLocked() []res {
-	acks := c.acks
-	c.acks = nil
-	if len(acks) > 0 && c.ackTimer != nil {
-		c.ackTimer.Stop()
-	}
-	return acks
-}
-
-// flushAcks sends the deferred acks no reserve call has carried within the linger.
-func (c *consumer) flushAcks() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.flushes.Add(1) // before Close marks the consumer closed: Close waits for it
-	c.mu.Unlock()
-	defer c.flushes.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = c.sendAcks(ctx)
-}
-
-// sendAcks sends the deferred acks waiting, in one settle script call.
-func (c *consumer) sendAcks(ctx context.Context) error {
-	c.mu.Lock()
-	acks := c.takeAcksLocked()
-	c.mu.Unlock()
-	if len(acks) == 0 {
-		return nil
-	}
-	ok, err := c.runSettle(ctx, ackItems(acks))
-	c.acksSent(acks, ok, err)
-	if err != nil {
-		return fmt.Errorf("redis: sending %d deferred ack(s) on %q: %w", len(acks), c.queue, err)
 	}
 	return nil
 }
@@ -432,48 +408,16 @@ func ackItems(acks []res) []settleItem {
 	return items
 }
 
-// acksSent records the answer to sending deferred acks. When the call failed they go
-// back to be sent again (after the linger, or with the next reserve call); an ack whose
-// reservation had already lapsed is logged: its message is (or was) delivered again.
-func (c *consumer) acksSent(acks []res, ok []bool, err error) {
-	if err == nil && len(ok) != len(acks) {
-		err = fmt.Errorf("settle script answered %d results for %d reservations", len(ok), len(acks))
-	}
-	if err != nil {
-		c.mu.Lock()
-		closed := c.closed
-		if !closed {
-			c.acks = append(acks, c.acks...)
-			if c.ackTimer != nil {
-				c.ackTimer.Reset(max(c.t.ackLinger, 100*time.Millisecond))
-			}
-		}
-		c.mu.Unlock()
-		c.t.log.Warn("redis: sending deferred acks failed", "queue", c.queue, "acks", len(acks), "error", err, "retrying", !closed)
-		return
-	}
-	lost := 0
-	for _, b := range ok {
-		if !b {
-			lost++
-		}
-	}
-	if lost > 0 {
-		c.t.log.Warn("redis: reservation lapsed before its deferred ack was sent; the message is delivered again",
-			"queue", c.queue, "acks", lost)
-	}
-}
-
 // settleGroup runs the settle script for a group of Settle calls.
-func (c *consumer) settleGroup(ctx context.Context, calls []*call[settleItem]) {
+func (c *consumer) settleGroup(ctx context.Context, calls []*driverkit.GroupCall[settleItem]) {
 	items := make([]settleItem, len(calls))
 	for i, cl := range calls {
-		items[i] = cl.arg
+		items[i] = cl.Arg
 	}
 	ok, err := c.runSettle(ctx, items)
 	for i, cl := range calls {
-		if cl.err = err; err == nil {
-			cl.ok = ok[i]
+		if cl.Err = err; err == nil {
+			cl.OK = ok[i]
 		}
 	}
 }
@@ -512,7 +456,10 @@ func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []an
 	for _, it := range items {
 		nw += len(it.writes)
 	}
-	keys := append(make([]string, 0, 4+2*nw), c.skeys...)
+	keys := c.skeys // go-redis copies the keys into the command: no writes, no copy
+	if nw > 0 {
+		keys = append(make([]string, 0, len(c.skeys)+2*nw), c.skeys...)
+	}
 	args := make([]any, 1, 1+4*len(items)+4*nw)
 	args[0] = "d"
 	if t.laravel {
@@ -525,12 +472,12 @@ func (c *consumer) settleCall(items []settleItem, now time.Time) ([]string, []an
 		}
 		args = append(args, it.r.token, it.r.raw, outcome, len(it.writes))
 		for _, w := range it.writes {
-			op, score, value, hdr, wk := t.writeOp(w, now)
-			if err := t.checkSize(w.Queue, value); err != nil {
+			op := t.writeOp(w, now)
+			if err := t.common.CheckSize(w.Queue, len(op.value), 0); err != nil {
 				return nil, nil, &transport.SettleWriteError{Queue: w.Queue, Err: err}
 			}
-			keys = append(keys, wk...)
-			args = append(args, op, score, value, hdr)
+			keys = append(keys, op.keys...)
+			args = append(args, op.op, op.score, op.value, op.hdr)
 		}
 	}
 	return keys, args, nil

@@ -68,7 +68,7 @@ func URLOptionsForTest(raw string) (retryAfter, linger time.Duration, laravel bo
 }
 
 // LogForTest logs msg through the logger of tr, a *Transport.
-func LogForTest(tr transport.Transport, msg string) { tr.(*Transport).log.Warn(msg) }
+func LogForTest(tr transport.Transport, msg string) { tr.(*Transport).common.Logger.Warn(msg) }
 
 // NodesForTest returns the client a redis:// URL asks for: "plain", "sentinel" or
 // "cluster", the addresses (the Sentinels' for "sentinel"), the master name, and the
@@ -90,3 +90,13 @@ func NodesForTest(raw string) (mode string, addrs []string, master, user, pass s
 	}
 	return "plain", []string{cfg.plain.Addr}, "", cfg.plain.Username, cfg.plain.Password, nil
 }
+
+// ScoreAtForTest is scoreAt: a time as the sorted-set score the scripts write.
+var ScoreAtForTest = scoreAt
+
+// TokenForTest returns a fresh reservation token of t.
+func TokenForTest(t *Transport) string { return t.token() }
+
+// ReserveWokenForTest is the reserve script a consumer sends behind its blocking look
+// (default layout), for benchmarks that run it from a raw client beside the transport.
+var ReserveWokenForTest = reserveWoken

@@ -3,7 +3,6 @@ package redis
 import (
 	"bytes"
 	"encoding/json"
-	"sort"
 	"unicode/utf8"
 )
 
@@ -13,62 +12,48 @@ import (
 const frameSentinel = "__bq_frame"
 
 // element returns what is stored in the list for body and headers in the default
-// layout. Headers with a blank name or value are dropped, as the other SDKs do. Without
-// headers the element is body, byte for byte, except when body itself would read as a
-// frame: then it is framed with no headers, so the consumer hands back exactly body.
-// A body that is not valid UTF-8 cannot ride in a JSON string: it is stored bare and its
-// headers are dropped (reported by the second result).
+// layout: without headers (blank ones are dropped, as the other SDKs do) the body, byte
+// for byte, unless it would itself read as a frame: then it is framed with no headers, so
+// the consumer hands back exactly body. A body that is not valid UTF-8 cannot ride in a
+// JSON string: it is stored bare and its headers are dropped (the second result).
 func element(body []byte, headers map[string]string) (el []byte, dropped bool) {
-	kept := 0
-	for k, v := range headers {
-		if k != "" && v != "" {
-			kept++
-		}
-	}
-	if kept == 0 {
-		if isFrame(body) {
-			return frame(body, nil), false
-		}
+	kept := nonBlank(headers)
+	switch {
+	case kept == nil && !isFrame(body):
 		return body, false
-	}
-	if !utf8.Valid(body) {
+	case kept != nil && !utf8.Valid(body):
 		return body, true
+	case kept == nil:
+		kept = map[string]string{}
 	}
-	return frame(body, headers), false
+	return encodeJSON(struct {
+		Frame   int               `json:"__bq_frame"`
+		Headers map[string]string `json:"headers"`
+		Body    string            `json:"body"`
+	}{1, kept, string(body)}), false
 }
 
-// frame encodes the frame of body with the non-blank headers, keys sorted.
-func frame(body []byte, headers map[string]string) []byte {
+// encodeJSON is v as JSON, map keys sorted and without HTML escaping.
+func encodeJSON(v any) []byte {
 	var b bytes.Buffer
-	b.Grow(len(body) + 64)
-	b.WriteString(`{"` + frameSentinel + `":1,"headers":{`)
-	keys := make([]string, 0, len(headers))
-	for k, v := range headers {
-		if k != "" && v != "" {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSONString(&b, k)
-		b.WriteByte(':')
-		writeJSONString(&b, headers[k])
-	}
-	b.WriteString(`},"body":`)
-	writeJSONString(&b, string(body))
-	b.WriteByte('}')
-	return b.Bytes()
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // strings and maps of strings always encode
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
 }
 
-// writeJSONString appends s as a JSON string without HTML escaping.
-func writeJSONString(b *bytes.Buffer, s string) {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)       // a string always encodes
-	b.Truncate(b.Len() - 1) // Encode appends a newline
+// nonBlank is h without the headers of a blank name or value; nil when none is left.
+func nonBlank(h map[string]string) map[string]string {
+	var kept map[string]string
+	for k, v := range h {
+		if k != "" && v != "" {
+			if kept == nil {
+				kept = make(map[string]string, len(h))
+			}
+			kept[k] = v
+		}
+	}
+	return kept
 }
 
 // isFrame reports whether el reads as a frame.
@@ -107,15 +92,7 @@ func unframe(el []byte) (body []byte, headers map[string]string, ok bool) {
 			return nil, nil, false
 		}
 	}
-	for k, v := range headers {
-		if k == "" || v == "" {
-			delete(headers, k)
-		}
-	}
-	if len(headers) == 0 {
-		headers = nil
-	}
-	return []byte(s), headers, true
+	return []byte(s), nonBlank(headers), true
 }
 
 // unwrap is what the runtime sees of a stored element: a frame's body and headers

@@ -21,28 +21,15 @@ const DefaultPublishWait = 30 * time.Second
 
 // WithPublishWait bounds how long Publish waits for a Redis it cannot reach (the URL's
 // publish_wait; default [DefaultPublishWait]; zero fails at once; PublishConfirmed
-// does not wait). A publish whose connection could not be made or was lost, once
-// go-redis's own retries (max_retries) gave up, tries again after a backoff (50 ms
-// doubling to 1 s) within its context and this bound, then fails with the cause: past
-// the bound with an error matching context.DeadlineExceeded, and when its context ends
-// first with the context's error; both wrap Redis's last error.
-//
-// It makes again only what go-redis's retries make again: a write whose connection
-// could not be dialled, or ended (EOF, reset) before the reply. go-redis cannot tell a
-// connection that ended in its handshake (a write never sent: a broker going away, a
-// proxy that closes what it accepts) from one whose reply was lost after Redis applied
-// the write: in the second case, rare, the message is stored twice (the same bytes,
-// the same meta.id), as go-redis's own retries would store it. Any other error (a
-// refusal by Redis, a read timeout) fails at once, as before. A negative d is an
-// error matching babelqueue.ErrInvalidOption.
+// does not wait). A publish whose connection could not be made or ended before the
+// reply (what go-redis's own retries make again), once those retries gave up, tries
+// again after a backoff (50 ms doubling to 1 s) within its context and this bound, then
+// fails with an error matching context.DeadlineExceeded (or its context's error) that
+// wraps Redis's last error. A reply lost after Redis applied the write stores the
+// message twice (same bytes, same meta.id), as go-redis's retries would. Any other
+// error fails at once. A negative d is an error matching babelqueue.ErrInvalidOption.
 func WithPublishWait(d time.Duration) Option {
-	return func(t *Transport) {
-		if d < 0 {
-			t.bad.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
-			return
-		}
-		t.publishWait = d
-	}
+	return func(t *Transport) { t.common.SetAtLeast("WithPublishWait", &t.publishWait, d, 0) }
 }
 
 // unsent reports whether err is a connection that could not be made or ended before
@@ -54,11 +41,9 @@ func unsent(err error) bool {
 }
 
 // rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
-// publish wait ([WithPublishWait]): driverkit.RideOut, 50 ms doubling to 1 s between.
-//
-// go-redis keeps a command's failed dials to itself (it logs them and tries again until
-// the context ends), so a publish whose context ends while Redis refuses connections
-// names the last failed dial the transport saw (dialWatch).
+// publish wait: driverkit.RideOut. go-redis keeps a command's failed dials to itself,
+// so a publish whose context ends while Redis refuses connections names the last
+// failed dial the transport saw (dialWatch).
 func (t *Transport) rideOut(ctx context.Context, write func(ctx context.Context) error) error {
 	err := driverkit.RideOut(ctx, "redis", t.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, unsent, write)
 	if err != nil && ctx.Err() != nil && !unsent(err) {

@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,13 +34,24 @@ const DefaultRetryAfter = 60 * time.Second
 // DefaultPrefix is the key prefix of the Laravel layout.
 const DefaultPrefix = "queues:"
 
+// Acks, rewinds and plain publishes that workers make at once go to Redis in groups of
+// at most maxGroup calls, with up to groupLanes groups of one kind in flight
+// ([driverkit.GroupCommit]), so a few workers do not wait on each other's round trips.
+const maxGroup, groupLanes = 64, 4
+
 // ErrReservationLost is returned by Settle when the delivery's reservation lapsed and was
 // handed back to the queue (by this or another worker's sweep) before it was settled:
 // nothing was written and the message will be (or was) delivered again.
 var ErrReservationLost = errors.New("redis: reservation lapsed before it was settled")
 
+// urlParams are the URL parameters that are one option each.
+var urlParams = driverkit.Params[Option]{
+	{Name: "publish_wait", Duration: WithPublishWait, Hi: time.Hour},
+	{Name: "deferred_acks", Duration: WithDeferredAcks, Unit: time.Millisecond, Hi: time.Minute},
+}
+
 // ours lists the query parameters this package reads itself.
-var ours = []string{"cluster", "deferred_acks", "laravel", "prefix", "publish_wait", "retry_after", "sentinel", "wait", "wait_timeout"}
+var ours = append([]string{"cluster", "laravel", "prefix", "retry_after", "sentinel", "wait", "wait_timeout"}, urlParams.Names()...)
 
 // goRedisParams lists the go-redis connection parameters accepted in a URL.
 var goRedisParams = []string{
@@ -69,7 +78,8 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 		return nil, err
 	}
 	t.owned = true
-	transport.WarnInsecureTLS(t.log, "redis", transport.RedactURL(u), *tlsConfig)
+	client.AddHook(silentConnLog{log: t.common.Logger})
+	transport.WarnInsecureTLS(t.common.Logger, "redis", transport.RedactURL(u), *tlsConfig)
 	if err := checkTLS(ctx, cfg.plain); err != nil {
 		_ = client.Close()
 		return nil, transport.OpenFailed("redis", transport.RedactURL(u), err)
@@ -83,19 +93,21 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 
 // parseURL splits u into this package's options and the go-redis client options.
 func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
-	scheme := strings.ToLower(u.Scheme)
 	lu := *u
-	lu.Scheme = scheme
-	pq, err := driverkit.ParseQuery("redis", &lu, append(append(append([]string{}, ours...), goRedisParams...), transport.TLSParams...)...)
+	lu.Scheme = strings.ToLower(u.Scheme)
+	pq, err := driverkit.ParseQuery("redis", &lu, slices.Concat(ours, goRedisParams, transport.TLSParams)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	// TLS: the shared grammar (transport.ParseTLS); go-redis's skip_verify is tls_insecure.
-	tlsConfig, err := pq.TLS(&lu, scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
+	tlsConfig, err := pq.TLS(&lu, lu.Scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
 	if err != nil {
 		return nil, nil, err
 	}
-	var opts []Option
+	opts, err := urlParams.Read(pq)
+	if err != nil {
+		return nil, nil, err
+	}
 	laravel := false
 	if v, _ := pq.String("laravel"); v != "" {
 		if laravel, _, err = pq.Bool("laravel"); err != nil {
@@ -117,29 +129,17 @@ func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
 	} else if ok {
 		opts = append(opts, WithRetryAfter(d))
 	}
-	if d, ok, err := pq.Duration("publish_wait", time.Second, 0, time.Hour); err != nil {
-		return nil, nil, err
-	} else if ok {
-		opts = append(opts, WithPublishWait(d))
-	}
-	if d, ok, err := pq.Duration("deferred_acks", time.Millisecond, 0, time.Minute); err != nil {
-		return nil, nil, err
-	} else if ok {
-		opts = append(opts, WithDeferredAcks(d))
-	}
 	if o, err := parseWait(pq); err != nil {
 		return nil, nil, err
 	} else if o != nil {
 		opts = append(opts, o)
 	}
-	q := u.Query()
-	for _, k := range append(append([]string{"skip_verify"}, ours...), transport.TLSParams...) {
+	q := u.Query() // go-redis's own parameters are left for its URL parsers
+	for _, k := range slices.Concat([]string{"skip_verify"}, ours, transport.TLSParams) {
 		q.Del(k)
 	}
-	c := *u
-	c.Scheme = scheme
-	c.RawQuery = q.Encode()
-	cfg, err := parseNodes(pq, &c)
+	lu.RawQuery = q.Encode()
+	cfg, err := parseNodes(pq, &lu)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -178,81 +178,45 @@ type Option func(*Transport)
 // WithLaravel selects the Laravel-compatible layout with the given key prefix (""
 // means no prefix; the URL default is [DefaultPrefix]).
 func WithLaravel(prefix string) Option {
-	return func(t *Transport) {
-		t.laravel = true
-		t.prefix = prefix
-	}
+	return func(t *Transport) { t.laravel, t.prefix = true, prefix }
 }
 
 // WithRetryAfter sets the visibility timeout: a reservation not settled within d goes
 // back to the queue. Zero turns recovery off (the reservation never lapses); a negative
 // d is an error. Default [DefaultRetryAfter].
 func WithRetryAfter(d time.Duration) Option {
-	return func(t *Transport) {
-		if d < 0 {
-			t.bad.Invalid("WithRetryAfter", "want a duration of zero (no recovery) or more, got %s", d)
-			return
-		}
-		t.retryAfter = d
-	}
+	return func(t *Transport) { t.common.SetAtLeast("WithRetryAfter", &t.retryAfter, d, 0) }
 }
 
 // WithPollInterval bounds how long a waiting consumer blocks on Redis before it looks
 // at the delayed set and lapsed reservations again; d must be above zero. Default one
 // second.
 func WithPollInterval(d time.Duration) Option {
-	return func(t *Transport) {
-		if d <= 0 {
-			t.bad.Invalid("WithPollInterval", "want a duration above zero, got %s", d)
-			return
-		}
-		t.poll = d
-	}
+	return func(t *Transport) { t.common.SetAtLeast("WithPollInterval", &t.poll, d, 1) }
 }
 
 // WithLogger sets the logger for conditions that are not errors of a call (a dropped
 // header, a reconnect). Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(t *Transport) {
-		if l != nil {
-			t.log = l
-		}
-	}
+	return func(t *Transport) { t.common.SetLogger(l) }
 }
 
 // WithBatch bounds how many messages one reserve script takes at once for one consumer
-// (never more than the room its prefetch leaves); n must be 1 or more. Default 16.
+// (never more than the room its prefetch leaves); n must be 1 or more. Default 64.
 func WithBatch(n int) Option {
-	return func(t *Transport) {
-		if n < 1 {
-			t.bad.Invalid("WithBatch", "want 1 or more, got %d", n)
-			return
-		}
-		t.batch = n
-	}
+	return func(t *Transport) { t.common.SetAtLeastN("WithBatch", &t.batch, n, 1) }
 }
 
-// WithDeferredAcks makes an Ack without writes return at once: the removal of the
-// reservation goes to Redis in the consumer's next reserve script call, in the same
-// round trip, or after linger when no reserve call comes first, and always before the
-// consumer's Close returns. It saves a round trip per message.
-//
-// What it costs: the message stays reserved until the removal lands, so a worker that
-// dies in that window (at most linger, or while Redis is unreachable) leaves it to be
-// delivered again after retry_after, as it would if it died just before acking; and an
-// ack whose reservation had already lapsed is logged instead of returned as
-// [ErrReservationLost]. A removal that fails is sent again with the next reserve call or
-// after linger. Retries, dead-letters and rewinds stay synchronous. [transport.SyncAcks]
-// sends the deferred acks at once. Zero (the default) turns it off; a negative linger
-// is an error.
+// WithDeferredAcks makes an Ack without writes return at once, saving a round trip per
+// message: the removal of the reservation goes to Redis with the consumer's next reserve
+// call, or after linger, and before its Close returns ([driverkit.DeferredAcks]). The
+// cost: a worker that dies in that window leaves the message to be delivered again after
+// retry_after, and an ack whose reservation had lapsed is logged instead of returned as
+// [ErrReservationLost] (docs/transports/redis.md). Retries, dead-letters and rewinds stay
+// synchronous; [transport.SyncAcks] sends the deferred acks at once. Zero (the default)
+// turns it off; a negative linger is an error.
 func WithDeferredAcks(linger time.Duration) Option {
-	return func(t *Transport) {
-		if linger < 0 {
-			t.bad.Invalid("WithDeferredAcks", "want a linger of zero (off) or more, got %s", linger)
-			return
-		}
-		t.ackLinger = linger
-	}
+	return func(t *Transport) { t.common.SetAtLeast("WithDeferredAcks", &t.ackLinger, linger, 0) }
 }
 
 // MaxMessageSize is the longest element Redis stores by default: a string of 512 MiB
@@ -265,18 +229,7 @@ const MaxMessageSize = 512 << 20
 // above zero. A longer message fails with a [*transport.TooLargeError] before it is
 // sent.
 func WithMaxMessageSize(n int) Option {
-	return func(t *Transport) {
-		if n < 1 {
-			t.bad.Invalid("WithMaxMessageSize", "want a size above zero, got %d", n)
-			return
-		}
-		t.maxSize = n
-	}
-}
-
-// checkSize refuses an element longer than the limit.
-func (t *Transport) checkSize(queue string, el []byte) error {
-	return transport.CheckSize("redis", queue, len(el), t.maxSize)
+	return func(t *Transport) { t.common.SetMaxMessageSize(n) }
 }
 
 // Transport is a connection to one Redis. It is safe for concurrent use.
@@ -290,23 +243,20 @@ type Transport struct {
 	poll        time.Duration
 	batch       int
 	ackLinger   time.Duration
-	maxSize     int
-	log         *slog.Logger
-	bad         driverkit.Options
-	waitCap     time.Duration // the longest blocking look a pipeline's read timeout allows; 0: no bound
-	cluster     bool          // a Redis Cluster: a queue's keys need a hash tag
-	waitN       int           // WAIT for this many replicas after each write (0: no WAIT)
-	waitFor     time.Duration // WAIT's timeout
-	publishWait time.Duration // WithPublishWait
+	common      driverkit.Common // the logger, the size limit, bad option values
+	waitCap     time.Duration    // the longest blocking look a pipeline's read timeout allows; 0: no bound
+	cluster     bool             // a Redis Cluster: a queue's keys need a hash tag
+	waitN       int              // WAIT for this many replicas after each write (0: no WAIT)
+	waitFor     time.Duration    // WAIT's timeout
+	publishWait time.Duration    // WithPublishWait
 
-	mu        sync.Mutex
-	closed    bool
+	closed    atomic.Bool
 	consumers driverkit.Group // the consumers opened, closed with the transport
 
 	tokenPfx string
 	tokenN   atomic.Uint64
 
-	pushes committer[write] // plain publishes
+	pushes driverkit.GroupCommit[write] // plain publishes
 }
 
 // New builds a transport around a client the caller constructed and keeps owning:
@@ -320,16 +270,14 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 		retryAfter:  DefaultRetryAfter,
 		publishWait: DefaultPublishWait,
 		poll:        time.Second,
-		batch:       16,
-		maxSize:     MaxMessageSize,
-		log:         slog.Default(),
-		bad:         driverkit.Options{Broker: "redis"},
+		batch:       64,
+		common:      driverkit.NewCommon("redis", 0, MaxMessageSize, 0),
 		tokenPfx:    hex.EncodeToString(seed[:]),
 	}
 	for _, o := range opts {
 		o(t)
 	}
-	if err := t.bad.Err(); err != nil {
+	if err := t.common.Err(); err != nil {
 		return nil, err
 	}
 	if client != nil { // the URL grammar's tests build one without a client
@@ -348,8 +296,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Transport, error) {
 	if readTimeout > 0 {
 		t.waitCap = readTimeout / 2
 	}
-	t.pushes.run = t.pushGroup
-	t.pushes.lanes = groupLanes
+	t.pushes = driverkit.GroupCommit[write]{Send: t.pushGroup, Lanes: groupLanes, Max: maxGroup}
 	return t, nil
 }
 
@@ -371,62 +318,62 @@ func (t *Transport) Capabilities() transport.Capabilities {
 // token returns a fresh reservation token: 32 lowercase hex digits, unique per
 // transport (a random prefix and a counter).
 func (t *Transport) token() string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], t.tokenN.Add(1))
-	return t.tokenPfx + hex.EncodeToString(b[:])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], t.tokenN.Add(1))
+	var b [32]byte
+	copy(b[:16], t.tokenPfx)
+	hex.Encode(b[16:], n[:])
+	return string(b[:])
 }
 
-// keys of a queue.
+// deadline is the deadline score of a reservation made at now (default layout).
+func (t *Transport) deadline(now time.Time) string {
+	if t.retryAfter > 0 {
+		return scoreAt(now.Add(t.retryAfter))
+	}
+	return "+inf"
+}
+
+// The keys of a queue (docs/transports/redis.md): its ready list; the default layout's
+// processing list and deadlines zset; the delayed zset (given the ready key); and the
+// Laravel layout's, given the ready key: its reserved zset, notify list and the Go-owned
+// hash of the jobs' headers (field: the SHA-1 of the job; a Laravel job has no frame).
 func (t *Transport) ready(q string) string {
 	if t.laravel {
 		return t.prefix + q
 	}
 	return q
 }
-
-// Keys of the default layout: processing list, deadlines zset, delayed zset.
-func processingKey(q string) string { return q + ":processing" }
-func deadlinesKey(q string) string  { return q + ":processing:deadlines" }
-func delayedKey(ready string) string {
-	return ready + ":delayed"
-}
-
-// Keys of the Laravel layout (given the ready key).
+func processingKey(q string) string   { return q + ":processing" }
+func deadlinesKey(q string) string    { return q + ":processing:deadlines" }
+func delayedKey(ready string) string  { return ready + ":delayed" }
 func reservedKey(ready string) string { return ready + ":reserved" }
 func notifyKey(ready string) string   { return ready + ":notify" }
-
-// headersKey is the Go-owned hash of the Laravel layout that keeps the out-of-band
-// headers of a job (field: SHA-1 of the job, value: a JSON object), since a Laravel job
-// cannot carry a frame.
-func headersKey(ready string) string { return ready + ":bq-headers" }
+func headersKey(ready string) string  { return ready + ":bq-headers" }
 
 // headersJSON encodes the non-blank headers as a JSON object, or "" when none.
 func headersJSON(h map[string]string) string {
-	kept := make(map[string]string, len(h))
-	for k, v := range h {
-		if k != "" && v != "" {
-			kept[k] = v
-		}
+	if kept := nonBlank(h); kept != nil {
+		return string(encodeJSON(kept))
 	}
-	if len(kept) == 0 {
-		return ""
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(kept) // a map of strings always encodes
-	return strings.TrimSuffix(b.String(), "\n")
+	return ""
 }
 
-func unixSeconds(tm time.Time) float64 {
-	return float64(tm.UnixMilli()) / 1000
-}
-
-func fmtScore(f float64) string {
-	if math.IsInf(f, 1) {
-		return "+inf"
+// scoreAt is tm as a sorted-set score: Unix seconds to the millisecond, written as
+// strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) writes it ("1733371234.5"), in one
+// allocation and without the float's shortest-form search (a reserve call writes two).
+func scoreAt(tm time.Time) string {
+	ms := tm.UnixMilli()
+	if ms < 0 {
+		return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
 	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
+	var b [24]byte
+	out := strconv.AppendInt(b[:0], ms/1000, 10)
+	if frac := ms % 1000; frac != 0 {
+		out = append(out, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+		out = bytes.TrimRight(out, "0")
+	}
+	return string(out)
 }
 
 // laravelDue is Laravel's delayed score: whole seconds, floor(now)+ceil(delay).
@@ -434,42 +381,39 @@ func laravelDue(now time.Time, d time.Duration) string {
 	return strconv.FormatInt(now.Unix()+int64(math.Ceil(d.Seconds())), 10)
 }
 
-// writeOp turns m into one write of the settle script: its op, score, value, headers
-// JSON (Laravel layout only) and keys.
-func (t *Transport) writeOp(m *transport.Message, now time.Time) (op, score string, value []byte, hdr string, keys []string) {
+// writeOp is m as one write of a publish or the settle script: its op, score, value,
+// headers JSON (Laravel layout only) and keys.
+func (t *Transport) writeOp(m *transport.Message, now time.Time) write {
 	ready := t.ready(m.Queue)
+	w := write{queue: m.Queue, op: "r", score: "0", value: m.Body, keys: []string{ready}}
 	if t.laravel {
-		hdr = headersJSON(m.Headers)
+		w.hdr = headersJSON(m.Headers)
 		if m.Delay > 0 {
-			keys = []string{delayedKey(ready)}
-			op, score = "z", laravelDue(now, m.Delay)
+			w.op, w.score, w.keys[0] = "z", laravelDue(now, m.Delay), delayedKey(ready)
 		} else {
-			keys = []string{ready, notifyKey(ready)}
-			op, score = "n", "0"
+			w.op, w.keys = "n", append(w.keys, notifyKey(ready))
 		}
-		if hdr != "" {
-			keys = append(keys, headersKey(ready))
+		if w.hdr != "" {
+			w.keys = append(w.keys, headersKey(ready))
 		}
-		return op, score, m.Body, hdr, keys
+		return w
 	}
 	el, dropped := element(m.Body, m.Headers)
 	if dropped {
-		t.log.Warn("redis: body is not UTF-8, so it cannot be framed; headers dropped", "queue", m.Queue)
+		t.common.Logger.Warn("redis: body is not UTF-8, so it cannot be framed; headers dropped", "queue", m.Queue)
 	}
-	if m.Delay > 0 {
+	if w.value = el; m.Delay > 0 {
 		member := make([]byte, 0, 33+len(el))
-		member = append(member, t.token()...)
-		member = append(member, ':')
-		member = append(member, el...)
-		return "z", fmtScore(unixSeconds(now.Add(m.Delay))), member, "", []string{delayedKey(ready)}
+		w.value = append(append(append(member, t.token()...), ':'), el...)
+		w.op, w.score, w.keys[0] = "z", scoreAt(now.Add(m.Delay)), delayedKey(ready)
 	}
-	return "r", "0", el, "", []string{ready}
+	return w
 }
 
 // Publish writes one message: RPUSH (or, with a delay, ZADD to the delayed set; in the
 // Laravel layout, the push script). It returns once Redis confirmed the write.
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
-	if t.isClosed() {
+	if t.closed.Load() {
 		return transport.ErrClosed
 	}
 	w := t.prepare(m, time.Now())
@@ -481,51 +425,36 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 			return t.store(ctx, []write{w})[0]
 		}
 		// Plain publishes that several goroutines make at once go in one round trip.
-		cl := &call[write]{arg: w}
-		t.pushes.do(ctx, cl)
-		return cl.err
+		cl := &driverkit.GroupCall[write]{Arg: w}
+		t.pushes.Do(ctx, cl)
+		return cl.Err
 	})
 }
 
 // pushGroup writes a group of plain publishes: one RPUSH per run of publishes to the
 // same list, in the order they were made, pipelined when there is more than one run.
-func (t *Transport) pushGroup(ctx context.Context, calls []*call[write]) {
-	if w := calls[0].arg; len(calls) == 1 && t.waitN == 0 { // a lone publish, as is
+func (t *Transport) pushGroup(ctx context.Context, calls []*driverkit.GroupCall[write]) {
+	if w := calls[0].Arg; len(calls) == 1 && t.waitN == 0 { // a lone publish, as is
 		if err := t.client.RPush(ctx, w.keys[0], w.value).Err(); err != nil {
-			calls[0].err = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
+			calls[0].Err = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
 		}
 		return
 	}
 	ws := make([]write, len(calls))
 	for i, cl := range calls {
-		ws[i] = cl.arg
+		ws[i] = cl.Arg
 	}
 	for i, err := range t.store(ctx, ws) {
-		calls[i].err = err
+		calls[i].Err = err
 	}
-}
-
-func sha1hex(b []byte) string {
-	sum := sha1.Sum(b)
-	return hex.EncodeToString(sum[:])
-}
-
-func (t *Transport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
 }
 
 // Close closes every consumer (rewinding what they hold) and, when the transport opened
 // the client from a URL, closes the client.
 func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if t.closed.Swap(true) {
 		return nil
 	}
-	t.closed = true
-	t.mu.Unlock()
 	err := t.consumers.Close(ctx)
 	if t.owned {
 		err = errors.Join(err, t.client.Close())

@@ -2,37 +2,30 @@ package redis
 
 import goredis "github.com/redis/go-redis/v9"
 
-// The Lua scripts below are the only way this package changes a queue. Every one of them
-// runs atomically on the Redis server, so a worker that dies between two calls never leaves
-// a message half moved.
-//
-// Key and member formats are shared with the other BabelQueue SDKs on the same Redis
-// (see the package documentation): a reservation of the default layout is the element in
-// "<q>:processing" plus a member "<token>:<raw>" in "<q>:processing:deadlines" whose score
-// is the Unix time (seconds) at which the reservation lapses; token is 32 lowercase hex
-// characters.
+// The Lua scripts below change a queue, each atomically, in the keys and member formats
+// shared with the other BabelQueue SDKs (docs/transports/redis.md): a reservation of the
+// default layout is the element in "<q>:processing" and the member "<token>:<raw>" (token:
+// 32 lowercase hex digits) in "<q>:processing:deadlines", scored with when it lapses.
 
-// reserveDefault reserves up to n elements. When asked to, it first migrates due
-// delayed messages and returns lapsed reservations to the end of the ready list: ARGV[4]
-// "1" always (the consumer asks at least every [sweepEvery] while it reserves), "2" when
-// the ready list is empty (after a wait on the list that ended with nothing).
+// reserveDefault reserves up to n elements. With ARGV[4] "1" it first migrates due
+// delayed messages and returns lapsed reservations to the end of the ready list (the
+// consumer asks at least every [sweepEvery]; with no tokens the call only sweeps: a
+// consumer about to wait sends it ahead of its blocking look when a sweep is due).
 //
 // Before all that it acknowledges the deferred acks it is given (see [WithDeferredAcks]),
 // each exactly as the settle script does.
 //
 //	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset, KEYS[4] delayed zset
 //	ARGV[1] now (Unix seconds), ARGV[2] deadline score, ARGV[3] sweep limit,
-//	ARGV[4] "0", "1" or "2": when to sweep, ARGV[5] the number k of acks, ARGV[6..5+2k]
-//	each ack's token and raw element (its member is "<token>:<raw>"), then one token per
-//	element wanted
+//	ARGV[4] "1" to sweep, ARGV[5] the number k of acks, ARGV[6..5+2k] each ack's token
+//	and raw element (its member is "<token>:<raw>"), then one token per element wanted
 //
 // It returns a string with one character per ack, "1" when settled and "0" when its
-// reservation was no longer ours; how many elements the ready list holds after the
-// reservation, as a decimal string; then the raw elements reserved, in order, one per
+// reservation was no longer ours, then the raw elements reserved, in order, one per
 // token used.
 var reserveDefault = goredis.NewScript(`
 local nacks = tonumber(ARGV[5])
-local out = {'', ''}
+local out = {''}
 if nacks > 0 then
   local flags = {}
   for i = 6, 5 + 2 * nacks, 2 do
@@ -41,7 +34,7 @@ if nacks > 0 then
   end
   out[1] = table.concat(flags)
 end
-if ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('llen', KEYS[1]) == 0) then
+if ARGV[4] == '1' then
   local now = ARGV[1]
   local due = redis.call('zrangebyscore', KEYS[4], '-inf', now, 'limit', 0, 100)
   for _, m in ipairs(due) do
@@ -67,7 +60,29 @@ for i = 6 + 2 * nacks, #ARGV do
   redis.call('zadd', KEYS[3], ARGV[2], ARGV[i] .. ':' .. raw)
   out[#out + 1] = raw
 end
-out[2] = tostring(redis.call('llen', KEYS[1]))
+return out
+`)
+
+// reserveWoken reserves up to n elements once a consumer's blocking look on the ready
+// list returned (default layout), sent behind the look in its pipeline: the least the
+// family's layout asks of a reservation, so that a message pushed to an idle queue
+// reaches the worker by the shortest path (issue 39). It never sweeps: the consumer
+// sends a due sweep ahead of its look.
+//
+//	KEYS[1] ready list, KEYS[2] processing list, KEYS[3] deadlines zset
+//	ARGV[1] deadline score, then one token per element wanted
+//
+// It returns the raw elements reserved, in order, one per token used, then, when every
+// token was used, how many elements the ready list still holds (an integer).
+var reserveWoken = goredis.NewScript(`
+local out = {}
+for i = 2, #ARGV do
+  local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+  if not raw then return out end
+  redis.call('zadd', KEYS[3], ARGV[1], ARGV[i] .. ':' .. raw)
+  out[i - 1] = raw
+end
+out[#ARGV] = redis.call('llen', KEYS[1])
 return out
 `)
 
@@ -114,10 +129,9 @@ end
 return out
 `)
 
-// settle finishes reservations of one queue, each in one atomic step: it checks the
-// reservation is still ours (the gate: removing its member is what checks it), removes it,
-// rewinds it or makes its settle writes. The consumer sends the acks and rewinds that
-// several workers ask for at once in one call; a settlement with writes goes alone.
+// settle finishes reservations of one queue, each in one atomic step: the gate (removing
+// its member must succeed: the reservation is still ours), then its removal, rewind or
+// settle writes.
 //
 //	KEYS[1] processing list (default) or reserved zset (laravel)
 //	KEYS[2] deadlines zset (default) or the Go-owned header hash (laravel)
@@ -130,14 +144,11 @@ return out
 //	and a headers JSON object ("" for none); with headers the next key is the header hash
 //	(laravel), where they are stored under the SHA-1 of the value.
 //
-// It returns one integer per reservation: 1 when settled, 0 when the reservation was no
-// longer ours (it lapsed and was handed back to the queue): then nothing was written for it.
-//
-// Redis does not undo a script's commands when a later one fails, so before changing
-// anything the script checks that every key a write touches is missing or of the type
-// the write needs, and otherwise fails with a WRONGTYPE error having changed nothing:
-// the reservation stays, and the delivery can still be rewound (issue 16: a dead-letter
-// key holding a string lost every message dead-lettered to it).
+// It returns one integer per reservation: 1 when settled, 0 when it was no longer ours
+// (then nothing was written for it). Redis does not undo a script's commands when a
+// later one fails, so the script first checks that every key a write touches is missing
+// or of the type the write needs, else fails with WRONGTYPE having changed nothing
+// (issue 16).
 var settle = goredis.NewScript(`
 local default = ARGV[1] == 'd'
 local want, j, kk = {}, 2, 5

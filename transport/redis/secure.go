@@ -2,13 +2,12 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"net"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // authCause marks Redis's refusals of the connection's credentials or ACL permissions
@@ -23,21 +22,19 @@ func authCause(err error) error {
 	return err
 }
 
-// checkTLS makes one TLS handshake with the server of o, so a certificate the client
-// refuses fails Open with its cause at once: go-redis would retry the dial five times
-// and log each failure on its process-wide logger before Ping returned the same error.
-// A client of several nodes (nil: Sentinel, Redis Cluster) is left to Ping.
+// checkTLS makes one TLS handshake with the server of o ([driverkit.Reach]), so a
+// certificate the client refuses fails Open with its cause at once: go-redis would retry
+// the dial five times and log each failure on its process-wide logger before Ping
+// returned the same error. A client of several nodes (nil: Sentinel, Redis Cluster) is
+// left to Ping.
 func checkTLS(ctx context.Context, o *goredis.Options) error {
 	if o == nil || o.TLSConfig == nil || o.Network == "unix" {
 		return nil
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: o.DialTimeout}, Config: o.TLSConfig}
-	conn, err := d.DialContext(ctx, "tcp", o.Addr)
-	if err != nil {
-		return err
+	if o.DialTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.DialTimeout)
+		defer cancel()
 	}
-	// A broker that refuses the client certificate says so after the client's side of a
-	// TLS 1.3 handshake: the first command (Ping) meets it.
-	_ = conn.Close()
-	return nil
+	return driverkit.Reach(ctx, []string{o.Addr}, o.TLSConfig)
 }

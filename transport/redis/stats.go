@@ -26,7 +26,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 	if queue == "" {
 		return transport.QueueStats{}, fmt.Errorf("redis: stats: empty queue name")
 	}
-	if t.isClosed() {
+	if t.closed.Load() {
 		return transport.QueueStats{}, transport.ErrClosed
 	}
 	ready := t.ready(queue)

@@ -15,14 +15,9 @@ var _ transport.Browser = (*Transport)(nil)
 // peekFunc peeks up to n messages of a queue from sequence number from.
 type peekFunc func(ctx context.Context, from int64, n int) ([]*azservicebus.ReceivedMessage, error)
 
-// peeker is a namespace that can peek (the SDK's client can; test fakes may not).
-type peeker interface {
-	peek(ctx context.Context, queue string) (peekFunc, func(), error)
-}
-
-// peek opens a receiver on queue for peeking; the returned func closes it.
-func (n sdkNamespace) peek(ctx context.Context, queue string) (peekFunc, func(), error) {
-	r, err := n.client.NewReceiverForQueue(queue, nil)
+// peeker opens a receiver on queue to peek with; the returned func closes it.
+func (t *Transport) peeker(ctx context.Context, queue string) (peekFunc, func(), error) {
+	r, err := t.ns.newReceiver(queue)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -44,11 +39,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if t.consumers.Closed() {
 		return transport.Page{}, transport.ErrClosed
 	}
-	p, ok := t.ns.(peeker)
-	if !ok {
-		return transport.Page{}, &transport.CannotPeekError{Transport: "servicebus", Reason: "this namespace offers no peek"}
-	}
-	fn, done, err := p.peek(ctx, queue)
+	fn, done, err := t.peeker(ctx, queue)
 	if err != nil {
 		return transport.Page{}, fmt.Errorf("servicebus: browse %q: %w", queue, err)
 	}

@@ -96,12 +96,7 @@ func (c *consumer) Receive(ctx context.Context, into []*lease) (int, error) {
 		}
 		// No message and no error: the SDK recovers a link on the next call. Do not spin.
 		if empty > 0 {
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-rctx.Done():
-			}
-			t.Stop()
+			_ = driverkit.Sleep(rctx, 100*time.Millisecond)
 		}
 	}
 }
@@ -143,12 +138,8 @@ func (c *consumer) renew(ctx context.Context, l *lease, start time.Time) {
 		if cfg.maxRenewal > 0 && cfg.now().Add(wait).After(start.Add(cfg.maxRenewal)) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if driverkit.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
 		err := c.r.RenewMessageLock(ctx, l.msg, nil)
 		if err == nil {

@@ -62,43 +62,40 @@ func (b *fakeBroker) adminClient(t testing.TB) *admin.Client {
 // peek shows the queue's messages from a sequence number on, as Service Bus's peek
 // does: ready, locked and scheduled messages in sequence order, with their state,
 // locking nothing.
-func (n fakeNamespace) peek(_ context.Context, queue string) (peekFunc, func(), error) {
-	return func(ctx context.Context, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+func (b *fakeBroker) peek(ctx context.Context, queue string, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queueLocked(queue, false)
+	if q == nil {
+		return nil, notFound()
+	}
+	b.tickLocked(q, time.Now())
+	type shown struct {
+		m     *fakeMsg
+		state azservicebus.MessageState
+	}
+	var all []shown
+	for _, m := range q.ready {
+		all = append(all, shown{m, azservicebus.MessageStateActive})
+	}
+	for _, m := range q.locked {
+		all = append(all, shown{m, azservicebus.MessageStateActive})
+	}
+	for _, m := range q.scheduled {
+		all = append(all, shown{m, azservicebus.MessageStateScheduled})
+	}
+	slices.SortFunc(all, func(a, b shown) int { return int(a.m.seq - b.m.seq) })
+	var out []*azservicebus.ReceivedMessage
+	for _, s := range all {
+		if s.m.seq < from || len(out) == max {
+			continue
 		}
-		b := n.b
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		q := b.queueLocked(queue, false)
-		if q == nil {
-			return nil, notFound()
-		}
-		b.tickLocked(q, time.Now())
-		type shown struct {
-			m     *fakeMsg
-			state azservicebus.MessageState
-		}
-		var all []shown
-		for _, m := range q.ready {
-			all = append(all, shown{m, azservicebus.MessageStateActive})
-		}
-		for _, m := range q.locked {
-			all = append(all, shown{m, azservicebus.MessageStateActive})
-		}
-		for _, m := range q.scheduled {
-			all = append(all, shown{m, azservicebus.MessageStateScheduled})
-		}
-		slices.SortFunc(all, func(a, b shown) int { return int(a.m.seq - b.m.seq) })
-		var out []*azservicebus.ReceivedMessage
-		for _, s := range all {
-			if s.m.seq < from || len(out) == max {
-				continue
-			}
-			rm := received(s.m, [16]byte{})
-			rm.LockedUntil, rm.State = nil, s.state
-			out = append(out, rm)
-		}
-		return out, nil
-	}, func() {}, nil
+		rm := received(s.m, [16]byte{})
+		rm.LockedUntil, rm.State = nil, s.state
+		out = append(out, rm)
+	}
+	return out, nil
 }

@@ -427,9 +427,9 @@ func (r *fakeReceiver) RenewMessageLock(_ context.Context, rm *azservicebus.Rece
 	})
 }
 
-// PeekMessages answers the start-up check: an unknown queue of a strict broker is
-// CodeNotFound, as on Service Bus; it locks nothing.
-func (r *fakeReceiver) PeekMessages(ctx context.Context, _ int, _ *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+// PeekMessages answers the start-up check and a browse's peeks ([fakeBroker.peek]): an
+// unknown queue of a strict broker is CodeNotFound, as on Service Bus; it locks nothing.
+func (r *fakeReceiver) PeekMessages(ctx context.Context, n int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	r.b.mu.Lock()
 	fail := r.b.failPeek
 	q := r.b.queueLocked(r.queue, !r.b.strict)
@@ -442,7 +442,11 @@ func (r *fakeReceiver) PeekMessages(ctx context.Context, _ int, _ *azservicebus.
 	if q == nil {
 		return nil, notFound()
 	}
-	return nil, nil
+	var from int64
+	if o != nil && o.FromSequenceNumber != nil {
+		from = *o.FromSequenceNumber
+	}
+	return r.b.peek(ctx, r.queue, from, n)
 }
 
 func (r *fakeReceiver) Close(context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -46,21 +47,16 @@ var errSDKPanic = errors.New("servicebus: the SDK panicked converting a received
 // meta.id, the typed bq- application properties, the headers, the key as PartitionKey
 // and the delay as ScheduledEnqueueTime (from now).
 func Project(m *transport.Message, now time.Time) (*azservicebus.Message, error) {
-	out := &azservicebus.Message{Body: m.Body}
-	ct := ContentType
-	out.ContentType = &ct
+	out := &azservicebus.Message{Body: m.Body, ContentType: to.Ptr(ContentType)}
 	p := m.Projection
 	if p.URN != "" {
-		s := p.URN
-		out.Subject = &s
+		out.Subject = to.Ptr(p.URN)
 	}
 	if p.TraceID != "" {
-		s := p.TraceID
-		out.CorrelationID = &s
+		out.CorrelationID = to.Ptr(p.TraceID)
 	}
 	if p.MessageID != "" {
-		s := p.MessageID
-		out.MessageID = &s
+		out.MessageID = to.Ptr(p.MessageID)
 	}
 	if m.Key != nil {
 		if !utf8.Valid(m.Key) {
@@ -69,15 +65,12 @@ func Project(m *transport.Message, now time.Time) (*azservicebus.Message, error)
 		if len(m.Key) > MaxKeyLength {
 			return nil, fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(m.Key), MaxKeyLength)
 		}
-		k := string(m.Key)
-		out.PartitionKey = &k
+		out.PartitionKey = to.Ptr(string(m.Key))
 	}
 	if m.Delay > 0 {
-		at := now.Add(m.Delay).UTC()
-		out.ScheduledEnqueueTime = &at
+		out.ScheduledEnqueueTime = to.Ptr(now.Add(m.Delay).UTC())
 	}
-	n := len(m.Headers) + 4
-	props := make(map[string]any, n)
+	props := make(map[string]any, len(m.Headers)+4)
 	for k, v := range m.Headers {
 		props[k] = v
 	}
@@ -137,10 +130,7 @@ func reconcile(d *transport.Delivery, rm *azservicebus.ReceivedMessage) {
 		case PropSourceLang, PropCreatedAt:
 		default:
 			if s, ok := v.(string); ok {
-				if d.Headers == nil {
-					d.Headers = make(map[string]string, len(rm.ApplicationProperties))
-				}
-				d.Headers[k] = s
+				driverkit.SetHeader(d, k, s)
 			}
 		}
 	}

@@ -67,7 +67,7 @@ func (r sdkReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus
 	return unpanic(func() ([]*azservicebus.ReceivedMessage, error) { return r.Receiver.ReceiveMessages(ctx, n, o) })
 }
 
-// PeekMessages guards the same conversion for the start-up check of Consume.
+// PeekMessages guards the same conversion for Consume's start-up check and Browse.
 func (r sdkReceiver) PeekMessages(ctx context.Context, n int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	return unpanic(func() ([]*azservicebus.ReceivedMessage, error) { return r.Receiver.PeekMessages(ctx, n, o) })
 }

@@ -108,13 +108,7 @@ func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.re
 // WithMaxLockRenewal stops renewing the lock of a delivery d after it was received.
 // Zero (the default) renews until the delivery is settled; d may not be negative.
 func WithMaxLockRenewal(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.Invalid("WithMaxLockRenewal", "want zero (until settled) or a positive duration, got %s", d)
-			return
-		}
-		c.maxRenewal = d
-	}
+	return func(c *config) { c.SetAtLeast("WithMaxLockRenewal", &c.maxRenewal, d, 0) }
 }
 
 // WithConnectTimeout bounds the start-up check of Consume (default
@@ -166,7 +160,8 @@ func newTransport(ns namespace, cfg config) *Transport {
 }
 
 // Open parses an sb:// URL and connects to its namespace (lazily, on the first send or
-// receive), with opts for what cannot be in a URL: a connection string, a credential.
+// receive), with opts for what cannot be in a URL (a connection string, a credential);
+// opts are applied after the URL's parameters.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
 	u, err := driverkit.ParseURL(Scheme, rawURL)
 	if err != nil {
@@ -177,12 +172,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 
 // urlConfig is what an sb:// URL says.
 type urlConfig struct {
-	namespace  string // host[:port]; empty only with a connection string
-	renewEvery time.Duration
-	renewSet   bool
-	maxRenewal time.Duration
-	maxSet     bool
-	opts       []Option // connect_timeout, max_message_size
+	namespace string   // host[:port]; empty only with a connection string
+	opts      []Option // the parameters, applied before the caller's options
 }
 
 func parseURL(u *url.URL) (urlConfig, error) {
@@ -205,24 +196,22 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		return uc, err
 	}
 	if v, ok := q.String("lock_renewal"); ok {
+		every := time.Duration(0) // auto
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "auto", "":
-			uc.renewEvery = 0
 		case "off":
-			uc.renewEvery = -1
+			every = -1
 		default:
-			d, _, err := q.Duration("lock_renewal", time.Second, time.Millisecond, 0)
-			if err != nil {
+			if every, _, err = q.Duration("lock_renewal", time.Second, time.Millisecond, 0); err != nil {
 				return uc, q.Bad("lock_renewal", fmt.Sprintf("want auto, off or a positive duration such as 20s; got %q", v))
 			}
-			uc.renewEvery = d
 		}
-		uc.renewSet = true
+		uc.opts = append(uc.opts, WithLockRenewal(every))
 	}
 	if d, ok, err := q.Duration("max_lock_renewal", time.Second, 0, 0); err != nil {
 		return uc, err
 	} else if ok {
-		uc.maxRenewal, uc.maxSet = d, true
+		uc.opts = append(uc.opts, WithMaxLockRenewal(d))
 	}
 	common := newConfig(nil).Common
 	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
@@ -256,12 +245,6 @@ func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) 
 	cfg := newConfig(append(uc.opts, opts...))
 	if err := cfg.Err(); err != nil {
 		return nil, err
-	}
-	if uc.renewSet {
-		cfg.renewEvery = uc.renewEvery
-	}
-	if uc.maxSet {
-		cfg.maxRenewal = uc.maxRenewal
 	}
 	co := cfg.clientOptions
 	if co == nil {

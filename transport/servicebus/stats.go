@@ -95,11 +95,7 @@ func (t *Transport) QueueStats(ctx context.Context, queue string) (transport.Que
 
 // firstEnqueued returns the EnqueuedTime of the first active message a peek shows, or zero.
 func (t *Transport) firstEnqueued(ctx context.Context, queue string) (time.Time, error) {
-	p, ok := t.ns.(peeker)
-	if !ok {
-		return time.Time{}, nil
-	}
-	fn, done, err := p.peek(ctx, queue)
+	fn, done, err := t.peeker(ctx, queue)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -55,8 +55,8 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("parseURL(%q): %v", g.raw, err)
 			continue
 		}
-		if uc.namespace != g.ns || uc.renewEvery != g.renewEvery || uc.maxRenewal != g.maxRenewal {
-			t.Errorf("parseURL(%q) = %+v, want namespace %q, renew %v, max %v", g.raw, uc, g.ns, g.renewEvery, g.maxRenewal)
+		if cfg := newConfig(uc.opts); uc.namespace != g.ns || cfg.renewEvery != g.renewEvery || cfg.maxRenewal != g.maxRenewal {
+			t.Errorf("parseURL(%q) = %q, renew %v, max %v; want namespace %q, renew %v, max %v", g.raw, uc.namespace, cfg.renewEvery, cfg.maxRenewal, g.ns, g.renewEvery, g.maxRenewal)
 		}
 	}
 }

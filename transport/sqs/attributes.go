@@ -3,7 +3,9 @@ package sqs
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -95,7 +97,7 @@ func buildAttributes(m *transport.Message) (map[string]types.MessageAttributeVal
 	for k := range m.Headers {
 		names = append(names, k)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	for _, k := range names {
 		v := m.Headers[k]
 		if k == AttrAttempts || k == AttrKey {
@@ -118,15 +120,14 @@ func buildAttributes(m *transport.Message) (map[string]types.MessageAttributeVal
 		attrs[k] = attr("String", v)
 	}
 	if len(attrs) > MaxAttributes {
-		used := make([]string, 0, len(attrs))
-		for k := range attrs {
-			used = append(used, k)
-		}
-		sort.Strings(used)
-		return nil, fmt.Errorf("%w: the write to %q needs %d (%s); send fewer headers", ErrTooManyAttributes, m.Queue, len(attrs), strings.Join(used, ", "))
+		used := strings.Join(slices.Sorted(maps.Keys(attrs)), ", ")
+		return nil, fmt.Errorf("%w: the write to %q needs %d (%s); send fewer headers", ErrTooManyAttributes, m.Queue, len(attrs), used)
 	}
 	return attrs, nil
 }
+
+// attrNameChars are the characters of a MessageAttribute name.
+var attrNameChars = regexp.MustCompile(`^[A-Za-z0-9_.-]*$`)
 
 // checkAttrName returns why name cannot be a MessageAttribute name, or "".
 func checkAttrName(name string) string {
@@ -136,11 +137,8 @@ func checkAttrName(name string) string {
 	if len(name) > 256 {
 		return "longer than 256 characters"
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return "SQS attribute names allow only letters, digits, '_', '-' and '.'"
-		}
+	if !attrNameChars.MatchString(name) {
+		return "SQS attribute names allow only letters, digits, '_', '-' and '.'"
 	}
 	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
 		return "a period may not start or end the name, nor follow another period"
@@ -210,10 +208,7 @@ func readDelivery(d *transport.Delivery, msg *types.Message) {
 			}
 		case projected[name]:
 		case a.StringValue != nil && !strings.HasPrefix(typ, "Binary"):
-			if d.Headers == nil {
-				d.Headers = make(map[string]string, len(msg.MessageAttributes))
-			}
-			d.Headers[name] = *a.StringValue
+			driverkit.SetHeader(d, name, *a.StringValue)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,7 +135,7 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 				return nil, fmt.Errorf("sqs: browse %q: %w", queue, err)
 			}
 			lostAt = time.Now()
-			t.log.Debug("sqs: a receive of a browse failed; its messages, if any, are waited for", "queue", queue, "back_in", vis, "error", err)
+			t.common.Logger.Debug("sqs: a receive of a browse failed; its messages, if any, are waited for", "queue", queue, "back_in", vis, "error", err)
 			time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
 			continue
 		}
@@ -197,10 +199,7 @@ func (t *Transport) browseVisibility(ctx context.Context, url string) (time.Dura
 func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[string]string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	receipts := make([]string, 0, len(byID))
-	for _, r := range byID {
-		receipts = append(receipts, r)
-	}
+	receipts := slices.Collect(maps.Values(byID))
 	for start := 0; start < len(receipts); start += maxBatch {
 		batch := receipts[start:min(start+maxBatch, len(receipts))]
 		var err error
@@ -211,7 +210,7 @@ func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[stri
 			time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
 		}
 		if err != nil {
-			t.log.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "error", err)
+			t.common.Logger.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "error", err)
 		}
 	}
 }

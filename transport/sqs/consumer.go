@@ -18,13 +18,20 @@ import (
 )
 
 const (
-	maxBatch     = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
-	idlePause    = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
-	receiveGrace = 10 * time.Second       // how much longer than its wait a ReceiveMessage may take before it is made again
+	maxBatch  = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
+	idlePause = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
+	// receiveGrace is how much longer than its wait a ReceiveMessage may take before it
+	// is made again (on a fresh connection): a consumer whose connection went silent
+	// resumes within its wait plus this (with 10 s and wait_time=1, the fault suite's
+	// never-healed black hole took 11.1 s, past issue 38's 10 s).
+	receiveGrace = 5 * time.Second
 	// settleCallTimeout bounds each call of a settlement (a send, a delete, a visibility
 	// change): on a connection that went silent the call fails within it and the next
-	// one dials afresh, where the SDK alone would wait about a minute.
-	settleCallTimeout = 5 * time.Second
+	// one dials afresh, where the SDK alone would wait about a minute. With 5 s, a call
+	// retried just before a 5 s silence ended went out on a connection the silence then
+	// stranded for good and failed at 10.004 s, past issue 38's 10 s (the fault suite's
+	// never-healed black hole, full form).
+	settleCallTimeout = 4 * time.Second
 )
 
 // Consume opens a consumer on queue, creating the queue when it does not exist (see
@@ -53,9 +60,11 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	c.url.Store(&qurl)
 	c.life, c.end = context.WithCancel(context.Background())
 	c.polls.Poll = c.receive
+	// PipelineAcks: a worker does not wait for DeleteMessage's answer, as it waited for
+	// nothing before the kit (a poller of the driver's own received meanwhile).
 	k, err := driverkit.New[*held](c, driverkit.Config{
-		Broker: "sqs", Queue: queue, Logger: t.log, Group: &t.consumers,
-		HandOff: true, MaxBatch: maxBatch,
+		Broker: "sqs", Queue: queue, Logger: t.common.Logger, Group: &t.consumers,
+		HandOff: true, MaxBatch: maxBatch, PipelineAcks: true,
 	}, opts)
 	if err != nil {
 		c.end()
@@ -130,7 +139,7 @@ func (c *consumer) receive(n int) (got []*held, _ error) {
 		m := &out.Messages[i]
 		switch {
 		case m.ReceiptHandle == nil || *m.ReceiptHandle == "":
-			c.t.log.Warn("sqs: received a message without a receipt handle; skipped", "queue", c.queue, "message_id", aws.ToString(m.MessageId))
+			c.t.common.Logger.Warn("sqs: received a message without a receipt handle; skipped", "queue", c.queue, "message_id", aws.ToString(m.MessageId))
 		case len(got) == n: // more than asked for: no slot holds it
 			extra = append(extra, &held{receipt: *m.ReceiptHandle})
 		default:
@@ -140,11 +149,7 @@ func (c *consumer) receive(n int) (got []*held, _ error) {
 	}
 	c.giveBackLogged(extra)
 	if len(got) == 0 && c.t.waitTime == 0 {
-		// Short polling on an empty queue: do not spin on the broker.
-		select {
-		case <-time.After(idlePause):
-		case <-c.life.Done():
-		}
+		_ = driverkit.Sleep(c.life, idlePause) // short polling on an empty queue: do not spin on the broker
 	}
 	return got, nil
 }
@@ -222,7 +227,7 @@ func (c *consumer) giveBackLogged(hs []*held) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.GiveBack(ctx, hs, driverkit.Closing); err != nil {
-		c.t.log.Warn(err.Error(), "queue", c.queue)
+		c.t.common.Logger.Warn(err.Error(), "queue", c.queue)
 	}
 }
 
@@ -265,7 +270,7 @@ func (c *consumer) extend(hs []*held, timeout time.Duration) {
 		func(i int) bool { return hs[i].deleted.Load() || hs[i].rewound.Load() })
 	cancel()
 	if err != nil && c.life.Err() == nil {
-		c.t.log.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
+		c.t.common.Logger.Warn("sqs: could not extend the visibility of held messages; they may be redelivered", "queue", c.queue, "count", len(hs), "error", err)
 	}
 	// A give-back that ran meanwhile may have reached SQS first: undo the extension.
 	var rewound []*held

@@ -1,7 +1,7 @@
 // Package sqs is the Amazon SQS transport behind sqs:// URLs (SPEC §7, binding §3),
 // built on aws-sdk-go-v2. It works against AWS and against emulators such as ElasticMQ
-// and LocalStack. docs/transports/sqs.md says how it behaves, with the tests behind
-// each statement.
+// and LocalStack. docs/transports/sqs.md says how it behaves (the binding, settling,
+// the heartbeat, FIFO queues, outages), with the tests behind each statement.
 //
 // Import it for its side effect to make the scheme available to babelqueue.Open:
 //
@@ -13,22 +13,12 @@
 //	              [&visibility_timeout=DURATION][&max_message_size=BYTES][&connect_timeout=DURATION]
 //	              [&publish_wait=DURATION]
 //
-// Each parameter sets what the option function of the same name sets ([WithQueueURLPrefix],
-// [WithFIFO], [WithGroupID], [WithWaitTime], [WithVisibilityTimeout],
-// [WithMaxMessageSize], [WithConnectTimeout], [WithPublishWait]); endpoint is the
+// Each parameter sets what the option function of the same name sets; endpoint is the
 // service endpoint (an emulator's http://127.0.0.1:9324). Credentials come from the
 // default AWS chain; [Open] checks them and the endpoint at once ([ErrNoCredentials],
 // [ErrUnreachable]). To use a client you built yourself, call [New].
 //
-// # Binding
-//
-// The body is the envelope, byte for byte (SQS bodies are XML text: [ErrBodyNotText]).
-// The envelope is projected onto MessageAttributes (AttrJob and the other Attr
-// constants); out-of-band headers ride as further String attributes, at most
-// [MaxAttributes] in all ([ErrTooManyAttributes]). Every write is checked against the
-// size limit first ([transport.ErrTooLarge]). Ack sends the settle writes before
-// DeleteMessage; Rewind makes the message visible again; HandOff leaves it to the
-// queue's RedrivePolicy. While a delivery is held its visibility is extended. A queue
-// whose name ends in ".fifo" (or every queue with fifo=1) is a FIFO queue: writes carry
-// a MessageGroupId and a MessageDeduplicationId, and there is no per-message delay.
+// The body is the envelope, byte for byte, projected onto MessageAttributes (AttrJob and
+// the other Attr constants). A queue whose name ends in ".fifo" (or every queue with
+// fifo=1) is a FIFO queue: writes carry a MessageGroupId and a MessageDeduplicationId.
 package sqs

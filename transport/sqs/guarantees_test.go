@@ -388,8 +388,9 @@ func TestSlowSettleDoesNotStallHeartbeat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Slow, but within the 5 s bound of a settlement's call (settleCallTimeout).
-	slow := &slowSends{api: tr.client, delay: 4500 * time.Millisecond}
+	// Slow (longer than the visibility timeout), but within the 4 s bound of a
+	// settlement's call (settleCallTimeout).
+	slow := &slowSends{api: tr.client, delay: 3500 * time.Millisecond}
 	tr.client = slow
 	t.Cleanup(func() { tr.client = slow.api }) // after the consumer closed, before the queues go
 	c := consumeT(t, tr, q, held)

@@ -82,11 +82,8 @@ func queueURL(t testing.TB, tr *Transport, queue string) string {
 func deleteQueueLater(t testing.TB, tr *Transport, queue string) {
 	t.Helper()
 	t.Cleanup(func() {
-		tr.urlMu.RLock()
-		u, ok := tr.urls[tr.QueueName(queue)]
-		tr.urlMu.RUnlock()
-		if ok {
-			_, _ = rawClient(t, tr).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+		if u, ok := tr.urls.Load(tr.QueueName(queue)); ok {
+			_, _ = rawClient(t, tr).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(u.(string))})
 		}
 	})
 }
@@ -108,11 +105,7 @@ func openProxied(t *testing.T, query string, opts ...Option) (*Transport, *fault
 	if err != nil || ep.Host == "" {
 		t.Fatalf("BQ_SQS_URL has no endpoint to proxy: %v", err)
 	}
-	p, err := faultproxy.New(ep.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := faultproxy.Start(t, ep.Host)
 	q.Set("endpoint", "http://"+p.Addr())
 	u.RawQuery = q.Encode()
 	if query != "" {

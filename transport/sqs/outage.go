@@ -11,6 +11,8 @@ import (
 	"time"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 // DefaultPublishWait is how long, by default, Publish and PublishConfirmed wait for an
@@ -23,13 +25,7 @@ const DefaultPublishWait = 30 * time.Second
 // request written whole and not answered is sent again only to a FIFO queue, with the
 // same deduplication id. Settle writes do not wait.
 func WithPublishWait(d time.Duration) Option {
-	return func(t *Transport) {
-		if d < 0 {
-			t.common.Invalid("WithPublishWait", "want zero (no wait) or a positive duration, got %s", d)
-			return
-		}
-		t.publishWait = d
-	}
+	return func(t *Transport) { t.common.SetAtLeast("WithPublishWait", &t.publishWait, d, 0) }
 }
 
 // publish makes call, a publish's send to queue, riding out an unreachable endpoint.
@@ -65,10 +61,10 @@ func (t *Transport) publish(ctx context.Context, queue string, call func(ctx con
 	}
 }
 
-// awaitEndpoint asks the endpoint until it answers, ctx ends or until passes; last is
-// the caller's last connection error, if any.
+// awaitEndpoint asks the endpoint until it answers, ctx ends or until passes, 50 ms
+// doubling to 1 s between; last is the caller's last connection error, if any.
 func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last error) error {
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+	for n := 1; ; n++ {
 		left := time.Until(until)
 		if left <= 0 {
 			return fmt.Errorf("the endpoint did not answer within publish_wait %s: %w", t.publishWait, last)
@@ -80,18 +76,14 @@ func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last err
 			t.unreachable.Store(false)
 			return nil
 		}
-		if last == nil {
-			last = err
-		}
-		timer := time.NewTimer(min(backoff, left))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		last = cmp.Or(last, err)
+		if driverkit.Sleep(ctx, min(awaitBackoff.Delay(n), left)) != nil {
 			return fmt.Errorf("%w while waiting for the endpoint (last error: %w)", ctx.Err(), last)
-		case <-timer.C:
 		}
 	}
 }
+
+var awaitBackoff = driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 
 // noteWrites returns ctx with an HTTP trace that sets written once a request was
 // written whole: one that may have reached SQS.

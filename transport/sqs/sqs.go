@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +126,6 @@ func WithCreateQueues(on bool) Option { return func(t *Transport) { t.create = o
 type Transport struct {
 	client     api
 	common     driverkit.Common // logger, connect timeout, size limit, bad option values
-	log        *slog.Logger
 	prefix     string
 	fifo       bool
 	groupID    string
@@ -136,20 +136,22 @@ type Transport struct {
 	publishWait time.Duration // WithPublishWait
 	unreachable atomic.Bool   // a publish found the endpoint unreachable: the others wait for it
 
-	urlMu sync.RWMutex
-	urls  map[string]string // SQS queue name -> queue URL
+	urls sync.Map // SQS queue name -> queue URL
 
 	consumers   driverkit.Group // closed by Close; Publish refuses once it is
 	warnedDelay atomic.Bool
 }
 
-// New returns a transport around a client the caller built; it fails only for a nil
-// client or an option's bad value.
+// New returns a transport around a client the caller built (credentials, endpoint,
+// retries and HTTP settings are the client's). The transport calls SQS through a copy
+// of the client whose requests carry their body in memory (a race of the SDK's request
+// bodies with net/http otherwise makes the SDK send a request twice); client itself is
+// not changed. New fails only for a nil client or an option's bad value.
 func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 	if client == nil {
 		return nil, errors.New("sqs: New: nil client")
 	}
-	t := newTransport(client, opts...)
+	t := newTransport(inMemoryBodies(client), opts...)
 	if err := t.common.Err(); err != nil {
 		return nil, err
 	}
@@ -158,11 +160,10 @@ func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 
 func newTransport(client api, opts ...Option) *Transport {
 	t := &Transport{client: client, common: driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize),
-		waitTime: 10, create: true, publishWait: DefaultPublishWait, urls: map[string]string{}}
+		waitTime: 10, create: true, publishWait: DefaultPublishWait}
 	for _, o := range opts {
 		o(t)
 	}
-	t.log = t.common.Logger
 	return t
 }
 
@@ -204,12 +205,10 @@ func (t *Transport) lookup(ctx context.Context, queue string, create bool) (stri
 		return "", errors.New("sqs: empty queue name")
 	}
 	name := t.QueueName(queue)
-	t.urlMu.RLock()
-	u, ok := t.urls[name]
-	t.urlMu.RUnlock()
-	if ok {
-		return u, nil
+	if u, ok := t.urls.Load(name); ok {
+		return u.(string), nil
 	}
+	var u string
 	if t.prefix != "" {
 		u = t.prefix + "/" + name
 	} else {
@@ -236,9 +235,7 @@ func (t *Transport) lookup(ctx context.Context, queue string, create bool) (stri
 			u = *cout.QueueUrl
 		}
 	}
-	t.urlMu.Lock()
-	t.urls[name] = u
-	t.urlMu.Unlock()
+	t.urls.Store(name, u)
 	return u, nil
 }
 
@@ -291,7 +288,7 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 		e.MessageGroupId = aws.String(t.groupFor(m, group))
 		e.MessageDeduplicationId = aws.String(dedupID(m, seed))
 		if m.Delay > 0 && !t.warnedDelay.Swap(true) {
-			t.log.Warn("sqs: FIFO queues have no per-message delay; sending at once", "queue", m.Queue)
+			t.common.Logger.Warn("sqs: FIFO queues have no per-message delay; sending at once", "queue", m.Queue)
 		}
 	} else if m.Delay > 0 {
 		e.DelaySeconds = int32((min(m.Delay, MaxDelay) + time.Second - 1) / time.Second)
@@ -333,9 +330,7 @@ func messageSize(body []byte, attrs map[string]types.MessageAttributeValue) int 
 // freshURL looks the URL of a logical queue up again (creating the queue when creating
 // is on), for a queue SQS said does not exist: it was deleted, or an emulator restarted.
 func (t *Transport) freshURL(ctx context.Context, queue string) (string, error) {
-	t.urlMu.Lock()
-	delete(t.urls, t.QueueName(queue))
-	t.urlMu.Unlock()
+	t.urls.Delete(t.QueueName(queue))
 	return t.QueueURL(ctx, queue)
 }
 
@@ -391,18 +386,9 @@ func dedupID(m *transport.Message, seed string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId.
-func validFIFOID(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return false
-		}
-	}
-	return true
-}
+// validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId: 1 to
+// 128 ASCII letters, digits or punctuation.
+var validFIFOID = regexp.MustCompile(`^[!-~]{1,128}$`).MatchString
 
 // Close stops every consumer (their unsettled deliveries are made visible again) and
 // refuses further publishes. The client stays usable.

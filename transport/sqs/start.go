@@ -1,10 +1,13 @@
 package sqs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -118,4 +121,29 @@ func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 // WithContext returns the logger for one operation, so handlers see its context.
 func (s sdkLogger) WithContext(ctx context.Context) logging.Logger {
 	return sdkLogger{l: s.l, ctx: ctx}
+}
+
+// inMemoryBodies returns a client with c's options whose HTTP requests carry their body
+// in memory ([bufferedBodies]); c itself is left as it is.
+func inMemoryBodies(c *awssqs.Client) *awssqs.Client {
+	return awssqs.New(c.Options(), func(o *awssqs.Options) { o.HTTPClient = bufferedBodies{o.HTTPClient} })
+}
+
+// bufferedBodies reads each request body into memory before the request is sent, so
+// that net/http neither streams it nor reads it again after the SDK closed it (which
+// made the SDK send a request twice: docs/transports/sqs.md, "Request bodies in memory").
+type bufferedBodies struct{ awssqs.HTTPClient }
+
+// Do sends req with its body in memory.
+func (c bufferedBodies) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	return c.HTTPClient.Do(req)
 }

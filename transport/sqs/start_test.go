@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -115,5 +116,58 @@ func TestOpenUnreachableEndpoint(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q: %v", want, err)
 		}
+	}
+}
+
+// closingBody answers reads with io.EOF once it is closed, as the SDK's request bodies
+// do (smithy-go's safe closer).
+type closingBody struct {
+	r      *strings.Reader
+	closed bool
+}
+
+func (b *closingBody) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, io.EOF
+	}
+	return b.r.Read(p)
+}
+
+func (b *closingBody) Close() error { b.closed = true; return nil }
+
+type doFunc func(*http.Request) (*http.Response, error)
+
+func (f doFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestRequestBodiesInMemory: the body net/http sends is a copy in memory, whole after the
+// SDK closed its own body (which the SDK does as soon as the response headers are in,
+// while net/http may still read the body to check for extra bytes; that read failing
+// made net/http close the connection under the response and the SDK send the request
+// again, hiding a ReceiveMessage's messages until their visibility timeout).
+func TestRequestBodiesInMemory(t *testing.T) {
+	var sent *http.Request
+	c := bufferedBodies{doFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+	})}
+	sdk := &closingBody{r: strings.NewReader(`{"QueueUrl":"q"}`)}
+	req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:9/", sdk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = sdk.Close()
+	b, err := io.ReadAll(sent.Body)
+	if err != nil || string(b) != `{"QueueUrl":"q"}` {
+		t.Fatalf("the body sent after the SDK closed its own = %q, %v", b, err)
+	}
+	if n, err := io.Copy(io.Discard, sent.Body); n != 0 || err != nil {
+		t.Errorf("a read past the end = %d, %v, want 0, nil", n, err)
+	}
+	again, err := sent.GetBody()
+	if b, _ := io.ReadAll(again); err != nil || string(b) != `{"QueueUrl":"q"}` {
+		t.Errorf("GetBody = %q, %v", b, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithRegion(s.region),
-		config.WithLogger(sdkLogger{l: t.log}),
+		config.WithLogger(sdkLogger{l: t.common.Logger}),
 	}
 	local := driverkit.IsLoopback(s.endpoint)
 	if local { // an emulator on this machine: never wait for an instance role
@@ -78,7 +79,7 @@ func openURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err := probe(ctx, client, s.endpoint, s.region, t.common.ConnectTimeout); err != nil {
 		return nil, err
 	}
-	t.client = client
+	t.client = inMemoryBodies(client)
 	return t, nil
 }
 
@@ -148,11 +149,5 @@ var urlOptions = driverkit.Params[Option]{
 	{Name: "publish_wait", Duration: WithPublishWait, Hi: time.Hour},
 }
 
-func validRegion(r string) bool {
-	for _, c := range r {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validRegion reports whether r can be a region name: lower-case letters, digits and dashes.
+var validRegion = regexp.MustCompile(`^[a-z0-9-]*$`).MatchString

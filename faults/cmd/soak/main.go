@@ -8,8 +8,8 @@
 // and p99 of the end-to-end latency (a message's publish to its handler's start, first
 // deliveries). A run passes when every measure is flat after the warm-up (the growth of
 // a Theil–Sen line through the judged samples, from the first to the last, at most
-// 10 %) and every meta.id was handled or dead-lettered (duplicates are counted, not
-// failed). The engine is internal/faultsuite's (Soak), the fault suite's worker and
+// 10 %; the short form reports the p99 latency without judging it) and every meta.id
+// was handled or dead-lettered (duplicates are counted, not failed). The engine is internal/faultsuite's (Soak), the fault suite's worker and
 // books.
 //
 //	go run ./faults/cmd/soak                 the short form: 2 minutes (make test)

@@ -1,4 +1,4 @@
-package redis
+package driverkit
 
 import (
 	"context"
@@ -8,18 +8,18 @@ import (
 	"time"
 )
 
-// TestCommitterGroupsConcurrentCalls: a lone call runs alone and at once; calls made
+// TestGroupCommitGroupsConcurrentCalls: a lone call runs alone and at once; calls made
 // while a group is in flight go together in the next group, each with its own result; a
 // queued call whose context ends leaves without being sent.
-func TestCommitterGroupsConcurrentCalls(t *testing.T) {
+func TestGroupCommitGroupsConcurrentCalls(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var groups [][]int
-	g := committer[int]{run: func(ctx context.Context, calls []*call[int]) {
+	g := GroupCommit[int]{Send: func(ctx context.Context, calls []*GroupCall[int]) {
 		var args []int
 		for _, cl := range calls {
-			args = append(args, cl.arg)
-			cl.ok = cl.arg%2 == 0
+			args = append(args, cl.Arg)
+			cl.OK = cl.Arg%2 == 0
 		}
 		mu.Lock()
 		groups = append(groups, args)
@@ -30,26 +30,27 @@ func TestCommitterGroupsConcurrentCalls(t *testing.T) {
 		}
 	}}
 
-	first := &call[int]{arg: 0}
+	first := &GroupCall[int]{Arg: 0}
 	done := make(chan struct{})
-	go func() { g.do(context.Background(), first); close(done) }()
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
+	go func() { g.Do(context.Background(), first); close(done) }()
+	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
 
-	calls := make([]*call[int], 8)
+	calls := make([]*GroupCall[int], 8)
 	var wg sync.WaitGroup
 	for i := range calls {
-		calls[i] = &call[int]{arg: i + 1}
-		wg.Go(func() { g.do(context.Background(), calls[i]) })
+		calls[i] = &GroupCall[int]{Arg: i + 1}
+		wg.Add(1)
+		go func() { defer wg.Done(); g.Do(context.Background(), calls[i]) }()
 	}
-	cancelled := &call[int]{arg: 99}
+	cancelled := &GroupCall[int]{Arg: 99}
 	ctx, cancel := context.WithCancel(context.Background())
 	cdone := make(chan struct{})
-	go func() { g.do(ctx, cancelled); close(cdone) }()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == 9 })
+	go func() { g.Do(ctx, cancelled); close(cdone) }()
+	eventually(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == 9 })
 	cancel()
 	<-cdone
-	if !errors.Is(cancelled.err, context.Canceled) {
-		t.Fatalf("cancelled queued call: err = %v", cancelled.err)
+	if !errors.Is(cancelled.Err, context.Canceled) {
+		t.Fatalf("cancelled queued call: err = %v", cancelled.Err)
 	}
 	close(release)
 	<-done
@@ -59,8 +60,8 @@ func TestCommitterGroupsConcurrentCalls(t *testing.T) {
 		t.Fatalf("groups = %v, want [[0] [the 8 queued calls]]", groups)
 	}
 	for _, cl := range calls {
-		if cl.err != nil || cl.ok != (cl.arg%2 == 0) {
-			t.Errorf("call %d: ok=%v err=%v", cl.arg, cl.ok, cl.err)
+		if cl.Err != nil || cl.OK != (cl.Arg%2 == 0) {
+			t.Errorf("call %d: ok=%v err=%v", cl.Arg, cl.OK, cl.Err)
 		}
 	}
 	for _, a := range groups[1] {
@@ -69,17 +70,17 @@ func TestCommitterGroupsConcurrentCalls(t *testing.T) {
 		}
 	}
 	if g.inFlight() {
-		t.Error("committer still busy after every call returned")
+		t.Error("GroupCommit still busy after every call returned")
 	}
 }
 
-func (g *committer[T]) inFlight() bool {
+func (g *GroupCommit[T]) inFlight() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.busy > 0 || len(g.queue) > 0
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func eventually(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -90,17 +91,17 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestCommitterLanes: with two lanes, two lone calls are in flight at once, each alone;
+// TestGroupCommitLanes: with two lanes, two lone calls are in flight at once, each alone;
 // a third call made while both are out waits and goes when one of them returns.
-func TestCommitterLanes(t *testing.T) {
+func TestGroupCommitLanes(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var groups [][]int
 	running := 0
-	g := committer[int]{lanes: 2, run: func(ctx context.Context, calls []*call[int]) {
+	g := GroupCommit[int]{Lanes: 2, Send: func(ctx context.Context, calls []*GroupCall[int]) {
 		var args []int
 		for _, cl := range calls {
-			args = append(args, cl.arg)
+			args = append(args, cl.Arg)
 		}
 		mu.Lock()
 		groups = append(groups, args)
@@ -116,11 +117,13 @@ func TestCommitterLanes(t *testing.T) {
 	}}
 	var wg sync.WaitGroup
 	for i := range 2 {
-		wg.Go(func() { g.do(context.Background(), &call[int]{arg: i}) })
+		wg.Add(1)
+		go func() { defer wg.Done(); g.Do(context.Background(), &GroupCall[int]{Arg: i}) }()
 	}
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return running == 2 })
-	wg.Go(func() { g.do(context.Background(), &call[int]{arg: 2}) })
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == 1 })
+	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return running == 2 })
+	wg.Add(1)
+	go func() { defer wg.Done(); g.Do(context.Background(), &GroupCall[int]{Arg: 2}) }()
+	eventually(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == 1 })
 	mu.Lock()
 	if len(groups) != 2 {
 		t.Errorf("a third group went out while two lanes were busy: %v", groups)
@@ -132,6 +135,6 @@ func TestCommitterLanes(t *testing.T) {
 		t.Fatalf("groups = %v, want two lone calls, then the queued one alone", groups)
 	}
 	if g.inFlight() {
-		t.Error("committer still busy after every call returned")
+		t.Error("GroupCommit still busy after every call returned")
 	}
 }

@@ -1,0 +1,7 @@
+//go:build race
+
+package faults_test
+
+// raceDetector says the test binary, and so every worker process, runs with the race
+// detector.
+const raceDetector = true
