@@ -9,6 +9,7 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
 
@@ -62,30 +63,6 @@ func TestRedriveFailedWriteLosesNothing(t *testing.T) {
 	}
 }
 
-// silentSettles is memory:// with consumers whose Settle and Close never get an answer,
-// as on a connection gone silent: each waits until its context ends.
-type silentSettles struct{ *memory.Transport }
-
-func (s silentSettles) Consume(ctx context.Context, q string, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	c, err := s.Transport.Consume(ctx, q, opts)
-	if err != nil {
-		return nil, err
-	}
-	return silentConsumer{c}, nil
-}
-
-type silentConsumer struct{ transport.Consumer }
-
-func (silentConsumer) Settle(ctx context.Context, _ *transport.Delivery, _ transport.Settlement) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (c silentConsumer) Close(ctx context.Context) error {
-	<-ctx.Done()
-	return errors.Join(ctx.Err(), c.Consumer.Close(context.Background()))
-}
-
 // A Redrive stopped (SIGTERM) while its settlement waits on a silent connection
 // returns within the shutdown grace, its settlement and its consumer's Close
 // abandoned, though the settle timeout is far longer (issue 38). The dead letter stays
@@ -94,7 +71,7 @@ func TestRedriveStopsWithinGraceOnSilentConnection(t *testing.T) {
 	tr := memory.New()
 	dead := strings.TrimSuffix(good, "}") + `,"dead_letter":{"reason":"failed","original_queue":"orders","attempts":3}}`
 	tr.Inject("orders.dlq", memory.Stored{Body: []byte(dead)})
-	a, err := babelqueue.New(silentSettles{tr}, babelqueue.WithQueue("orders"),
+	a, err := babelqueue.New(transporttest.SilentSettles(tr), babelqueue.WithQueue("orders"),
 		babelqueue.WithShutdownGrace(300*time.Millisecond), babelqueue.WithSettleTimeout(time.Hour))
 	if err != nil {
 		t.Fatal(err)

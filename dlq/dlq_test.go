@@ -13,6 +13,7 @@ import (
 	"github.com/babelqueue-go/babelqueue/dlq/dlqtest"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
 )
 
@@ -459,30 +460,6 @@ func TestRedriveAsksForAtomicMoves(t *testing.T) {
 	}
 }
 
-// silentSettles is memory:// with consumers whose Settle and Close never get an answer,
-// as on a connection gone silent: each waits until its context ends.
-type silentSettles struct{ *memory.Transport }
-
-func (s silentSettles) Consume(ctx context.Context, q string, opts transport.ConsumeOptions) (transport.Consumer, error) {
-	c, err := s.Transport.Consume(ctx, q, opts)
-	if err != nil {
-		return nil, err
-	}
-	return silentConsumer{c}, nil
-}
-
-type silentConsumer struct{ transport.Consumer }
-
-func (silentConsumer) Settle(ctx context.Context, _ *transport.Delivery, _ transport.Settlement) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (c silentConsumer) Close(ctx context.Context) error {
-	<-ctx.Done()
-	return errors.Join(ctx.Err(), c.Consumer.Close(context.Background()))
-}
-
 // A redrive interrupted (SIGTERM) while its move waits on a silent connection returns
 // one settle timeout after the interruption, its settlement and its consumer's Close
 // together (before, each had a settle timeout of its own, one after the other), and the
@@ -493,7 +470,7 @@ func TestRedriveInterruptedOnSilentConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := dlq.Redrive(ctx, silentSettles{tr}, "orders.dlq", dlq.WithSettleTimeout(settle), dlq.WithIdle(time.Minute))
+		_, err := dlq.Redrive(ctx, transporttest.SilentSettles(tr), "orders.dlq", dlq.WithSettleTimeout(settle), dlq.WithIdle(time.Minute))
 		done <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // a message is received, its move waits
