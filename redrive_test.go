@@ -9,8 +9,8 @@ import (
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 func TestRedriveMovesEnvelopesBackAndKeepsPoison(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/babelqueue-go/babelqueue/dlq/dlqtest"
 	"github.com/babelqueue-go/babelqueue/envelope"
 	"github.com/babelqueue-go/babelqueue/transport"
-	"github.com/babelqueue-go/babelqueue/transporttest"
 	"github.com/babelqueue-go/babelqueue/transport/memory"
+	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
 var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
