@@ -272,8 +272,8 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 	if m == nil || m.Queue == "" {
 		return e, 0, errors.New("sqs: message has no queue")
 	}
-	if err := checkBody(m.Body); err != nil {
-		return e, 0, err
+	if err := checkText(string(m.Body)); err != nil {
+		return e, 0, fmt.Errorf("%w: %s", ErrBodyNotText, err.Error())
 	}
 	attrs, err := buildAttributes(m)
 	if err != nil {
