@@ -21,16 +21,11 @@ const (
 	maxBatch  = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
 	idlePause = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
 	// receiveGrace is how much longer than its wait a ReceiveMessage may take before it
-	// is made again (on a fresh connection): a consumer whose connection went silent
-	// resumes within its wait plus this (with 10 s and wait_time=1, the fault suite's
-	// never-healed black hole took 11.1 s, past issue 38's 10 s).
-	receiveGrace = 5 * time.Second
-	// settleCallTimeout bounds each call of a settlement (a send, a delete, a visibility
-	// change): on a connection that went silent the call fails within it and the next
-	// one dials afresh, where the SDK alone would wait about a minute. With 5 s, a call
-	// retried just before a 5 s silence ended went out on a connection the silence then
-	// stranded for good and failed at 10.004 s, past issue 38's 10 s (the fault suite's
-	// never-healed black hole, full form).
+	// is made again (on a fresh connection), and settleCallTimeout bounds each call of a
+	// settlement (a send, a delete, a visibility change), so that a consumer whose
+	// connection went silent resumes within issue 38's 10 s where the SDK alone would
+	// wait about a minute (docs/transports/sqs.md, "Dead connections", says why these).
+	receiveGrace      = 5 * time.Second
 	settleCallTimeout = 4 * time.Second
 )
 
