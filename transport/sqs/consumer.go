@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -199,16 +200,16 @@ func (c *consumer) GiveBack(ctx context.Context, hs []*held, _ driverkit.Reason)
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleCallTimeout)
 	defer cancel()
-	var errs []error
+	var err error
 	if len(hs) == 1 {
-		_, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		_, err = c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(c.queueURL()), ReceiptHandle: aws.String(hs[0].receipt), VisibilityTimeout: 0})
-		errs = append(errs, err)
+	} else {
+		for batch := range slices.Chunk(hs, maxBatch) {
+			err = errors.Join(err, c.t.setVisibility(ctx, c.queueURL(), receipts(batch), 0, nil))
+		}
 	}
-	for rest := hs; len(hs) > 1 && len(rest) > 0; rest = rest[min(len(rest), maxBatch):] {
-		errs = append(errs, c.t.setVisibility(ctx, c.queueURL(), receipts(rest[:min(len(rest), maxBatch)]), 0, nil))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("sqs: give back %d messages on %q (they return when their visibility timeout lapses): %w", len(hs), c.queue, err)
 	}
 	return nil
@@ -249,10 +250,8 @@ func (c *consumer) heartbeat() {
 		now := time.Now()
 		due := func(h *held) bool { return now.Sub(h.extended) >= every }
 		hs := append(c.kit.Unsettled(due), c.polls.Waiting(due)...)
-		for len(hs) > 0 {
-			n := min(len(hs), maxBatch)
-			c.extend(hs[:n], every)
-			hs = hs[n:]
+		for batch := range slices.Chunk(hs, maxBatch) {
+			c.extend(batch, every)
 		}
 	}
 }
