@@ -88,17 +88,12 @@ func buildAttributes(m *transport.Message) (map[string]types.MessageAttributeVal
 	}
 	if m.Key != nil {
 		if len(m.Key) == 0 {
-			attrs[AttrKey] = types.MessageAttributeValue{DataType: aws.String(emptyKeyType), StringValue: aws.String("-")}
+			attrs[AttrKey] = attr(emptyKeyType, "-")
 		} else {
 			attrs[AttrKey] = types.MessageAttributeValue{DataType: aws.String("Binary"), BinaryValue: append([]byte(nil), m.Key...)}
 		}
 	}
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
 		v := m.Headers[k]
 		if k == AttrAttempts || k == AttrKey {
 			return nil, &HeaderError{Name: k, Reason: "the name is reserved by the SQS binding"}
@@ -148,14 +143,6 @@ func checkAttrName(name string) string {
 		return "names starting with AWS. or Amazon. are reserved by SQS"
 	}
 	return ""
-}
-
-// checkBody reports a body SQS cannot carry.
-func checkBody(b []byte) error {
-	if err := checkText(string(b)); err != nil {
-		return fmt.Errorf("%w: %s", ErrBodyNotText, err.Error())
-	}
-	return nil
 }
 
 // checkText checks s against the characters SQS allows: #x9 | #xA | #xD |

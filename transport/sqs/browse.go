@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -136,7 +137,7 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 			}
 			lostAt = time.Now()
 			t.common.Logger.Debug("sqs: a receive of a browse failed; its messages, if any, are waited for", "queue", queue, "back_in", vis, "error", err)
-			time.Sleep(time.Duration(failures) * 100 * time.Millisecond)
+			_ = driverkit.Sleep(ctx, time.Duration(failures)*100*time.Millisecond) // the loop ends with ctx
 			continue
 		}
 		failures = 0
@@ -174,10 +175,8 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 			return nil, fmt.Errorf("sqs: browse %q: the queue could not be read whole within %s", queue, time.Since(start).Round(time.Second))
 		}
 		if len(res.Messages) == 0 {
-			select {
-			case <-time.After(min(time.Until(back), time.Second)):
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if err := driverkit.Sleep(ctx, min(time.Until(back), time.Second)); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -195,20 +194,16 @@ func (t *Transport) browseVisibility(ctx context.Context, url string) (time.Dura
 	return min(vis, maxBrowseVisibility), nil
 }
 
-// reveal makes the messages of receipts visible again, ten at a time.
+// reveal makes the messages of receipts visible again, ten at a time, each call tried
+// up to three times (making a message visible twice does no harm).
 func (t *Transport) reveal(ctx context.Context, queue, url string, byID map[string]string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	receipts := slices.Collect(maps.Values(byID))
-	for start := 0; start < len(receipts); start += maxBatch {
-		batch := receipts[start:min(start+maxBatch, len(receipts))]
-		var err error
-		for try := range 3 { // making a message visible twice does no harm
-			if err = t.setVisibility(ctx, url, batch, 0, nil); err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
-		}
+	for batch := range slices.Chunk(slices.Collect(maps.Values(byID)), maxBatch) {
+		tries := 0
+		err := driverkit.Backoff{Min: 100 * time.Millisecond, Max: time.Second}.Retry(ctx,
+			func(error) bool { tries++; return tries < 3 },
+			func() error { return t.setVisibility(ctx, url, batch, 0, nil) })
 		if err != nil {
 			t.common.Logger.Warn("sqs: a browse could not make messages visible again; they return when their visibility timeout lapses", "queue", queue, "count", len(batch), "error", err)
 		}

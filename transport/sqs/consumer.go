@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,16 +22,11 @@ const (
 	maxBatch  = 10                     // messages of one ReceiveMessage, entries of one ChangeMessageVisibilityBatch
 	idlePause = 250 * time.Millisecond // a short-polling consumer's (wait_time=0) pause after an empty receive
 	// receiveGrace is how much longer than its wait a ReceiveMessage may take before it
-	// is made again (on a fresh connection): a consumer whose connection went silent
-	// resumes within its wait plus this (with 10 s and wait_time=1, the fault suite's
-	// never-healed black hole took 11.1 s, past issue 38's 10 s).
-	receiveGrace = 5 * time.Second
-	// settleCallTimeout bounds each call of a settlement (a send, a delete, a visibility
-	// change): on a connection that went silent the call fails within it and the next
-	// one dials afresh, where the SDK alone would wait about a minute. With 5 s, a call
-	// retried just before a 5 s silence ended went out on a connection the silence then
-	// stranded for good and failed at 10.004 s, past issue 38's 10 s (the fault suite's
-	// never-healed black hole, full form).
+	// is made again (on a fresh connection), and settleCallTimeout bounds each call of a
+	// settlement (a send, a delete, a visibility change), so that a consumer whose
+	// connection went silent resumes within issue 38's 10 s where the SDK alone would
+	// wait about a minute (docs/transports/sqs.md, "Dead connections", says why these).
+	receiveGrace      = 5 * time.Second
 	settleCallTimeout = 4 * time.Second
 )
 
@@ -204,16 +200,16 @@ func (c *consumer) GiveBack(ctx context.Context, hs []*held, _ driverkit.Reason)
 	}
 	ctx, cancel := context.WithTimeout(ctx, settleCallTimeout)
 	defer cancel()
-	var errs []error
+	var err error
 	if len(hs) == 1 {
-		_, err := c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		_, err = c.t.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(c.queueURL()), ReceiptHandle: aws.String(hs[0].receipt), VisibilityTimeout: 0})
-		errs = append(errs, err)
+	} else {
+		for batch := range slices.Chunk(hs, maxBatch) {
+			err = errors.Join(err, c.t.setVisibility(ctx, c.queueURL(), receipts(batch), 0, nil))
+		}
 	}
-	for rest := hs; len(hs) > 1 && len(rest) > 0; rest = rest[min(len(rest), maxBatch):] {
-		errs = append(errs, c.t.setVisibility(ctx, c.queueURL(), receipts(rest[:min(len(rest), maxBatch)]), 0, nil))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("sqs: give back %d messages on %q (they return when their visibility timeout lapses): %w", len(hs), c.queue, err)
 	}
 	return nil
@@ -254,10 +250,8 @@ func (c *consumer) heartbeat() {
 		now := time.Now()
 		due := func(h *held) bool { return now.Sub(h.extended) >= every }
 		hs := append(c.kit.Unsettled(due), c.polls.Waiting(due)...)
-		for len(hs) > 0 {
-			n := min(len(hs), maxBatch)
-			c.extend(hs[:n], every)
-			hs = hs[n:]
+		for batch := range slices.Chunk(hs, maxBatch) {
+			c.extend(batch, every)
 		}
 	}
 }

@@ -272,8 +272,8 @@ func (t *Transport) outgoing(m *transport.Message, seed, group string) (types.Se
 	if m == nil || m.Queue == "" {
 		return e, 0, errors.New("sqs: message has no queue")
 	}
-	if err := checkBody(m.Body); err != nil {
-		return e, 0, err
+	if err := checkText(string(m.Body)); err != nil {
+		return e, 0, fmt.Errorf("%w: %s", ErrBodyNotText, err.Error())
 	}
 	attrs, err := buildAttributes(m)
 	if err != nil {
@@ -375,14 +375,9 @@ func dedupID(m *transport.Message, seed string) string {
 		h.Write([]byte("body\x00"))
 		h.Write(m.Body)
 	} else {
-		h.Write([]byte(seed))
-		h.Write([]byte{0})
-		h.Write([]byte(m.Queue))
-		h.Write([]byte{0})
-		h.Write([]byte(m.Projection.MessageID))
+		h.Write([]byte(seed + "\x00" + m.Queue + "\x00" + m.Projection.MessageID))
 	}
-	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(m.Attempts)))
+	h.Write([]byte("\x00" + strconv.Itoa(m.Attempts)))
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,11 +112,7 @@ func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	if c == logging.Warn {
 		level = slog.LevelWarn
 	}
-	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	s.l.Log(ctx, level, fmt.Sprintf(format, v...), "component", "aws-sdk")
+	s.l.Log(cmp.Or(s.ctx, context.Background()), level, fmt.Sprintf(format, v...), "component", "aws-sdk")
 }
 
 // WithContext returns the logger for one operation, so handlers see its context.
