@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 
 // The TLS parameters of a broker URL: the same names on every scheme that speaks TLS
 // (rediss://, amqps://, kafka://…?tls=1, pulsar+ssl://, artemis+ssl://). Each is
-// read by [ParseTLS]; docs/security.md has the table.
+// read by driverkit.Query.TLS; docs/security.md has the table.
 const (
 	// ParamTLSCA names a PEM file of the certificate authorities that verify the
 	// broker's certificate, in place of the system's roots.
@@ -106,72 +105,6 @@ func fileReason(err error) string {
 		return fmt.Sprintf("cannot read %s: %v", pe.Path, pe.Err)
 	}
 	return err.Error()
-}
-
-// ParseTLS reads the TLS parameters of u ([TLSParams]) and returns the client
-// configuration, or nil when secure is false and u has none. secure says the URL asks
-// for TLS (a secure scheme, or tls=1 on kafka://); a TLS parameter on a URL that does
-// not is an error naming it, as is any invalid value. aliases maps a scheme's own
-// older parameter names to the shared ones (RabbitMQ's cacertfile to tls_ca, …): a
-// name and its alias given together are an error.
-func ParseTLS(u *url.URL, secure bool, aliases map[string]string) (*tls.Config, error) {
-	q, err := ParseQuery(u)
-	if err != nil {
-		return nil, err
-	}
-	vals := map[string]string{}
-	given := map[string]string{} // shared name -> the name the URL used
-	for _, name := range TLSParams {
-		if v, ok := q.String(name); ok {
-			vals[name], given[name] = v, name
-		}
-	}
-	for alias, name := range aliases {
-		v, ok := q.String(alias)
-		if !ok {
-			continue
-		}
-		if prev, dup := given[name]; dup {
-			return nil, q.bad(alias, "the same parameter as "+prev+": give one of them")
-		}
-		vals[name], given[name] = v, alias
-	}
-	if !secure {
-		for _, name := range TLSParams {
-			if p, ok := given[name]; ok {
-				return nil, q.bad(p, "a TLS parameter on a URL without TLS (use the secure scheme, or tls=1 on kafka://)")
-			}
-		}
-		return nil, nil
-	}
-	var o TLSOptions
-	for name, into := range map[string]*string{
-		ParamTLSCA: &o.CAFile, ParamTLSCert: &o.CertFile, ParamTLSKey: &o.KeyFile, ParamTLSServerName: &o.ServerName,
-	} {
-		if p, ok := given[name]; ok {
-			if strings.TrimSpace(vals[name]) == "" {
-				return nil, q.bad(p, "empty")
-			}
-			*into = vals[name]
-		}
-	}
-	if p, ok := given[ParamTLSInsecure]; ok {
-		if o.Insecure, err = ParseBool(vals[ParamTLSInsecure]); err != nil {
-			return nil, q.bad(p, err.Error())
-		}
-	}
-	c, err := o.Config()
-	if err != nil {
-		var b *BadURLError
-		if errors.As(err, &b) {
-			b.Scheme = q.scheme
-			if p, ok := given[b.Param]; ok {
-				b.Param = p
-			}
-		}
-		return nil, err
-	}
-	return c, nil
 }
 
 // WarnInsecureTLS logs, at Warn, that a transport opened on addr (a redacted address)

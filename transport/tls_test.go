@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -135,9 +136,9 @@ func roundTrip(t *testing.T, rawURL, addr string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := transport.ParseTLS(u, true, nil)
+	cfg, err := parseTLS(u, true, nil)
 	if err != nil {
-		t.Fatalf("ParseTLS: %v", err)
+		t.Fatalf("TLS: %v", err)
 	}
 	if cfg.ServerName == "" {
 		cfg.ServerName = u.Hostname()
@@ -277,7 +278,7 @@ func TestParseTLS(t *testing.T) {
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
 			u, _ := url.Parse("amqps://127.0.0.1/?" + tc.query)
-			cfg, err := transport.ParseTLS(u, tc.secure, aliases)
+			cfg, err := parseTLS(u, tc.secure, aliases)
 			var be *transport.BadURLError
 			if !errors.As(err, &be) || be.Param != tc.param || !errors.Is(err, transport.ErrBadURL) {
 				t.Fatalf("ParseTLS = %v, %v; want a BadURLError naming %q", cfg, err, tc.param)
@@ -291,7 +292,7 @@ func TestParseTLS(t *testing.T) {
 	parse := func(raw string, secure bool) *tls.Config {
 		t.Helper()
 		u, _ := url.Parse(raw)
-		cfg, err := transport.ParseTLS(u, secure, aliases)
+		cfg, err := parseTLS(u, secure, aliases)
 		if err != nil {
 			t.Fatalf("ParseTLS(%s): %v", raw, err)
 		}
@@ -433,4 +434,13 @@ func TestTLSTestPKI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseTLS reads u's TLS parameters as every driver does (driverkit.Query.TLS).
+func parseTLS(u *url.URL, secure bool, aliases map[string]string) (*tls.Config, error) {
+	q, err := driverkit.ParseQuery(u.Scheme, u)
+	if err != nil {
+		return nil, err
+	}
+	return q.TLS(secure, aliases)
 }

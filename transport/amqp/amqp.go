@@ -199,7 +199,7 @@ var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name
 var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}
 
 // tlsAliases are the RabbitMQ URI spec's names of the shared TLS parameters
-// (transport.ParseTLS), still accepted.
+// (driverkit.Query.TLS), still accepted.
 var tlsAliases = map[string]string{
 	"cacertfile": transport.ParamTLSCA, "certfile": transport.ParamTLSCert,
 	"keyfile": transport.ParamTLSKey, "server_name_indication": transport.ParamTLSServerName,
@@ -236,7 +236,7 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
 	q := u.Query()
-	if s.tlsConfig, err = pq.TLS(u, scheme == "amqps", tlsAliases); err != nil {
+	if s.tlsConfig, err = pq.TLS(scheme == "amqps", tlsAliases); err != nil {
 		return "", err
 	}
 	if m, ok := pq.String("auth_mechanism"); ok && !slices.Contains([]string{"plain", "amqplain", "external"}, strings.ToLower(m)) {

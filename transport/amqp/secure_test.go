@@ -15,6 +15,7 @@ import (
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/internal/pyinterop"
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -36,7 +37,11 @@ func secureQueue(t testing.TB, raw string) string {
 		if err != nil {
 			return
 		}
-		cfg, err := transport.ParseTLS(u, true, tlsAliases)
+		pq, err := driverkit.ParseQuery("amqp", u)
+		if err != nil {
+			return
+		}
+		cfg, err := pq.TLS(true, tlsAliases)
 		if err != nil {
 			return
 		}

@@ -98,7 +98,7 @@ func TestURLSettings(t *testing.T) {
 	if !strings.Contains(raw, "heartbeat=15") || !strings.Contains(raw, "/prod") {
 		t.Errorf("client URL lost a client parameter or the vhost: %s", transport.Redact(raw))
 	}
-	// TLS parameters become the transport's own *tls.Config (transport.ParseTLS), not
+	// TLS parameters become the transport's own *tls.Config (driverkit.Query.TLS), not
 	// amqp091's; RabbitMQ's URI names are aliases of the shared ones.
 	if strings.Contains(raw, "server_name_indication") {
 		t.Errorf("URL handed to the client still holds a TLS parameter: %s", transport.Redact(raw))

@@ -257,8 +257,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, err
 	}
 	c.ConnectTimeout, c.MaxMessageSize = common.ConnectTimeout, common.MaxMessageSize
-	// TLS: the shared grammar (transport.ParseTLS); server_name is tls_server_name.
-	if c.TLS, err = q.TLS(u, secure, map[string]string{"server_name": transport.ParamTLSServerName}); err != nil {
+	// TLS: the shared grammar (driverkit.Query.TLS); server_name is tls_server_name.
+	if c.TLS, err = q.TLS(secure, map[string]string{"server_name": transport.ParamTLSServerName}); err != nil {
 		return Config{}, err
 	}
 	if u.User != nil {

@@ -96,7 +96,7 @@ func parseURL(u *url.URL) (*settings, error) {
 	}
 	if on, _, err := q.Bool("tls"); err != nil {
 		return nil, err
-	} else if cfg, err := q.TLS(u, on, nil); err != nil {
+	} else if cfg, err := q.TLS(on, nil); err != nil {
 		return nil, err
 	} else if cfg != nil {
 		// franz-go sets each connection's ServerName to the broker it dials.

@@ -306,7 +306,7 @@ func ParseURL(u *url.URL) (Config, error) {
 	} else if ok {
 		c.PipelineSettles = on
 	}
-	if c.TLS, err = q.TLS(u, scheme == "pulsar+ssl", nil); err != nil {
+	if c.TLS, err = q.TLS(scheme == "pulsar+ssl", nil); err != nil {
 		return Config{}, err
 	}
 	if c.Token, _, err = q.NonEmpty("token"); err != nil {

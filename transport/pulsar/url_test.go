@@ -57,7 +57,7 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseURL: %v", err)
 			}
-			// TLS is the shared grammar's *tls.Config (transport.ParseTLS): set exactly for pulsar+ssl://.
+			// TLS is the shared grammar's *tls.Config (driverkit.Query.TLS): set exactly for pulsar+ssl://.
 			if secure := strings.HasPrefix(c.raw, "pulsar+ssl://"); (got.TLS != nil) != secure {
 				t.Errorf("ParseURL TLS = %v for %s", got.TLS, c.raw)
 			}

@@ -99,8 +99,8 @@ func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// TLS: the shared grammar (transport.ParseTLS); go-redis's skip_verify is tls_insecure.
-	tlsConfig, err := pq.TLS(&lu, lu.Scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
+	// TLS: the shared grammar (driverkit.Query.TLS); go-redis's skip_verify is tls_insecure.
+	tlsConfig, err := pq.TLS(lu.Scheme == "rediss", map[string]string{"skip_verify": transport.ParamTLSInsecure})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package driverkit
 
 import (
 	"errors"
@@ -10,13 +10,13 @@ import (
 	"github.com/babelqueue-go/babelqueue/transport"
 )
 
-func query(t *testing.T, raw string) transport.Query {
+func query(t *testing.T, raw string) Query {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := transport.ParseQuery(u)
+	q, err := ParseQuery("x", u)
 	if err != nil {
 		t.Fatalf("ParseQuery(%s): %v", raw, err)
 	}
@@ -47,15 +47,15 @@ func TestParseDurationGrammar(t *testing.T) {
 		{"", time.Second, 0, true},
 	}
 	for _, c := range cases {
-		got, err := transport.ParseDuration(c.in, c.unit)
+		got, err := parseDuration(c.in, c.unit)
 		if c.bad {
 			if err == nil {
-				t.Errorf("ParseDuration(%q) = %s, want an error", c.in, got)
+				t.Errorf("parseDuration(%q) = %s, want an error", c.in, got)
 			}
 			continue
 		}
 		if err != nil || got != c.want {
-			t.Errorf("ParseDuration(%q, %s) = %s, %v; want %s", c.in, c.unit, got, err, c.want)
+			t.Errorf("parseDuration(%q, %s) = %s, %v; want %s", c.in, c.unit, got, err, c.want)
 		}
 	}
 }
@@ -110,41 +110,9 @@ func TestQueryBoolIntString(t *testing.T) {
 
 func TestParseQueryRefusesRepeats(t *testing.T) {
 	u, _ := url.Parse("x://h?a=1&a=2")
-	_, err := transport.ParseQuery(u)
+	_, err := ParseQuery("x", u)
 	var bad *transport.BadURLError
 	if !errors.As(err, &bad) || bad.Param != "a" {
 		t.Fatalf("repeated parameter: %v", err)
-	}
-}
-
-func TestCheckSize(t *testing.T) {
-	if err := transport.CheckSize("sqs", "q", 262144, 262144); err != nil {
-		t.Fatalf("at the limit: %v", err)
-	}
-	if err := transport.CheckSize("redis", "q", 1<<40, 0); err != nil {
-		t.Fatalf("no limit: %v", err)
-	}
-	err := transport.CheckSize("sqs", "orders", 262145, 262144)
-	var tl *transport.TooLargeError
-	if !errors.Is(err, transport.ErrTooLarge) || !errors.As(err, &tl) || tl.Size != 262145 || tl.Limit != 262144 || tl.Broker != "sqs" {
-		t.Fatalf("over the limit: %#v", err)
-	}
-	if !strings.Contains(err.Error(), "262144") || !strings.Contains(err.Error(), "orders") {
-		t.Fatalf("the error does not give the limit and the queue: %v", err)
-	}
-	wrapped := &transport.SettleWriteError{Queue: "orders.dlq", Err: err}
-	if !errors.Is(wrapped, transport.ErrTooLarge) || !errors.Is(wrapped, transport.ErrSettleWrite) {
-		t.Fatal("a settle write refused for its size does not match both sentinels")
-	}
-}
-
-func TestTakenBackError(t *testing.T) {
-	lost := errors.New("redis: reservation lapsed")
-	err := error(&transport.TakenBackError{Broker: "redis", Queue: "q", Reason: "the reservation lapsed", Err: lost})
-	if !errors.Is(err, transport.ErrTakenBack) || !errors.Is(err, transport.ErrAlreadySettled) || !errors.Is(err, lost) {
-		t.Fatalf("%v does not match ErrTakenBack, ErrAlreadySettled and the driver's sentinel", err)
-	}
-	if errors.Is(err, transport.ErrSettleWrite) {
-		t.Fatal("a taken-back delivery is not a failed settle write")
 	}
 }
