@@ -210,8 +210,7 @@ func (p *Proxy) waitThawed(c net.Conn, deadline time.Time) error {
 			return os.ErrDeadlineExceeded
 		}
 		select {
-		case <-gate: // a nil gate never opens
-			return nil
+		case <-gate: // a nil gate never opens; read it again: Strand strands c as it opens
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

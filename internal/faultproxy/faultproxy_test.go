@@ -263,6 +263,80 @@ func TestStrand(t *testing.T) {
 	}
 }
 
+// Bytes held by a freeze never reach the target once Strand strands their connection,
+// whatever was waiting for the thaw when it came: a read of the client's bytes waiting
+// in the listener's copy, or a Write waiting in a dialled connection.
+func TestStrandDropsWhatTheFreezeHeld(t *testing.T) {
+	for _, via := range []string{"listener", "dialer"} {
+		t.Run(via, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			lines := make(chan string, 16)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						r := bufio.NewReader(c)
+						for {
+							l, err := r.ReadString('\n')
+							if err != nil {
+								return
+							}
+							lines <- l
+						}
+					}()
+				}
+			}()
+			p, err := New(ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			dial := func() net.Conn {
+				var c net.Conn
+				var err error
+				if via == "listener" {
+					c, err = net.Dial("tcp", p.Addr())
+				} else {
+					c, err = p.DialContext(context.Background(), "tcp", ln.Addr().String())
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			old := dial()
+			p.Freeze()
+			go func() { _, _ = io.WriteString(old, "held\n") }() // a dialled connection's Write waits for the thaw
+			time.Sleep(200 * time.Millisecond)                   // the held bytes wait in the proxy
+			p.Strand()
+			_, _ = io.WriteString(dial(), "fresh\n")
+			select {
+			case l := <-lines:
+				if l != "fresh\n" {
+					t.Fatalf("the target got %q first, want only the fresh connection's line", l)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the fresh connection's line never arrived")
+			}
+			select {
+			case l := <-lines:
+				t.Fatalf("the target got %q through a stranded connection", l)
+			case <-time.After(500 * time.Millisecond):
+			}
+			_ = old.Close()
+		})
+	}
+}
+
 // StartURL points a URL at a proxy of its host, keeping the rest of it; the proxy
 // carries traffic and is closed once its test ends (nothing listens on its address).
 func TestStartURL(t *testing.T) {
