@@ -257,7 +257,9 @@ func TestLogConsumerWaitIdle(t *testing.T) {
 	if err := f.lc.WaitIdle(context.Background(), &f.mu); err != nil {
 		t.Fatalf("WaitIdle: %v", err)
 	}
-	f.mu.Lock() // WaitIdle let go of the lock
+	if !f.mu.TryLock() {
+		t.Fatal("WaitIdle kept the lock")
+	}
 	f.mu.Unlock()
 }
 
