@@ -2,6 +2,8 @@ package driverkit
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/babelqueue-go/babelqueue/transport"
 )
@@ -31,4 +33,38 @@ func OffsetPage[M any](off, limit int, got []M, decode func(M) *transport.Delive
 	}
 	p.Next = transport.OffsetCursor(off + len(p.Deliveries))
 	return p
+}
+
+// PartitionCursor is the cursor of a Browse of a partitioned log that holds the offset
+// to read next in each partition: "p:offset,p:offset…", in the order of parts.
+func PartitionCursor(pos map[int32]int64, parts []int32) transport.Cursor {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(p)))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(pos[p], 10))
+	}
+	return transport.Cursor(b.String())
+}
+
+// ParsePartitionCursor reads a [PartitionCursor] (the empty cursor holds no offset); one
+// that does not parse is a [*transport.BadCursorError].
+func ParsePartitionCursor(c transport.Cursor) (map[int32]int64, error) {
+	pos := map[int32]int64{}
+	if c == "" {
+		return pos, nil
+	}
+	for _, f := range strings.Split(string(c), ",") {
+		ps, os, ok := strings.Cut(f, ":")
+		p, err1 := strconv.ParseInt(ps, 10, 32)
+		o, err2 := strconv.ParseInt(os, 10, 64)
+		if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
+			return nil, &transport.BadCursorError{Cursor: c, Reason: "want partition:offset[,partition:offset…]"}
+		}
+		pos[int32(p)] = o
+	}
+	return pos, nil
 }

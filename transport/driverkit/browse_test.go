@@ -57,3 +57,24 @@ func TestOffsetPage(t *testing.T) {
 		}
 	}
 }
+
+// A partition cursor holds an offset per partition, in the order given, and reads back;
+// one that does not parse is a bad cursor.
+func TestPartitionCursor(t *testing.T) {
+	c := driverkit.PartitionCursor(map[int32]int64{0: 5, 2: 0, 1: 17}, []int32{0, 1, 2})
+	if c != "0:5,1:17,2:0" {
+		t.Fatalf("PartitionCursor = %q, want 0:5,1:17,2:0", c)
+	}
+	pos, err := driverkit.ParsePartitionCursor(c)
+	if err != nil || len(pos) != 3 || pos[0] != 5 || pos[1] != 17 || pos[2] != 0 {
+		t.Fatalf("ParsePartitionCursor(%q) = %v, %v", c, pos, err)
+	}
+	if pos, err := driverkit.ParsePartitionCursor(""); err != nil || len(pos) != 0 {
+		t.Errorf("the empty cursor: %v, %v; want no offset", pos, err)
+	}
+	for _, bad := range []transport.Cursor{"0", "0:x", "-1:3", "0:-3", "0:1,", "a:1"} {
+		if _, err := driverkit.ParsePartitionCursor(bad); !errors.Is(err, transport.ErrBadCursor) {
+			t.Errorf("ParsePartitionCursor(%q): %v, want ErrBadCursor", bad, err)
+		}
+	}
+}

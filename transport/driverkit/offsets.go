@@ -53,6 +53,8 @@ type LogPartition[R LogRecord] struct {
 	// only at seekAt, so a write that keeps failing never spins the handler.
 	holdUntil, seekAt time.Time
 	from, to          int64 // [from, to): offsets handed out and not committed; -1 before the first
+	revoking          bool  // being revoked: its buffered records are not handed out (LogConsumer)
+	held              bool  // its fetching is paused until its seek is due (LogConsumer.SeekPlan)
 }
 
 // NewLogPartition returns the bookkeeping of a partition assigned anew.
@@ -101,6 +103,10 @@ func (p *LogPartition[R]) Sought(rec R) bool {
 	p.seek = zero
 	return true
 }
+
+// Held reports whether the partition's fetching is paused until its seek is due
+// ([LogConsumer.SeekPlan]).
+func (p *LogPartition[R]) Held() bool { return p.held }
 
 // Hold holds the partition back until until: a rewind before then seeks only then.
 func (p *LogPartition[R]) Hold(until time.Time) {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue-go/babelqueue/transport"
+	"github.com/babelqueue-go/babelqueue/transport/driverkit"
 )
 
 var _ transport.Browser = (*Transport)(nil)
@@ -31,7 +30,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 	if err := checkTopic(queue); err != nil {
 		return transport.Page{}, err
 	}
-	pos, err := parseCursor(from)
+	pos, err := driverkit.ParsePartitionCursor(from)
 	if err != nil {
 		return transport.Page{}, err
 	}
@@ -70,7 +69,7 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		}
 		end = end && pos[o.part] >= o.end
 	}
-	return transport.Page{Deliveries: out, Next: formatCursor(pos, parts), End: end}, nil
+	return transport.Page{Deliveries: out, Next: driverkit.PartitionCursor(pos, parts), End: end}, nil
 }
 
 // partOffsets are one partition's offsets: its log start, its end and the group's
@@ -202,35 +201,4 @@ func missing(l kadm.ListedOffsets, topic string) bool {
 		}
 	})
 	return gone
-}
-
-// A cursor is "p:offset,p:offset…" with the next offset to read per partition.
-func formatCursor(pos map[int32]int64, parts []int32) transport.Cursor {
-	var b strings.Builder
-	for i, p := range parts {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(int(p)))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatInt(pos[p], 10))
-	}
-	return transport.Cursor(b.String())
-}
-
-func parseCursor(c transport.Cursor) (map[int32]int64, error) {
-	pos := map[int32]int64{}
-	if c == "" {
-		return pos, nil
-	}
-	for _, f := range strings.Split(string(c), ",") {
-		ps, os, ok := strings.Cut(f, ":")
-		p, err1 := strconv.ParseInt(ps, 10, 32)
-		o, err2 := strconv.ParseInt(os, 10, 64)
-		if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
-			return nil, &transport.BadCursorError{Cursor: c, Reason: "want partition:offset[,partition:offset…]"}
-		}
-		pos[int32(p)] = o
-	}
-	return pos, nil
 }

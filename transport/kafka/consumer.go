@@ -39,12 +39,10 @@ type tp struct {
 // partition is one assigned partition: the kit's bookkeeping and Kafka's own.
 type partition struct {
 	driverkit.LogPartition[*record]
-	tp       tp
-	tier     time.Duration // the delay of a delay topic; zero for the queue itself
-	delayed  []parked      // parked records, due order (delay topics only)
-	paused   bool
-	revoking bool // being revoked: its buffered records are no longer handed out
-	held     bool // its fetching is paused until its seek is due (driverkit.LogPartition.Hold)
+	tp      tp
+	tier    time.Duration // the delay of a delay topic; zero for the queue itself
+	delayed []parked      // parked records, due order (delay topics only)
+	paused  bool          // its fetching is paused: it holds pauseAt parked records
 }
 
 // record is one fetched record and its state: the kit's raw message (in slabs of slabSize).
@@ -69,37 +67,6 @@ type parked struct {
 	due time.Time
 }
 
-// span is the part of a slab of admitted records not yet taken from the ready list.
-type span struct {
-	recs []record
-	i    int // recs[i:] are still in the ready list
-}
-
-// readyList is the FIFO of records waiting for Receive: spans of slabs rather than a
-// pointer per record. Receive skips records no longer buffered.
-type readyList struct {
-	s driverkit.FIFO[span]
-	n int // records not yet taken
-}
-
-func (q *readyList) len() int { return q.n }
-
-func (q *readyList) push(recs []record) {
-	q.s.Push(span{recs: recs})
-	q.n += len(recs)
-}
-
-func (q *readyList) pop() *record {
-	sp := q.s.Front()
-	r := &sp.recs[sp.i]
-	sp.i++
-	q.n--
-	if sp.i == len(sp.recs) {
-		q.s.Pop()
-	}
-	return r
-}
-
 // consumer is Kafka's side of one consumer: the group member's client, its poll, commit
 // and delay loops, and the bookkeeping of its partitions.
 type consumer struct {
@@ -120,20 +87,17 @@ type consumer struct {
 	buffer    int // the records the poll loop aims to hold ready
 	depth     int // pipelined settlements in flight beyond which the producer is hurried
 
-	mu           sync.Mutex
-	stopped      bool // Close began: the loops are not started any more
-	parts        map[tp]*partition
-	ready        readyList
-	wake         chan struct{} // closed and replaced when a waiting Receive may go on
-	waiting      bool          // a Receive waits on wake
+	mu      sync.Mutex
+	stopped bool // Close began: the loops are not started any more
+	// lc is the bookkeeping of the partitions assigned: the marks, the rewinds, the
+	// settle writes in flight and the uncommitted window (WithMaxUncommitted,
+	// WithMaxUncommittedTime), and the Receive calls waiting.
+	lc           driverkit.LogConsumer[*record, tp, *partition]
+	ready        driverkit.Slabs[record] // the records waiting for Receive, which skips those no longer buffered
 	pollCancel   context.CancelFunc
-	batch        []record // the rest of the current slab of record structs (poll loop only)
-	seekWanted   bool
-	commitQueued bool // commitSig is signalled and the commit loop has not yet taken it
-	// offs is the commit bookkeeping: the marks, the rewinds, the settle writes in
-	// flight and the uncommitted window (WithMaxUncommitted, WithMaxUncommittedTime).
-	offs      driverkit.Offsets[*record]
-	urgentSig chan struct{} // the uncommitted window is half full: commit without the pause
+	batch        []record      // the rest of the current slab of record structs (poll loop only)
+	commitQueued bool          // commitSig is signalled and the commit loop has not yet taken it
+	urgentSig    chan struct{} // the uncommitted window is half full: commit without the pause
 
 	tx *txSettle // transactional settlements (move.go); nil unless opened Transactional
 }
@@ -169,23 +133,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		opts.Prefetch = 1 // move.go: one record at a time, so a transaction commits its offset
 	}
 	log := t.log.With("queue", queue, "group", t.cfg.group)
-	c := &consumer{
-		t:       t,
-		queue:   queue,
-		pattern: regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
-		log:     log,
-		takenBack: &transport.TakenBackError{Broker: "kafka", Queue: queue,
-			Reason: "its partition was revoked in a rebalance, or an earlier record of it was rewound", Err: ErrRevoked},
-		commitSig: make(chan struct{}, 1),
-		pollSig:   make(chan struct{}, 1),
-		delaySig:  make(chan struct{}, 1),
-		urgentSig: make(chan struct{}, 1),
-		parts:     map[tp]*partition{},
-		wake:      make(chan struct{}),
-		buffer:    max(t.cfg.buffer, opts.Prefetch),
-	}
-	c.offs = newOffsets(t, log)
-	c.depth = pipeDepth * c.buffer
+	c := newConsumer(t, queue, log, max(t.cfg.buffer, opts.Prefetch))
 	cl, err := t.factory(append(clientOpts(t.log),
 		kgo.ConsumerGroup(t.cfg.group),
 		kgo.ConsumeRegex(),
@@ -248,6 +196,34 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	return kitConsumer{Consumer: k, c: c}, nil
 }
 
+// newConsumer is the bookkeeping of a consumer of queue on t that aims to hold buffer
+// records ready, before its client and loops.
+func newConsumer(t *Transport, queue string, log *slog.Logger, buffer int) *consumer {
+	c := &consumer{
+		t:       t,
+		queue:   queue,
+		pattern: regexp.MustCompile(`^` + regexp.QuoteMeta(queue) + `(\.delay\.[0-9]+)?$`),
+		log:     log,
+		takenBack: &transport.TakenBackError{Broker: "kafka", Queue: queue,
+			Reason: "its partition was revoked in a rebalance, or an earlier record of it was rewound", Err: ErrRevoked},
+		commitSig: make(chan struct{}, 1),
+		pollSig:   make(chan struct{}, 1),
+		delaySig:  make(chan struct{}, 1),
+		urgentSig: make(chan struct{}, 1),
+		buffer:    buffer,
+		depth:     pipeDepth * buffer,
+	}
+	// Records committed let go of their bodies (release).
+	c.lc = driverkit.LogConsumer[*record, tp, *partition]{
+		Offsets: driverkit.Offsets[*record]{MaxUncommitted: t.cfg.maxUncommitted, MaxUncommittedTime: t.cfg.maxUncommittedTime,
+			Logger: log, Broker: "kafka", Passed: (*record).release},
+		Parts:    map[tp]*partition{},
+		PartOf:   func(rec *record) *partition { return rec.p },
+		TakeBack: c.takeBackLocked,
+	}
+	return c
+}
+
 // fetchMaxWait is Kafka's fetch.max.wait.ms (franz-go's 5 s held a newly assigned
 // delay or queue topic behind a fetch already waiting: issue 37).
 const fetchMaxWait = 500 * time.Millisecond
@@ -268,8 +244,8 @@ func (c *consumer) pollLoop() {
 			return
 		}
 		c.mu.Lock()
-		room := c.buffer - c.ready.len()
-		seek, hold := c.seekPlanLocked(time.Now())
+		room := c.buffer - c.ready.Len()
+		seek, hold := c.lc.SeekPlan(time.Now())
 		c.mu.Unlock()
 		if len(hold) > 0 {
 			c.pauseHeld(hold)
@@ -285,7 +261,7 @@ func (c *consumer) pollLoop() {
 		pctx, cancel := context.WithCancel(c.ctx)
 		c.mu.Lock()
 		c.pollCancel = cancel
-		if seek, _ = c.seekPlanLocked(time.Now()); seek {
+		if seek, _ = c.lc.SeekPlan(time.Now()); seek {
 			cancel() // enter the poll only to seek
 		}
 		c.mu.Unlock()
@@ -318,8 +294,8 @@ func (c *consumer) pollLoop() {
 				if c.admitLocked(tp{fp.Topic, fp.Partition}, tier, recs) {
 					delayed = true
 				}
-				if c.ready.len() > 0 {
-					c.wakeLocked()
+				if c.ready.Len() > 0 {
+					c.lc.Wake()
 				}
 				c.mu.Unlock()
 				rs = rs[n:]
@@ -337,94 +313,65 @@ func (c *consumer) pollLoop() {
 // partitions whose rewind is due, resuming those that were held.
 func (c *consumer) apply(delayed bool) {
 	c.mu.Lock()
-	if !delayed && !c.seekWanted {
+	if !delayed && !c.lc.SeekWanted() {
 		c.mu.Unlock()
 		return
 	}
-	pause := map[string][]int32{}
-	seeks := map[string]map[int32]kgo.EpochOffset{}
-	sought := map[*partition]*record{}
-	unhold := map[string][]int32{}
-	now := time.Now()
-	for _, p := range c.parts {
+	var pause []tp
+	for _, p := range c.lc.Parts {
 		if delayed && p.tier > 0 && !p.paused && len(p.delayed) >= pauseAt {
 			p.paused = true
-			pause[p.tp.topic] = append(pause[p.tp.topic], p.tp.partition)
-		}
-		if at, ok := p.Seek(now); c.seekWanted && ok {
-			if seeks[p.tp.topic] == nil {
-				seeks[p.tp.topic] = map[int32]kgo.EpochOffset{}
-			}
-			seeks[p.tp.topic][p.tp.partition] = kgo.EpochOffset{Epoch: at.r.LeaderEpoch, Offset: at.r.Offset}
-			sought[p] = at
-			if p.held {
-				unhold[p.tp.topic] = append(unhold[p.tp.topic], p.tp.partition)
-			}
+			pause = append(pause, p.tp)
 		}
 	}
+	due, held := c.lc.DueSeeks(time.Now())
 	c.mu.Unlock()
 	if len(pause) > 0 {
-		c.cl.PauseFetchPartitions(pause)
+		c.cl.PauseFetchPartitions(byTopic(pause))
 	}
-	if len(seeks) == 0 {
+	if len(due) == 0 {
 		return
+	}
+	seeks := map[string]map[int32]kgo.EpochOffset{}
+	for k, at := range due {
+		if seeks[k.topic] == nil {
+			seeks[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		seeks[k.topic][k.partition] = kgo.EpochOffset{Epoch: at.r.LeaderEpoch, Offset: at.r.Offset}
 	}
 	c.cl.SetOffsets(seeks)
 	c.log.Debug("kafka: partitions sought back to rewound records", "offsets", seeks)
 	c.mu.Lock()
-	for p, at := range sought {
-		if c.parts[p.tp] == p && p.Sought(at) {
-			p.held = false
-		}
-	}
-	c.seekWanted = false
-	for _, p := range c.parts {
-		c.seekWanted = c.seekWanted || p.Seeking()
-	}
+	c.lc.Sought(due)
 	c.mu.Unlock()
-	if len(unhold) > 0 {
-		c.cl.ResumeFetchPartitions(unhold)
+	if len(held) > 0 {
+		c.cl.ResumeFetchPartitions(byTopic(held))
 	}
-}
-
-// seekPlanLocked reports whether a seek is due, and marks held and returns the partitions
-// whose seek waits for the end of a hold, for the caller to pause.
-func (c *consumer) seekPlanLocked(now time.Time) (due bool, hold map[string][]int32) {
-	if !c.seekWanted {
-		return false, nil
-	}
-	for _, p := range c.parts {
-		switch at, ok := p.Seek(now); {
-		case at == nil:
-		case ok:
-			due = true
-		case !p.held:
-			p.held = true
-			if hold == nil {
-				hold = map[string][]int32{}
-			}
-			hold[p.tp.topic] = append(hold[p.tp.topic], p.tp.partition)
-		}
-	}
-	return due, hold
 }
 
 // pauseHeld pauses the partitions in hold, resuming again one revoked meanwhile.
-func (c *consumer) pauseHeld(hold map[string][]int32) {
-	c.cl.PauseFetchPartitions(hold)
-	stale := map[string][]int32{}
+func (c *consumer) pauseHeld(hold []tp) {
+	c.cl.PauseFetchPartitions(byTopic(hold))
+	var stale []tp
 	c.mu.Lock()
-	for topic, ps := range hold {
-		for _, part := range ps {
-			if p := c.parts[tp{topic, part}]; p == nil || !p.held {
-				stale[topic] = append(stale[topic], part)
-			}
+	for _, k := range hold {
+		if p := c.lc.Parts[k]; p == nil || !p.Held() {
+			stale = append(stale, k)
 		}
 	}
 	c.mu.Unlock()
 	if len(stale) > 0 {
-		c.cl.ResumeFetchPartitions(stale)
+		c.cl.ResumeFetchPartitions(byTopic(stale))
 	}
+}
+
+// byTopic groups partitions by topic, as franz-go takes them.
+func byTopic(keys []tp) map[string][]int32 {
+	m := map[string][]int32{}
+	for _, k := range keys {
+		m[k.topic] = append(m[k.topic], k.partition)
+	}
+	return m
 }
 
 // slabSize is how many record structs the poll loop allocates and admits at once. It
@@ -454,10 +401,10 @@ func (c *consumer) slab(rs []*kgo.Record, tier time.Duration) []record {
 // pending seek, or already fetched, are dropped. It reports whether any record was
 // parked.
 func (c *consumer) admitLocked(key tp, tier time.Duration, recs []record) bool {
-	p := c.parts[key]
+	p := c.lc.Parts[key]
 	if p == nil {
 		p = &partition{LogPartition: driverkit.NewLogPartition[*record](), tp: key, tier: tier}
-		c.parts[key] = p
+		c.lc.Parts[key] = p
 	}
 	if p.Seeking() {
 		return false // fetched before the seek: they come again from the sought offset
@@ -471,7 +418,7 @@ func (c *consumer) admitLocked(key tp, tier time.Duration, recs []record) bool {
 		if p.tier > 0 {
 			st = driverkit.LogParked
 		}
-		if !c.offs.Admit(&p.LogPartition, rec, st) {
+		if !c.lc.Offsets.Admit(&p.LogPartition, rec, st) {
 			continue // already fetched: skipped by Receive
 		}
 		rec.p = p
@@ -488,18 +435,9 @@ func (c *consumer) admitLocked(key tp, tier time.Duration, recs []record) bool {
 		}
 	}
 	if first >= 0 {
-		c.ready.push(recs[first:])
+		c.ready.Push(recs[first:])
 	}
 	return isParked
-}
-
-// wakeLocked lets every waiting Receive look again.
-func (c *consumer) wakeLocked() {
-	if c.waiting {
-		c.waiting = false
-		close(c.wake)
-		c.wake = make(chan struct{})
-	}
 }
 
 // tierOf returns the delay of a delay topic of the queue, zero for the queue itself.
@@ -541,7 +479,7 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 	c.mu.Lock()
 	for {
 		if rec := c.nextLocked(); rec != nil {
-			low := c.ready.len() < max(c.buffer/2, 1)
+			low := c.ready.Len() < max(c.buffer/2, 1)
 			c.mu.Unlock()
 			if low {
 				signal(c.pollSig)
@@ -549,9 +487,8 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 			into[0] = rec
 			return 1, nil
 		}
-		wake := c.wake
-		c.waiting = true
-		writing := c.offs.Writing() > 0
+		wake := c.lc.Wait()
+		writing := c.lc.Offsets.Writing() > 0
 		c.mu.Unlock()
 		if writing {
 			// Nothing to hand out while settle writes are in flight: they may be the
@@ -575,27 +512,11 @@ func (c *consumer) Receive(ctx context.Context, into []*record) (int, error) {
 // nextLocked takes the next record and counts it in the uncommitted window; nil when
 // none is ready or the window is full.
 func (c *consumer) nextLocked() *record {
-	if c.offs.Full() {
-		return nil
+	rec, urgent, _ := c.lc.Next(c.ready.Pop)
+	if urgent {
+		signal(c.urgentSig)
 	}
-	for c.ready.len() > 0 {
-		rec := c.ready.pop()
-		if rec.State != driverkit.LogBuffered || rec.p.revoking {
-			continue
-		}
-		if c.offs.Hand(&rec.p.LogPartition, rec) {
-			signal(c.urgentSig)
-		}
-		return rec
-	}
-	return nil
-}
-
-// newOffsets is the commit bookkeeping of a consumer of t: records committed let go of
-// their bodies (release).
-func newOffsets(t *Transport, log *slog.Logger) driverkit.Offsets[*record] {
-	return driverkit.Offsets[*record]{MaxUncommitted: t.cfg.maxUncommitted, MaxUncommittedTime: t.cfg.maxUncommittedTime,
-		Logger: log, Broker: "kafka", Passed: (*record).release}
+	return rec
 }
 
 // IsRetryable reports false: Receive fails only when its context ends or the consumer
@@ -715,7 +636,7 @@ func (c *consumer) takeBackLocked() {
 // ackLocked marks rec settled and moves the partition's commit mark past every settled
 // record at its head.
 func (c *consumer) ackLocked(rec *record) {
-	if c.offs.Ack(&rec.p.LogPartition, rec) && !c.commitQueued {
+	if c.lc.Ack(rec) && !c.commitQueued {
 		c.commitQueued = true
 		signal(c.commitSig)
 	}
@@ -724,17 +645,13 @@ func (c *consumer) ackLocked(rec *record) {
 // rewindLocked drops rec and every later record of its partition and asks the poll loop
 // to seek the partition back to rec.
 func (c *consumer) rewindLocked(rec *record) {
-	dropped, wait, ok := c.offs.Rewind(&rec.p.LogPartition, rec, time.Now())
+	wait, ok := c.lc.Rewind(rec, time.Now())
 	if !ok {
 		return
-	}
-	if dropped {
-		c.takeBackLocked()
 	}
 	if wait > 0 {
 		time.AfterFunc(wait, c.kickPoll)
 	}
-	c.seekWanted = true
 	if c.pollCancel != nil {
 		c.pollCancel()
 	}
@@ -775,20 +692,12 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 	defer c.commitMu.Unlock()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	c.mu.Lock()
-	for k, p := range c.parts {
-		if only != nil && !only[k] {
-			continue
+	c.lc.Marks(only, func(k tp, m *record) {
+		if offsets[k.topic] == nil {
+			offsets[k.topic] = map[int32]kgo.EpochOffset{}
 		}
-		if m, ok := p.Mark(); ok {
-			if offsets[k.topic] == nil {
-				offsets[k.topic] = map[int32]kgo.EpochOffset{}
-			}
-			offsets[k.topic][k.partition] = kgo.EpochOffset{Epoch: m.r.LeaderEpoch, Offset: m.r.Offset + 1}
-		}
-	}
-	if c.offs.Committing(len(offsets) > 0, only == nil) {
-		c.wakeLocked()
-	}
+		offsets[k.topic][k.partition] = kgo.EpochOffset{Epoch: m.r.LeaderEpoch, Offset: m.r.Offset + 1}
+	})
 	c.mu.Unlock()
 	if len(offsets) == 0 {
 		return nil
@@ -797,11 +706,7 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		defer func() {
-			if c.offs.CommitDone(rerr) {
-				c.wakeLocked()
-			}
-		}()
+		defer func() { c.lc.CommitDone(rerr) }()
 		if err != nil {
 			rerr = err
 			return
@@ -814,10 +719,8 @@ func (c *consumer) commit(ctx context.Context, only map[tp]bool) error {
 					}
 					continue
 				}
-				if p := c.parts[tp{t.Topic, pr.Partition}]; p != nil {
-					if eo, ok := offsets[t.Topic][pr.Partition]; ok {
-						c.offs.Committed(&p.LogPartition, eo.Offset)
-					}
+				if eo, ok := offsets[t.Topic][pr.Partition]; ok {
+					c.lc.Committed(tp{t.Topic, pr.Partition}, eo.Offset)
 				}
 			}
 		}
@@ -834,7 +737,7 @@ const revokeGrace = 5 * time.Second
 // owner), commits what was settled and forgets them.
 func (c *consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	only := partsOf(revoked)
-	c.awaitHanded(only, revokeGrace)
+	c.lc.AwaitHanded(&c.mu, only, revokeGrace, c.kit.Done())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.commit(ctx, only); err != nil {
@@ -859,76 +762,22 @@ func partsOf(m map[string][]int32) map[tp]bool {
 	return only
 }
 
-// awaitHanded stops handing out the buffered records of parts and waits, at most grace
-// and not after Close began, until none of their records is handed out and unsettled.
-func (c *consumer) awaitHanded(parts map[tp]bool, grace time.Duration) {
-	deadline := time.Now().Add(grace)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range parts {
-		if p := c.parts[k]; p != nil {
-			p.revoking = true
-		}
-	}
-	for !c.closing() && c.handedLocked(parts) && time.Now().Before(deadline) {
-		c.mu.Unlock()
-		select {
-		case <-tick.C:
-		case <-c.kit.Done():
-		}
-		c.mu.Lock()
-	}
-}
-
-// closing reports whether the consumer's Close began.
-func (c *consumer) closing() bool {
-	select {
-	case <-c.kit.Done():
-		return true
-	default:
-		return false
-	}
-}
-
-// handedLocked reports whether a record of parts is handed out and not yet settled.
-func (c *consumer) handedLocked(parts map[tp]bool) bool {
-	for k := range parts {
-		if p := c.parts[k]; p != nil && c.offs.Handed(&p.LogPartition) {
-			return true
-		}
-	}
-	return false
-}
-
 // forget drops the partitions' bookkeeping: their unsettled records are taken back and
 // delivered again to whoever owns the partition next.
 func (c *consumer) forget(parts map[tp]bool, why string) {
-	resume := map[string][]int32{}
+	var resume []tp
 	c.mu.Lock()
-	dropped := 0
-	for k := range parts {
-		p := c.parts[k]
-		if p == nil {
-			continue
-		}
-		n, seek := c.offs.Forget(&p.LogPartition)
-		dropped += n
-		if p.paused || p.held {
-			resume[k.topic] = append(resume[k.topic], k.partition)
+	dropped := c.lc.Forget(parts, func(k tp, p *partition, seek *record) {
+		if p.paused || p.Held() {
+			resume = append(resume, k)
 		}
 		if seek != nil {
 			c.log.Info("kafka: seek skipped, partition "+why+"; its new owner resumes from the committed offset", "topic", k.topic, "partition", k.partition, "offset", seek.r.Offset)
 		}
-		delete(c.parts, k)
-	}
-	if dropped > 0 {
-		c.takeBackLocked()
-	}
+	})
 	c.mu.Unlock()
 	if len(resume) > 0 {
-		c.cl.ResumeFetchPartitions(resume)
+		c.cl.ResumeFetchPartitions(byTopic(resume))
 	}
 	if dropped > 0 {
 		c.log.Info("kafka: partitions "+why+" with unsettled records; they will be redelivered", "records", dropped)
@@ -965,17 +814,8 @@ var errFinalCommit = errors.New("kafka: final commit failed; settled records may
 // SyncAcks waits for the settle writes in flight, then commits, and waits for, the
 // offsets of every record acknowledged so far.
 func (k kitConsumer) SyncAcks(ctx context.Context) error {
-	c := k.c
-	c.mu.Lock()
-	for idle := c.offs.Idle(); idle != nil; idle = c.offs.Idle() {
-		c.mu.Unlock()
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		c.mu.Lock()
+	if err := k.c.lc.WaitIdle(ctx, &k.c.mu); err != nil {
+		return err
 	}
-	c.mu.Unlock()
-	return c.commit(ctx, nil)
+	return k.c.commit(ctx, nil)
 }

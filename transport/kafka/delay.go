@@ -24,7 +24,7 @@ func (c *consumer) delayLoop() {
 func (c *consumer) due(now time.Time) (due []*record, next time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range c.parts {
+	for _, p := range c.lc.Parts {
 		for _, pk := range p.delayed {
 			if pk.due.After(now) {
 				if next.IsZero() || pk.due.Before(next) {
@@ -61,7 +61,7 @@ func (c *consumer) reinject(due []*record) bool {
 			continue
 		}
 		p := d.p
-		if d.State != driverkit.LogParked || c.parts[p.tp] != p {
+		if d.State != driverkit.LogParked || !c.lc.Owns(p.tp, p) {
 			continue // revoked meanwhile: the new owner moves it again
 		}
 		// Keep due order: only the head of the partition's parked records is settled;

@@ -145,7 +145,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 		c.mu.Unlock()
 		return &transport.SettleWriteError{Queue: ws[0].Queue, Err: errTxOrder}
 	}
-	c.offs.Set(rec, driverkit.LogSettling)
+	c.lc.Offsets.Set(rec, driverkit.LogSettling)
 	at := p.tp
 	off := kgo.EpochOffset{Epoch: rec.r.LeaderEpoch, Offset: rec.r.Offset + 1}
 	c.mu.Unlock()
@@ -158,14 +158,14 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 				c.t.delivered(r.Topic)
 			}
 			c.mu.Lock()
-			if rec.State == driverkit.LogSettling && c.parts[at] == p {
+			if rec.State == driverkit.LogSettling && c.lc.Owns(at, p) {
 				c.ackLocked(rec)
-				c.offs.Committed(&p.LogPartition, off.Offset) // committed by the transaction: nothing for the commit loop
+				c.lc.Offsets.Committed(&p.LogPartition, off.Offset) // committed by the transaction: nothing for the commit loop
 			} else {
 				// Revoked while the transaction ran: it committed the offset with the
 				// writes (the group's generation was still ours), so the new owner
 				// starts after the record.
-				c.offs.Set(rec, driverkit.LogDropped)
+				c.lc.Offsets.Set(rec, driverkit.LogDropped)
 			}
 			c.mu.Unlock()
 			return nil
@@ -174,7 +174,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 			if rec.State == driverkit.LogSettling {
 				// Not delivered again from here: it may be moved already. It stays
 				// first in its partition, so nothing after it is committed either.
-				c.offs.Set(rec, driverkit.LogDropped)
+				c.lc.Offsets.Set(rec, driverkit.LogDropped)
 			}
 			c.mu.Unlock()
 			c.log.Error("kafka: a move's transaction has an unknown outcome; the record is left to the group's committed offset",
@@ -182,7 +182,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: fmt.Errorf("%w: %w", errTxUnresolved, err)}
 		}
 		c.mu.Lock()
-		owned := rec.State == driverkit.LogSettling && c.parts[at] == p
+		owned := rec.State == driverkit.LogSettling && c.lc.Owns(at, p)
 		c.mu.Unlock()
 		if !owned {
 			return c.takenBack
@@ -203,7 +203,7 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 func (c *consumer) unsettle(rec *record) {
 	c.mu.Lock()
 	if rec.State == driverkit.LogSettling {
-		c.offs.Set(rec, driverkit.LogHanded)
+		c.lc.Offsets.Set(rec, driverkit.LogHanded)
 	}
 	c.mu.Unlock()
 }

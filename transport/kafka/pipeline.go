@@ -54,8 +54,8 @@ func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.
 		c.mu.Unlock()
 		return nil, false, c.takenBack
 	}
-	c.offs.Set(rec, driverkit.LogSettling)
-	crowded := c.offs.Writing() >= c.depth
+	c.lc.Offsets.Set(rec, driverkit.LogSettling)
+	crowded := c.lc.Offsets.Writing() >= c.depth
 	c.mu.Unlock()
 	w := driverkit.NewConfirmations(len(recs), c.t.cfg.deliveryTimeout, func(i int, err error) error {
 		c.writeFailed(rec, recs[i].Topic, err)
@@ -72,9 +72,9 @@ func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	hold := holdAfter(n)
 	c.mu.Lock()
 	if rec.State == driverkit.LogSettling {
-		c.offs.Set(rec, driverkit.LogHanded)
+		c.lc.Offsets.Set(rec, driverkit.LogHanded)
 	}
-	if p := rec.p; c.parts[p.tp] == p {
+	if p := rec.p; c.lc.Owns(p.tp, p) {
 		p.Hold(time.Now().Add(hold))
 	}
 	c.mu.Unlock()

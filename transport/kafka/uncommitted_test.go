@@ -21,9 +21,7 @@ func windowConsumer(t *testing.T, n int, opts ...Option) (*consumer, *partition)
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := &consumer{t: tr, queue: "q", log: log, parts: map[tp]*partition{}, offs: newOffsets(tr, log),
-		wake: make(chan struct{}), commitSig: make(chan struct{}, 1), pollSig: make(chan struct{}, 1),
-		delaySig: make(chan struct{}, 1), urgentSig: make(chan struct{}, 1)}
+	c := newConsumer(tr, "q", log, 0)
 	if c.kit, err = driverkit.New[*record](c, driverkit.Config{Broker: "kafka", Queue: "q"}, transport.ConsumeOptions{Prefetch: n}); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +30,7 @@ func windowConsumer(t *testing.T, n int, opts ...Option) (*consumer, *partition)
 		rs[i] = &kgo.Record{Topic: "q", Offset: int64(i)}
 	}
 	c.admitLocked(tp{"q", 0}, 0, c.slab(rs, 0))
-	return c, c.parts[tp{"q", 0}]
+	return c, c.lc.Parts[tp{"q", 0}]
 }
 
 // TestUncommittedWindowStopsHandingOut: the consumer hands out records while fewer than
@@ -56,8 +54,8 @@ func TestUncommittedWindowStopsHandingOut(t *testing.T) {
 				t.Fatalf("%s: handed out %v, want %v", step, got, want)
 			}
 		}
-		if c.offs.Uncommitted() != uncommitted {
-			t.Fatalf("%s: %d records uncommitted, want %d", step, c.offs.Uncommitted(), uncommitted)
+		if c.lc.Offsets.Uncommitted() != uncommitted {
+			t.Fatalf("%s: %d records uncommitted, want %d", step, c.lc.Offsets.Uncommitted(), uncommitted)
 		}
 	}
 	expect("up to the bound", []int64{take(), take(), take(), take(), take()}, []int64{0, 1, 2, 3, -1}, 4)
@@ -66,7 +64,7 @@ func TestUncommittedWindowStopsHandingOut(t *testing.T) {
 	default:
 		t.Error("a half-full window did not ask for a commit")
 	}
-	c.offs.Committed(&p.LogPartition, 2) // offsets 0 and 1 committed
+	c.lc.Offsets.Committed(&p.LogPartition, 2) // offsets 0 and 1 committed
 	expect("after a commit", []int64{take(), take(), take()}, []int64{4, 5, -1}, 4)
 	c.rewindLocked(handed[3]) // offset 3: it and every later record come again
 	expect("after a rewind", []int64{take()}, []int64{-1}, 1)
