@@ -261,10 +261,13 @@ func (c *consumer) pollLoop() {
 		pctx, cancel := context.WithCancel(c.ctx)
 		c.mu.Lock()
 		c.pollCancel = cancel
-		if seek, _ = c.lc.SeekPlan(time.Now()); seek {
+		if seek, hold = c.lc.SeekPlan(time.Now()); seek {
 			cancel() // enter the poll only to seek
 		}
 		c.mu.Unlock()
+		if len(hold) > 0 { // held since the first look: paused as those were
+			c.pauseHeld(hold)
+		}
 		// Take everything franz-go has buffered: it starts the next fetch only once a
 		// buffered fetch is drained, so taking part of one would leave the next fetch
 		// (and its decoding) waiting until the ready list is nearly empty.
