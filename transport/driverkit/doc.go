@@ -107,10 +107,11 @@
 // request by the caller that finds a lane free; [DeferredAcks], acknowledgements sent
 // with the next receive request or after a linger; [Poller], long polls never cancelled for their caller; [Await], a
 // blocking client call bounded by a context; [ClientLog], the log handler a driver
-// gives its client; [AMQPBody] and [SchemaValue] for AMQP 1.0 brokers; [Offsets], the
-// commit bookkeeping of a consumer of a partitioned log, and [LogConsumer], its
-// partitions, rewinds and revokes around it, with [Slabs] and [PartitionCursor]; and
-// [Backoff], [Sleep],
+// gives its client; [WatchSilence], a dialled connection that reports the first read
+// timing out while an answer was awaited; [AMQPBody] and [SchemaValue] for AMQP 1.0
+// brokers; [Offsets], the commit bookkeeping of a consumer of a partitioned log, and
+// [LogConsumer], its partitions, rewinds and revokes around it, with [Slabs] and
+// [PartitionCursor]; and [Backoff], [Sleep],
 // [Params], [FIFO], [Confirmations], [RunCoalesced] and [RunDue].
 //
 // # Testing

@@ -229,21 +229,17 @@ func (t *Transport) runScript(ctx context.Context, s *goredis.Script, keys []str
 		cmd.SetErr(err)
 		return cmd
 	}
-	run := func(eval bool) (*goredis.Cmd, *goredis.Cmd) {
+	// The script (EVALSHA, or EVAL once Redis lost its script cache) and WAIT, in one pipeline.
+	run := func(eval func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) (*goredis.Cmd, *goredis.Cmd) {
 		pipe := c.Pipeline()
-		var cmd *goredis.Cmd
-		if eval {
-			cmd = s.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmd = s.EvalSha(ctx, pipe, keys, args...)
-		}
+		cmd := eval(ctx, pipe, keys, args...)
 		w := t.waitCmd(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
 		return cmd, w
 	}
-	cmd, w := run(false)
+	cmd, w := run(s.EvalSha)
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd, w = run(true)
+		cmd, w = run(s.Eval)
 	}
 	t.reload(ctx, cmd.Err())
 	if cmd.Err() == nil {
