@@ -517,20 +517,12 @@ func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64
 	return conn, gen, err
 }
 
-// unsent wraps the error of a write that cannot have reached the broker (the connection
-// was lost, or could not be made, before it was written): Publish makes it again.
-type unsent struct{ err error }
-
-func (e unsent) Error() string { return e.err.Error() }
-func (e unsent) Unwrap() error { return e.err }
-
-func isUnsent(err error) bool { return err != nil && errors.As(err, new(unsent)) }
-
-// lostWith marks err, a step before a publish was written, unsent when conn or the
-// channel was lost; a refusal by a live broker stays final.
+// lostWith marks err, a step before a publish was written, unsent ([driverkit.Unsent]:
+// Publish makes it again) when conn or the channel was lost; a refusal by a live broker
+// stays final.
 func lostWith(conn *amqp091.Connection, err error) error {
 	if errors.Is(err, amqp091.ErrClosed) || conn.IsClosed() {
-		return unsent{err}
+		return driverkit.Unsent(err)
 	}
 	return err
 }
@@ -545,7 +537,7 @@ func unsentUnlessFinal(err error) error {
 		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
 		return err
 	}
-	return unsent{err}
+	return driverkit.Unsent(err)
 }
 
 // rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
@@ -556,14 +548,14 @@ func unsentUnlessFinal(err error) error {
 func (t *Transport) rideOut(ctx context.Context, write func(wait context.Context) error) error {
 	wait, cancel := ctx, context.CancelFunc(func() {})
 	defer func() { cancel() }()
-	return driverkit.RideOut(ctx, "amqp", t.s.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, isUnsent,
+	return driverkit.RideOut(ctx, "amqp", t.s.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, driverkit.IsUnsent,
 		func(context.Context) error {
 			if _, _, live := t.conn.Current(); wait == ctx && !live {
 				wait, cancel = context.WithTimeout(ctx, t.s.publishWait)
 			}
 			err := write(wait)
-			if isUnsent(err) && wait.Err() != nil {
-				err = unsent{cmp.Or(t.conn.Last(), errNoConnection)}
+			if driverkit.IsUnsent(err) && wait.Err() != nil {
+				err = driverkit.Unsent(cmp.Or(t.conn.Last(), errNoConnection))
 			}
 			return err
 		})

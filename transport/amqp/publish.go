@@ -192,7 +192,7 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 		s.dc = dc
 		return s, nil
 	case errors.Is(err, amqp091.ErrClosed): // refused before a byte was written
-		err = unsent{fmt.Errorf("amqp: publish to %q: %w", key, err)}
+		err = driverkit.Unsent(fmt.Errorf("amqp: publish to %q: %w", key, err))
 	case ctx.Err() == nil: // a write that failed on the way: its bytes may have gone out whole
 		err = fmt.Errorf("amqp: publish to %q failed while written (the broker may hold it, so it is not sent again): %w: %w",
 			key, err, transport.ErrNotConfirmed)
