@@ -43,6 +43,7 @@ const DefaultMaxMessageSize = 128 << 20
 
 // Defaults of the options of the same names.
 const (
+	DefaultConnectTimeout = 30 * time.Second // WithConnectTimeout: a dial with its handshakes
 	DefaultConfirmTimeout = 30 * time.Second // WithConfirmTimeout
 	DefaultHeartbeat      = 3 * time.Second  // WithHeartbeat: a dead connection is found within 4.5 s
 	DefaultPublishWait    = 30 * time.Second // WithPublishWait
@@ -72,9 +73,6 @@ type settings struct {
 	dialer                                 func(ctx context.Context, network, addr string) (net.Conn, error)
 	redial                                 func(ctx context.Context) (*amqp091.Connection, error)
 }
-
-// DefaultConnectTimeout bounds a dial with its handshakes (WithConnectTimeout).
-const DefaultConnectTimeout = 30 * time.Second
 
 func defaultSettings() settings {
 	return settings{Common: driverkit.NewCommon("amqp", DefaultConnectTimeout, DefaultMaxMessageSize, 0),
@@ -225,12 +223,10 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if strings.Contains(u.Host, " ") {
 		return "", bad("host", "contains a space")
 	}
-	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); err != nil {
-		param := "host"
-		if strings.Contains(err.Error(), "port") {
-			param = "port"
-		}
-		return "", bad(param, err.Error())
+	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); errors.Is(err, driverkit.ErrBadPort) {
+		return "", bad("port", err.Error())
+	} else if err != nil {
+		return "", bad("host", err.Error())
 	}
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
@@ -449,9 +445,7 @@ func newTransport(s settings) *Transport {
 }
 
 // firstRedialTimeout bounds the first dial after a lost connection, doubled for each
-// that fails, up to the connect timeout (driverkit.Redialer.FirstTimeout): one dialled
-// into the fault suite's 5 s black hole held the consumers for the whole 30 s
-// (resumed 34.7 s after it began; 7.6 s with this bound).
+// that fails, up to the connect timeout (docs/transports/amqp.md, Redials).
 const firstRedialTimeout = 3 * time.Second
 
 // Transport is a RabbitMQ connection. It is safe for concurrent use.
@@ -508,13 +502,22 @@ func (t *Transport) dropIdle() {
 
 // connection returns a live connection and its generation, or waits until ctx ends for
 // the dial under way (or one it starts: [driverkit.Redialer]). A failure that dialling
-// again may cure is unsent.
+// again may cure is unsent: not once the transport is closed or cannot redial, nor when
+// the broker refused the login, vhost or connection, or its certificate failed.
 func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
 	conn, gen, err := t.conn.Get(ctx)
-	if err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, errConnectionLost) {
-		err = unsentUnlessFinal(err)
+	if err == nil {
+		return conn, gen, nil
 	}
-	return conn, gen, err
+	var ae *amqp091.Error
+	var cve *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, transport.ErrClosed), errors.Is(err, errConnectionLost), errors.As(err, &cve),
+		errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed),
+		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
+		return conn, gen, err
+	}
+	return conn, gen, driverkit.Unsent(err)
 }
 
 // lostWith marks err, a step before a publish was written, unsent ([driverkit.Unsent]:
@@ -525,19 +528,6 @@ func lostWith(conn *amqp091.Connection, err error) error {
 		return driverkit.Unsent(err)
 	}
 	return err
-}
-
-// unsentUnlessFinal marks a failed dial's error unsent, unless dialling again cannot
-// help: the broker refused the login, vhost or connection, or its certificate failed.
-func unsentUnlessFinal(err error) error {
-	var ae *amqp091.Error
-	var cve *tls.CertificateVerificationError
-	switch {
-	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve),
-		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
-		return err
-	}
-	return driverkit.Unsent(err)
 }
 
 // rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
