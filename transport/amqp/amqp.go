@@ -43,6 +43,7 @@ const DefaultMaxMessageSize = 128 << 20
 
 // Defaults of the options of the same names.
 const (
+	DefaultConnectTimeout = 30 * time.Second // WithConnectTimeout: a dial with its handshakes
 	DefaultConfirmTimeout = 30 * time.Second // WithConfirmTimeout
 	DefaultHeartbeat      = 3 * time.Second  // WithHeartbeat: a dead connection is found within 4.5 s
 	DefaultPublishWait    = 30 * time.Second // WithPublishWait
@@ -72,9 +73,6 @@ type settings struct {
 	dialer                                 func(ctx context.Context, network, addr string) (net.Conn, error)
 	redial                                 func(ctx context.Context) (*amqp091.Connection, error)
 }
-
-// DefaultConnectTimeout bounds a dial with its handshakes (WithConnectTimeout).
-const DefaultConnectTimeout = 30 * time.Second
 
 func defaultSettings() settings {
 	return settings{Common: driverkit.NewCommon("amqp", DefaultConnectTimeout, DefaultMaxMessageSize, 0),
@@ -225,12 +223,10 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if strings.Contains(u.Host, " ") {
 		return "", bad("host", "contains a space")
 	}
-	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); err != nil {
-		param := "host"
-		if strings.Contains(err.Error(), "port") {
-			param = "port"
-		}
-		return "", bad(param, err.Error())
+	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); errors.Is(err, driverkit.ErrBadPort) {
+		return "", bad("port", err.Error())
+	} else if err != nil {
+		return "", bad("host", err.Error())
 	}
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
@@ -449,9 +445,7 @@ func newTransport(s settings) *Transport {
 }
 
 // firstRedialTimeout bounds the first dial after a lost connection, doubled for each
-// that fails, up to the connect timeout (driverkit.Redialer.FirstTimeout): one dialled
-// into the fault suite's 5 s black hole held the consumers for the whole 30 s
-// (resumed 34.7 s after it began; 7.6 s with this bound).
+// that fails, up to the connect timeout (docs/transports/amqp.md, Redials).
 const firstRedialTimeout = 3 * time.Second
 
 // Transport is a RabbitMQ connection. It is safe for concurrent use.
@@ -508,44 +502,32 @@ func (t *Transport) dropIdle() {
 
 // connection returns a live connection and its generation, or waits until ctx ends for
 // the dial under way (or one it starts: [driverkit.Redialer]). A failure that dialling
-// again may cure is unsent.
+// again may cure is unsent: not once the transport is closed or cannot redial, nor when
+// the broker refused the login, vhost or connection, or its certificate failed.
 func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64, error) {
 	conn, gen, err := t.conn.Get(ctx)
-	if err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, errConnectionLost) {
-		err = unsentUnlessFinal(err)
+	if err == nil {
+		return conn, gen, nil
 	}
-	return conn, gen, err
-}
-
-// unsent wraps the error of a write that cannot have reached the broker (the connection
-// was lost, or could not be made, before it was written): Publish makes it again.
-type unsent struct{ err error }
-
-func (e unsent) Error() string { return e.err.Error() }
-func (e unsent) Unwrap() error { return e.err }
-
-func isUnsent(err error) bool { return err != nil && errors.As(err, new(unsent)) }
-
-// lostWith marks err, a step before a publish was written, unsent when conn or the
-// channel was lost; a refusal by a live broker stays final.
-func lostWith(conn *amqp091.Connection, err error) error {
-	if errors.Is(err, amqp091.ErrClosed) || conn.IsClosed() {
-		return unsent{err}
-	}
-	return err
-}
-
-// unsentUnlessFinal marks a failed dial's error unsent, unless dialling again cannot
-// help: the broker refused the login, vhost or connection, or its certificate failed.
-func unsentUnlessFinal(err error) error {
 	var ae *amqp091.Error
 	var cve *tls.CertificateVerificationError
 	switch {
-	case errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed), errors.As(err, &cve),
+	case errors.Is(err, transport.ErrClosed), errors.Is(err, errConnectionLost), errors.As(err, &cve),
+		errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed),
 		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
-		return err
+		return conn, gen, err
 	}
-	return unsent{err}
+	return conn, gen, driverkit.Unsent(err)
+}
+
+// lostWith marks err, a step before a publish was written, unsent ([driverkit.Unsent]:
+// Publish makes it again) when conn or the channel was lost; a refusal by a live broker
+// stays final.
+func lostWith(conn *amqp091.Connection, err error) error {
+	if errors.Is(err, amqp091.ErrClosed) || conn.IsClosed() {
+		return driverkit.Unsent(err)
+	}
+	return err
 }
 
 // rideOut makes write, and again while it reaches nothing (unsent), within ctx and the
@@ -556,14 +538,14 @@ func unsentUnlessFinal(err error) error {
 func (t *Transport) rideOut(ctx context.Context, write func(wait context.Context) error) error {
 	wait, cancel := ctx, context.CancelFunc(func() {})
 	defer func() { cancel() }()
-	return driverkit.RideOut(ctx, "amqp", t.s.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, isUnsent,
+	return driverkit.RideOut(ctx, "amqp", t.s.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}, driverkit.IsUnsent,
 		func(context.Context) error {
 			if _, _, live := t.conn.Current(); wait == ctx && !live {
 				wait, cancel = context.WithTimeout(ctx, t.s.publishWait)
 			}
 			err := write(wait)
-			if isUnsent(err) && wait.Err() != nil {
-				err = unsent{cmp.Or(t.conn.Last(), errNoConnection)}
+			if driverkit.IsUnsent(err) && wait.Err() != nil {
+				err = driverkit.Unsent(cmp.Or(t.conn.Last(), errNoConnection))
 			}
 			return err
 		})

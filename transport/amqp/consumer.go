@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -286,12 +287,10 @@ func (c *consumer) Write(ctx context.Context, m msg, ws []*transport.Message) (d
 
 // lost is the error of a delivery whose channel died before it was settled.
 func (c *consumer) lost(err error) error {
-	if err == nil {
-		err = ErrDeliveryLost
-	} else {
+	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrDeliveryLost, err)
 	}
-	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: err}
+	return &transport.TakenBackError{Broker: "amqp", Queue: c.queue, Reason: "its channel closed", Err: cmp.Or(err, ErrDeliveryLost)}
 }
 
 // AckWrites acknowledges m and makes its writes ws (none for a plain Ack) in one
@@ -314,10 +313,8 @@ func (c *consumer) AckWrites(ctx context.Context, m msg, ws []*transport.Message
 	pc := &pubChan{ch: ch, conn: conn, gen: gen, rt: m.s.rt}
 	var ss []sent
 	err = driverkit.SendAll(ctx, ws, func(ctx context.Context, w *transport.Message) error {
-		// RabbitMQ routes a transaction's publishes at the commit, and declares are not
-		// part of it: the target is declared again now (or, with declare=false,
-		// checked), not taken from the cache, so that a queue deleted since the last
-		// write is there to take this one.
+		// Declared again (or checked) now, not taken from the cache: RabbitMQ routes a
+		// transaction's publishes at the commit (docs/transports/amqp.md, Topology).
 		err := c.t.check(w)
 		if err == nil {
 			err = c.t.ensureQueue(ctx, conn, gen, w)
@@ -375,12 +372,10 @@ func (t *Transport) ensureQueue(ctx context.Context, conn *amqp091.Connection, g
 	return err
 }
 
-// rewriteReturned covers the window ensureQueue leaves: a target queue deleted between
-// its declare and the commit. RabbitMQ sends the basic.return of a transaction's
-// unroutable publish at the commit, after the acknowledgement was made, so a returned
-// write is made again, confirmed, outside the transaction (its queue declared anew):
-// the message is then on the target queue once and the delivery acknowledged, as the
-// move meant. Only if that write fails too is an error returned, naming the message.
+// rewriteReturned covers the window ensureQueue leaves (a target queue deleted between
+// its declare and the commit): a write returned at the commit is made again, confirmed,
+// outside the transaction (docs/transports/amqp.md, Topology). Only if that write fails
+// too is an error returned.
 func (c *consumer) rewriteReturned(ctx context.Context, writes []*transport.Message, ss []sent) error {
 	if len(ss) == 0 || ss[0].rt == nil {
 		return nil
@@ -478,16 +473,15 @@ func (t *Transport) Browse(ctx context.Context, queue string, from transport.Cur
 		return transport.Page{Next: from, End: true}, nil
 	}
 	var got []amqp091.Delivery
-	for len(got) <= off+limit && err == nil {
-		var d amqp091.Delivery
-		var ok bool
-		if err = ctx.Err(); err == nil {
-			if d, ok, err = ch.Get(queue, false); ok {
-				got = append(got, d)
-			} else if err == nil {
-				break
-			}
+	for len(got) <= off+limit {
+		if err = ctx.Err(); err != nil {
+			break
 		}
+		d, ok, gerr := ch.Get(queue, false)
+		if err = gerr; !ok {
+			break
+		}
+		got = append(got, d)
 	}
 	if n := len(got); n > 0 { // all back at once
 		if nerr := ch.Nack(got[n-1].DeliveryTag, true, true); err == nil && nerr != nil {

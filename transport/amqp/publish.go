@@ -192,7 +192,7 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 		s.dc = dc
 		return s, nil
 	case errors.Is(err, amqp091.ErrClosed): // refused before a byte was written
-		err = unsent{fmt.Errorf("amqp: publish to %q: %w", key, err)}
+		err = driverkit.Unsent(fmt.Errorf("amqp: publish to %q: %w", key, err))
 	case ctx.Err() == nil: // a write that failed on the way: its bytes may have gone out whole
 		err = fmt.Errorf("amqp: publish to %q failed while written (the broker may hold it, so it is not sent again): %w: %w",
 			key, err, transport.ErrNotConfirmed)
@@ -288,11 +288,10 @@ func (t *Transport) publishWrites(ctx context.Context, ws []*transport.Message) 
 // *transport.SettleWriteError.
 func (t *Transport) confirmed(ctx context.Context, ws []*transport.Message, ss []sent) error {
 	var buf [4]error // the usual settlement has one write: no allocation
-	errs := buf[:0]
+	errs := buf[:min(len(ss), len(buf))]
 	if len(ss) > len(buf) {
-		errs = make([]error, 0, len(ss))
+		errs = make([]error, len(ss))
 	}
-	errs = errs[:len(ss)]
 	t.awaitConfirms(ctx, nil, ss, errs)
 	for i, err := range errs {
 		if err != nil {
@@ -347,12 +346,9 @@ func nativeInt(n int64) any {
 	return n
 }
 
-// Unroutable writes (docs/transports/amqp.md, Topology). Every publish is mandatory:
-// RabbitMQ answers a message no queue takes with a basic.return before its basic.ack.
-// A goroutine per confirm channel records the returns (amqp091-go drops one a listener
-// does not take within 5 s); once a confirm is acked its return, if any, is recorded or
-// still buffered, so the waiter has what is buffered recorded (sync), then looks for its
-// own publish (resolve), told apart by routing key and message id.
+// Unroutable writes (docs/transports/amqp.md, Topology): a goroutine per confirm channel
+// records the returns (amqp091-go drops one not taken within 5 s); the waiter of an acked
+// confirm has the buffered ones recorded (sync), then looks for its own (resolve).
 
 // ErrUnroutable matches the error of a write RabbitMQ returned because no queue took it:
 // the queue does not exist (deleted while the application runs, or never declared with

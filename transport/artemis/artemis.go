@@ -426,7 +426,7 @@ func newTransport(conn *amqp.Conn, desc string, o options) *Transport {
 		t.conn.Dial = func(ctx context.Context) (*amqp.Conn, error) {
 			conn, err := o.dial(ctx)
 			if err != nil {
-				return nil, &dialError{fmt.Errorf("artemis: reconnect to %s: %w", desc, err)}
+				return nil, driverkit.Unsent(fmt.Errorf("artemis: reconnect to %s: %w", desc, err))
 			}
 			return conn, nil
 		}
@@ -588,20 +588,14 @@ func linkGone(err error) bool {
 
 // Publish writes one message and returns once Artemis accepted it. It waits for a
 // connection it cannot make ([WithPublishWait]): a publish whose reconnection failed
-// (a *dialError: nothing was sent) is made again, 50 ms doubling to 1 s between
+// ([driverkit.Unsent]: nothing was sent) is made again, 50 ms doubling to 1 s between
 // ([driverkit.RideOut]).
 func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	dup := t.duplicateID() // one for every try: a copy stored before the link dropped is not stored again
 	return driverkit.RideOut(ctx, "artemis", t.opts.publishWait, driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second},
-		func(err error) bool { return errors.As(err, new(*dialError)) },
+		driverkit.IsUnsent,
 		func(ctx context.Context) error { return t.write(ctx, m, dup) })
 }
-
-// dialError is a reconnection that failed: nothing was sent on it.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
 
 // Close closes the transport's consumers ([driverkit.Group.Close]: each waits, until
 // ctx ends, for its pipelined settlements in flight, and detaches), then the connection;
