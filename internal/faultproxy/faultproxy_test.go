@@ -54,6 +54,24 @@ func mustEcho(t *testing.T, c net.Conn, line string) {
 	}
 }
 
+// dialVia connects to target through p: through its listener, or its DialContext (via
+// "dialer"); the connection is closed when the test ends.
+func dialVia(t *testing.T, p *Proxy, via, target string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	var err error
+	if via == "listener" {
+		c, err = net.Dial("tcp", p.Addr())
+	} else {
+		c, err = p.DialContext(context.Background(), "tcp", target)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Down cuts the connections the proxy carries and fails new ones, through its listener
 // and through its dialer alike; Up lets new ones through again.
 func TestDownAndUp(t *testing.T) {
@@ -130,20 +148,7 @@ func TestFreezeAndThaw(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			dial := func() net.Conn {
-				var c net.Conn
-				var err error
-				if via == "listener" {
-					c, err = net.Dial("tcp", p.Addr())
-				} else {
-					c, err = p.DialContext(context.Background(), "tcp", target)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			}
+			dial := func() net.Conn { return dialVia(t, p, via, target) }
 			silent := func(c net.Conn, line string) {
 				t.Helper()
 				_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
@@ -221,20 +226,7 @@ func TestStrand(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			dial := func() net.Conn {
-				var c net.Conn
-				var err error
-				if via == "listener" {
-					c, err = net.Dial("tcp", p.Addr())
-				} else {
-					c, err = p.DialContext(context.Background(), "tcp", target)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			}
+			dial := func() net.Conn { return dialVia(t, p, via, target) }
 			old := dial()
 			mustEcho(t, old, "before")
 			p.Freeze()
@@ -299,20 +291,7 @@ func TestStrandDropsWhatTheFreezeHeld(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			dial := func() net.Conn {
-				var c net.Conn
-				var err error
-				if via == "listener" {
-					c, err = net.Dial("tcp", p.Addr())
-				} else {
-					c, err = p.DialContext(context.Background(), "tcp", ln.Addr().String())
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			}
+			dial := func() net.Conn { return dialVia(t, p, via, ln.Addr().String()) }
 			old := dial()
 			p.Freeze()
 			go func() { _, _ = io.WriteString(old, "held\n") }() // a dialled connection's Write waits for the thaw
