@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -46,12 +47,17 @@ type pubChan struct {
 	gen   uint64
 	timer *time.Timer
 	rt    *returnTracker // the publishes the broker returned; nil when nobody checks
+	// nacked says the broker nacked a write of this channel. It is not used again: a
+	// channel that wrote to a quorum queue while the queue had no leader goes on nacking
+	// its writes to that queue after another node was elected, until the old leader is
+	// back (seen on RabbitMQ 3.10), where a new channel's writes are confirmed at once.
+	nacked atomic.Bool
 }
 
 // sent is one publish: its confirm, its channel, and the tracker of its return.
 type sent struct {
 	dc  *amqp091.DeferredConfirmation
-	ch  *amqp091.Channel
+	pc  *pubChan
 	rt  *returnTracker
 	key retKey
 }
@@ -66,11 +72,11 @@ func (t *Transport) getPub(ctx context.Context) (*pubChan, error) {
 	for n := len(t.idle) - 1; n >= 0; n-- {
 		pc := t.idle[n]
 		t.idle[n], t.idle = nil, t.idle[:n]
-		if pc.gen == gen && !pc.ch.IsClosed() {
+		if pc.gen == gen && !pc.ch.IsClosed() && !pc.nacked.Load() {
 			t.mu.Unlock()
 			return pc, nil
 		}
-		_ = pc.ch.Close()
+		t.retire(pc)
 	}
 	t.mu.Unlock()
 	ch, err := conn.Channel()
@@ -95,11 +101,22 @@ func (t *Transport) putPub(pc *pubChan) {
 	_, gen, _ := t.conn.Current()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.consumers.Closed() && pc.gen == gen && len(t.idle) < maxIdleChans {
+	if !t.consumers.Closed() && pc.gen == gen && len(t.idle) < maxIdleChans && !pc.nacked.Load() {
 		t.idle = append(t.idle, pc)
 	} else {
-		_ = pc.ch.Close()
+		t.retire(pc)
 	}
+}
+
+// retire closes a channel that is not used again. A nacked one is closed once the
+// confirms of its other writes had their time (the confirm timeout): the settle writes
+// of another caller may still wait on it.
+func (t *Transport) retire(pc *pubChan) {
+	if !pc.nacked.Load() {
+		_ = pc.ch.Close()
+		return
+	}
+	time.AfterFunc(t.s.confirmTimeout, func() { _ = pc.ch.Close() })
 }
 
 // check refuses a message without a queue, or with a body above the broker's limit.
@@ -181,7 +198,7 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 		}
 	}
 	p := project(m)
-	s := sent{ch: pc.ch, key: retKey{key, p.MessageId}}
+	s := sent{pc: pc, key: retKey{key, p.MessageId}}
 	if track && pc.rt != nil {
 		s.rt = pc.rt
 		s.rt.register(s.key) // before the publish: its return may come before this call returns
@@ -240,10 +257,11 @@ func (t *Transport) awaitConfirms(ctx context.Context, timer *time.Timer, ss []s
 		case <-s.dc.Done():
 			switch {
 			case s.dc.Acked():
-			case s.ch.IsClosed():
+			case s.pc.ch.IsClosed():
 				errs[i] = fmt.Errorf("amqp: the channel of a write to %q closed before the broker confirmed it; "+
 					"the broker may hold it, so it is not sent again: %w", s.key.key, transport.ErrNotConfirmed)
 			default:
+				s.pc.nacked.Store(true)
 				errs[i] = errNacked
 			}
 		default:
