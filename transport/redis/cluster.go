@@ -39,14 +39,8 @@ const DefaultWaitTimeout = time.Second
 // error. Deferred acks ([WithDeferredAcks]) are not waited for.
 func WithWait(replicas int, timeout time.Duration) Option {
 	return func(t *Transport) {
-		switch {
-		case replicas < 0:
-			t.common.Invalid("WithWait", "want 0 (off) or more replicas, got %d", replicas)
-		case timeout <= 0:
-			t.common.Invalid("WithWait", "want a timeout above zero, got %s", timeout)
-		default:
-			t.waitN, t.waitFor = replicas, timeout
-		}
+		t.common.SetAtLeastN("WithWait", &t.waitN, replicas, 0)
+		t.common.SetAtLeast("WithWait", &t.waitFor, timeout, 1)
 	}
 }
 
@@ -73,21 +67,12 @@ func parseWait(pq driverkit.Query) (Option, error) {
 }
 
 // clientConfig is the go-redis client a URL asks for: one Redis, a primary found through
-// Sentinels, or a Redis Cluster.
+// Sentinels, or a Redis Cluster; tls points into its options.
 type clientConfig struct {
 	plain    *goredis.Options
 	failover *goredis.FailoverOptions
 	cluster  *goredis.ClusterOptions
-}
-
-func (c *clientConfig) tlsConfig() **tls.Config {
-	switch {
-	case c.failover != nil:
-		return &c.failover.TLSConfig
-	case c.cluster != nil:
-		return &c.cluster.TLSConfig
-	}
-	return &c.plain.TLSConfig
+	tls      **tls.Config
 }
 
 func (c *clientConfig) newClient() goredis.UniversalClient {
@@ -131,7 +116,7 @@ func parseNodes(pq driverkit.Query, u *url.URL) (*clientConfig, error) {
 		if err != nil {
 			return nil, goRedisError(pq, err)
 		}
-		return &clientConfig{plain: o}, nil
+		return &clientConfig{plain: o, tls: &o.TLSConfig}, nil
 	}
 	// go-redis's form: the first node in the host part, the others as addr= parameters.
 	g := *u
@@ -149,7 +134,7 @@ func parseNodes(pq driverkit.Query, u *url.URL) (*clientConfig, error) {
 		}
 		// The user info authenticates to the data nodes, as on a plain URL.
 		o.Username, o.Password, o.SentinelUsername, o.SentinelPassword = o.SentinelUsername, o.SentinelPassword, "", ""
-		return &clientConfig{failover: o}, nil
+		return &clientConfig{failover: o, tls: &o.TLSConfig}, nil
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" || pq.Has("db") {
 		return nil, pq.Bad("db", "a Redis Cluster has database 0 only")
@@ -160,7 +145,7 @@ func parseNodes(pq driverkit.Query, u *url.URL) (*clientConfig, error) {
 	if err != nil {
 		return nil, goRedisError(pq, err)
 	}
-	return &clientConfig{cluster: o}, nil
+	return &clientConfig{cluster: o, tls: &o.TLSConfig}, nil
 }
 
 // hashTagged reports whether key has a hash tag: a non-empty part between its first "{"
@@ -229,18 +214,12 @@ func (t *Transport) runScript(ctx context.Context, s *goredis.Script, keys []str
 		cmd.SetErr(err)
 		return cmd
 	}
-	// The script (EVALSHA, or EVAL once Redis lost its script cache) and WAIT, in one pipeline.
-	run := func(eval func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) (*goredis.Cmd, *goredis.Cmd) {
-		pipe := c.Pipeline()
-		cmd := eval(ctx, pipe, keys, args...)
-		w := t.waitCmd(ctx, pipe)
-		_, _ = pipe.Exec(ctx)
-		return cmd, w
-	}
-	cmd, w := run(s.EvalSha)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd, w = run(s.Eval)
-	}
+	// The script and WAIT in one pipeline. EVAL, as the Laravel push under WAIT: a Redis
+	// that lost its script cache then costs no second pipeline and no second WAIT.
+	pipe := c.Pipeline()
+	cmd := s.Eval(ctx, pipe, keys, args...)
+	w := t.waitCmd(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
 	t.reload(ctx, cmd.Err())
 	if cmd.Err() == nil {
 		if err := t.replicated(w); err != nil {

@@ -67,8 +67,7 @@ func (t *Transport) store(ctx context.Context, ws []write) []error {
 		return t.storeOn(ctx, t.client, ws)
 	}
 	errs := make([]error, len(ws))
-	var nodes []goredis.UniversalClient
-	byNode := map[goredis.UniversalClient][]int{}
+	byNode := map[goredis.UniversalClient][]int{} // the writes to each primary, in order
 	for i, w := range ws {
 		if w.err != nil {
 			errs[i] = w.err
@@ -79,13 +78,9 @@ func (t *Transport) store(ctx context.Context, ws []write) []error {
 			errs[i] = fmt.Errorf("redis: publish to %q: %w", w.queue, err)
 			continue
 		}
-		if byNode[c] == nil {
-			nodes = append(nodes, c)
-		}
 		byNode[c] = append(byNode[c], i)
 	}
-	for _, c := range nodes {
-		idx := byNode[c]
+	for c, idx := range byNode { // the primaries' keys are apart: any order
 		sub := make([]write, len(idx))
 		for j, i := range idx {
 			sub[j] = ws[i]

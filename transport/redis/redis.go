@@ -67,7 +67,7 @@ func open(ctx context.Context, u *url.URL) (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsConfig := cfg.tlsConfig()
+	tlsConfig := cfg.tls
 	var certWatch *transport.ClientCertWatch
 	*tlsConfig, certWatch = transport.WatchClientCert(*tlsConfig)
 	client := cfg.newClient()
@@ -147,7 +147,7 @@ func parseURL(u *url.URL) ([]Option, *clientConfig, error) {
 		if tlsConfig.ServerName == "" && cfg.plain != nil {
 			tlsConfig.ServerName = u.Hostname() // several nodes: each dial names its own host
 		}
-		*cfg.tlsConfig() = tlsConfig
+		*cfg.tls = tlsConfig
 	}
 	return opts, cfg, nil
 }
