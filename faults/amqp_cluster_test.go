@@ -3,6 +3,7 @@ package faults_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
 	"github.com/babelqueue-go/babelqueue/internal/faultsuite"
+	"github.com/babelqueue-go/babelqueue/transport"
 	"github.com/babelqueue-go/babelqueue/transporttest"
 )
 
@@ -326,7 +328,7 @@ func (c *rabbitCluster) safe(ctx context.Context, n int) bool {
 // TestClusterFaultsRabbitMQ runs the node failures on the cluster: the short form in
 // make test, the full form (BQ_FAULTS=full) in make faults. BQ_FAULTS_ONLY and
 // BQ_FAULTS_SCENARIOS select it as they select TestFaults' runs ("rabbitmq-cluster";
-// "leader-kill", "rolling-restart").
+// "leader-kill", "rolling-restart", "publish-after-election").
 func TestClusterFaultsRabbitMQ(t *testing.T) {
 	if !selected("BQ_FAULTS_ONLY", "rabbitmq-cluster") {
 		t.Skip("not selected by BQ_FAULTS_ONLY")
@@ -410,6 +412,107 @@ func TestClusterFaultsRabbitMQ(t *testing.T) {
 					res.Published, res.Missing, res.Duplicates, res.PublishRetries, res.Down.Round(time.Millisecond), pause)
 			}
 		})
+	}
+	t.Run("publish-after-election", func(t *testing.T) {
+		if !selected("BQ_FAULTS_SCENARIOS", "publish-after-election") {
+			t.Skip("not selected by BQ_FAULTS_SCENARIOS")
+		}
+		c.publishAfterElection(t)
+	})
+}
+
+// nodesFrom is the cluster URL with node n (1–3) first, then the others in turn.
+func (c *rabbitCluster) nodesFrom(n int) string {
+	u, err := url.Parse(c.url)
+	if err != nil {
+		return c.url
+	}
+	hosts := strings.Split(u.Host, ",")
+	k := (n - 1) % len(hosts)
+	u.Host = strings.Join(append(hosts[k:], hosts[:k]...), ",")
+	return u.String()
+}
+
+// publishAfterElection kills the node leading a quorum queue, leaves it down, and
+// publishes to the queue from the instant of the kill through a transport connected to
+// that node, which redials the next one: the publishes made on the new connection while
+// the queue has no leader are nacked, and once another node was elected they must be
+// confirmed again. A confirm channel that carried a nacked write went on nacking until
+// the old leader was back (RabbitMQ 3.10), so a publisher that reused it failed for as
+// long as the node was down.
+func (c *rabbitCluster) publishAfterElection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	q := transporttest.UniqueName("bqfaults-election")
+	c.deleteQueues(t, q)
+	conn, err := amqp091.Dial(c.firstNode()) // client-local: node 1 leads the queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"})
+	}
+	_ = conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.leader(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.node(ctx, "pid", strconv.Itoa(leader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(out)
+	if err != nil {
+		t.Fatalf("pid of node %d: %q", leader, out)
+	}
+	pub, err := transport.Open(ctx, withParams(c.nodesFrom(leader), "queue_type", "quorum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pub.Close(context.Background()) }()
+	publish := func() error {
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		return pub.Publish(pctx, &transport.Message{Queue: q, Body: []byte(`{}`)})
+	}
+	if err := publish(); err != nil { // connected to the leader before the kill
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the node back for the scenarios after this one
+		if _, err := c.node(context.Background(), "kill", strconv.Itoa(leader)); err != nil {
+			t.Errorf("cleaning up node %d: %v", leader, err)
+		}
+		if _, err := c.node(context.Background(), "start", strconv.Itoa(leader)); err != nil {
+			t.Errorf("starting node %d again: %v", leader, err)
+		}
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	nacked := 0
+	for {
+		err := publish()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, transport.ErrNotConfirmed) {
+			t.Fatalf("publish %s after the kill: %v", time.Since(killedAt).Round(time.Millisecond), err)
+		}
+		nacked++
+		if time.Since(killedAt) > 30*time.Second {
+			t.Fatalf("no publish confirmed within 30s of the kill of node %d, the leader, which stays down (%d nacked): %v", leader, nacked, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("node %d (the leader) killed; %d publishes nacked, then one confirmed %s after the kill",
+		leader, nacked, time.Since(killedAt).Round(time.Millisecond))
+	if nacked == 0 {
+		t.Log("another node was elected before the first publish after the kill: this run saw no nack")
 	}
 }
 
