@@ -69,7 +69,7 @@ func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.
 // partition back, longer with each write to the same topic that fails in a row.
 func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
-	hold := holdAfter(n)
+	hold := writeHold.Delay(n)
 	c.mu.Lock()
 	if rec.State == driverkit.LogSettling {
 		c.lc.Offsets.Set(rec, driverkit.LogHanded)
