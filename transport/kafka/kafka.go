@@ -264,11 +264,10 @@ type Transport struct {
 
 	consumers driverkit.Group // the consumers opened, for Close
 
-	mu     sync.Mutex
-	closed bool
-	live   map[*consumer]struct{} // the consumers open, for delivered
-	seen   sync.Map               // topics this transport has written to successfully
-	shut   atomic.Bool            // closed, for the publish fast path
+	mu   sync.Mutex
+	live map[*consumer]struct{} // the consumers open, for delivered
+	seen sync.Map               // topics this transport has written to successfully
+	shut atomic.Bool            // closed: set under mu (hurry's bgWG.Add), read without it
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
 	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
@@ -739,13 +738,11 @@ func (t *Transport) isClosed() bool { return t.shut.Load() }
 // producer the transport built, and returns what Flush does.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	first := t.shut.CompareAndSwap(false, true)
+	t.mu.Unlock()
+	if !first {
 		return nil
 	}
-	t.closed = true
-	t.shut.Store(true)
-	t.mu.Unlock()
 	errs := []error{t.consumers.Close(ctx), t.Flush(ctx)}
 	t.stopBg()
 	t.bgWG.Wait()

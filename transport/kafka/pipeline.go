@@ -107,7 +107,7 @@ func (t *Transport) hurry() {
 		return
 	}
 	t.mu.Lock()
-	if t.closed {
+	if t.shut.Load() {
 		t.mu.Unlock()
 		t.hurrying.Store(false)
 		return
