@@ -159,8 +159,15 @@ func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.de
 func WithAutoCreateTopics(on bool) Option { return func(c *config) { c.autoCreate = on } }
 
 // WithLogger sets the logger of the transport and of franz-go's warnings (default: the
-// logger of [transport.LoggerFrom] for [transport.Open], else slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+// logger of [transport.LoggerFrom] for [transport.Open], else slog.Default()); nil keeps
+// the one set.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
 
 // WithSessionTimeout sets how long the group waits for a member's heartbeat (default
 // [DefaultSessionTimeout], at least 1 s).
@@ -218,7 +225,7 @@ func WithMaxUncommittedTime(d time.Duration) Option {
 }
 
 func defaults() config {
-	return config{group: DefaultGroup, deliveryTimeout: DefaultDeliveryTimeout, autoCreate: true,
+	return config{group: DefaultGroup, logger: slog.Default(), deliveryTimeout: DefaultDeliveryTimeout, autoCreate: true,
 		metadataMaxAge: 10 * time.Second, buffer: 1024, commitInterval: 100 * time.Millisecond,
 		maxUncommitted: DefaultMaxUncommitted, maxUncommittedTime: DefaultMaxUncommittedTime,
 		sessionTimeout: DefaultSessionTimeout, heartbeatInterval: DefaultHeartbeatInterval,
@@ -318,16 +325,12 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	log := cfg.logger
-	if log == nil {
-		log = slog.Default()
-	}
 	t := &Transport{
 		prod:     producer,
 		ownProd:  own,
 		factory:  factory,
 		cfg:      cfg,
-		log:      log.With("transport", "kafka"),
+		log:      cfg.logger.With("transport", "kafka"),
 		live:     map[*consumer]struct{}{},
 		repaired: map[string]time.Time{},
 	}
