@@ -274,7 +274,7 @@ type Transport struct {
 	mu   sync.Mutex
 	live map[*consumer]struct{} // the consumers open, for delivered
 	seen sync.Map               // topics this transport has written to successfully
-	shut atomic.Bool            // closed: set under mu (hurry's bgWG.Add), read without it
+	shut atomic.Bool            // closed: set under mu (background's bgWG.Add), read without it
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
 	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
@@ -289,7 +289,7 @@ type Transport struct {
 	repairMu sync.Mutex
 	repaired map[string]time.Time // when a topic's metadata was last repaired
 
-	bg       context.Context // background work: the broker limit lookup of New, hurry
+	bg       context.Context // background work: the broker limit lookup of New, hurry, repair
 	stopBg   context.CancelFunc
 	bgWG     sync.WaitGroup
 	hurrying atomic.Bool // a hurry's flush is under way
@@ -308,16 +308,30 @@ func New(producer *kgo.Client, factory ConsumerFactory, opts ...Option) (*Transp
 	if err != nil {
 		return nil, err
 	}
-	t.bgWG.Add(1)
-	go func() {
-		defer t.bgWG.Done()
+	t.background(func() {
 		ctx, cancel := context.WithTimeout(t.bg, t.cfg.dialTimeout)
 		defer cancel()
 		if err := t.loadLimit(ctx); err != nil && t.bg.Err() == nil {
 			t.log.Warn("kafka: cannot read the broker's message.max.bytes; the producer's ProducerBatchMaxBytes alone bounds a record", "limit", t.limit.Load(), "err", err)
 		}
-	}()
+	})
 	return t, nil
+}
+
+// background runs fn on a goroutine of its own, which Close waits for, unless the
+// transport is closed; it reports whether fn runs.
+func (t *Transport) background(fn func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shut.Load() {
+		return false // Close may be waiting for bgWG already
+	}
+	t.bgWG.Add(1)
+	go func() {
+		defer t.bgWG.Done()
+		fn()
+	}()
+	return true
 }
 
 func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts ...Option) (*Transport, error) {
@@ -397,11 +411,7 @@ func (t *Transport) published(r *kgo.Record, err error) {
 		t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
 		t.noteUndelivered(r.Topic, err)
 		if needsRepair(err) {
-			t.bgWG.Add(1)
-			go func() {
-				defer t.bgWG.Done()
-				t.repair(t.bg, r.Topic, err)
-			}()
+			t.background(func() { t.repair(t.bg, r.Topic, err) })
 		}
 		return
 	}

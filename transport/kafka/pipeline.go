@@ -106,19 +106,12 @@ func (t *Transport) hurry() {
 	if !t.hurrying.CompareAndSwap(false, true) {
 		return
 	}
-	t.mu.Lock()
-	if t.shut.Load() {
-		t.mu.Unlock()
-		t.hurrying.Store(false)
-		return
-	}
-	t.bgWG.Add(1)
-	t.mu.Unlock()
-	go func() {
-		defer t.bgWG.Done()
+	if !t.background(func() {
 		defer t.hurrying.Store(false)
 		ctx, cancel := context.WithTimeout(t.bg, t.cfg.deliveryTimeout)
 		defer cancel()
 		_ = t.prod.Flush(ctx)
-	}()
+	}) {
+		t.hurrying.Store(false)
+	}
 }
