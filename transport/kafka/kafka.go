@@ -159,8 +159,15 @@ func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.de
 func WithAutoCreateTopics(on bool) Option { return func(c *config) { c.autoCreate = on } }
 
 // WithLogger sets the logger of the transport and of franz-go's warnings (default: the
-// logger of [transport.LoggerFrom] for [transport.Open], else slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+// logger of [transport.LoggerFrom] for [transport.Open], else slog.Default()); nil keeps
+// the one set.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
 
 // WithSessionTimeout sets how long the group waits for a member's heartbeat (default
 // [DefaultSessionTimeout], at least 1 s).
@@ -218,7 +225,7 @@ func WithMaxUncommittedTime(d time.Duration) Option {
 }
 
 func defaults() config {
-	return config{group: DefaultGroup, deliveryTimeout: DefaultDeliveryTimeout, autoCreate: true,
+	return config{group: DefaultGroup, logger: slog.Default(), deliveryTimeout: DefaultDeliveryTimeout, autoCreate: true,
 		metadataMaxAge: 10 * time.Second, buffer: 1024, commitInterval: 100 * time.Millisecond,
 		maxUncommitted: DefaultMaxUncommitted, maxUncommittedTime: DefaultMaxUncommittedTime,
 		sessionTimeout: DefaultSessionTimeout, heartbeatInterval: DefaultHeartbeatInterval,
@@ -264,11 +271,10 @@ type Transport struct {
 
 	consumers driverkit.Group // the consumers opened, for Close
 
-	mu     sync.Mutex
-	closed bool
-	live   map[*consumer]struct{} // the consumers open, for delivered
-	seen   sync.Map               // topics this transport has written to successfully
-	shut   atomic.Bool            // closed, for the publish fast path
+	mu   sync.Mutex
+	live map[*consumer]struct{} // the consumers open, for delivered
+	seen sync.Map               // topics this transport has written to successfully
+	shut atomic.Bool            // closed: set under mu (background's bgWG.Add), read without it
 
 	onPublished func(*kgo.Record, error) // t.published, bound once
 	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
@@ -283,7 +289,7 @@ type Transport struct {
 	repairMu sync.Mutex
 	repaired map[string]time.Time // when a topic's metadata was last repaired
 
-	bg       context.Context // background work: the broker limit lookup of New, hurry
+	bg       context.Context // background work: the broker limit lookup of New, hurry, repair
 	stopBg   context.CancelFunc
 	bgWG     sync.WaitGroup
 	hurrying atomic.Bool // a hurry's flush is under way
@@ -302,16 +308,30 @@ func New(producer *kgo.Client, factory ConsumerFactory, opts ...Option) (*Transp
 	if err != nil {
 		return nil, err
 	}
-	t.bgWG.Add(1)
-	go func() {
-		defer t.bgWG.Done()
+	t.background(func() {
 		ctx, cancel := context.WithTimeout(t.bg, t.cfg.dialTimeout)
 		defer cancel()
 		if err := t.loadLimit(ctx); err != nil && t.bg.Err() == nil {
 			t.log.Warn("kafka: cannot read the broker's message.max.bytes; the producer's ProducerBatchMaxBytes alone bounds a record", "limit", t.limit.Load(), "err", err)
 		}
-	}()
+	})
 	return t, nil
+}
+
+// background runs fn on a goroutine of its own, which Close waits for, unless the
+// transport is closed; it reports whether fn runs.
+func (t *Transport) background(fn func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shut.Load() {
+		return false // Close may be waiting for bgWG already
+	}
+	t.bgWG.Add(1)
+	go func() {
+		defer t.bgWG.Done()
+		fn()
+	}()
+	return true
 }
 
 func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts ...Option) (*Transport, error) {
@@ -319,16 +339,12 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	log := cfg.logger
-	if log == nil {
-		log = slog.Default()
-	}
 	t := &Transport{
 		prod:     producer,
 		ownProd:  own,
 		factory:  factory,
 		cfg:      cfg,
-		log:      log.With("transport", "kafka"),
+		log:      cfg.logger.With("transport", "kafka"),
 		live:     map[*consumer]struct{}{},
 		repaired: map[string]time.Time{},
 	}
@@ -395,11 +411,7 @@ func (t *Transport) published(r *kgo.Record, err error) {
 		t.log.Error("kafka: publish not delivered", "topic", r.Topic, "err", err)
 		t.noteUndelivered(r.Topic, err)
 		if needsRepair(err) {
-			t.bgWG.Add(1)
-			go func() {
-				defer t.bgWG.Done()
-				t.repair(t.bg, r.Topic, err)
-			}()
+			t.background(func() { t.repair(t.bg, r.Topic, err) })
 		}
 		return
 	}
@@ -739,13 +751,11 @@ func (t *Transport) isClosed() bool { return t.shut.Load() }
 // producer the transport built, and returns what Flush does.
 func (t *Transport) Close(ctx context.Context) error {
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	first := t.shut.CompareAndSwap(false, true)
+	t.mu.Unlock()
+	if !first {
 		return nil
 	}
-	t.closed = true
-	t.shut.Store(true)
-	t.mu.Unlock()
 	errs := []error{t.consumers.Close(ctx), t.Flush(ctx)}
 	t.stopBg()
 	t.bgWG.Wait()

@@ -187,12 +187,11 @@ func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.M
 		if !owned {
 			return c.takenBack
 		}
-		if attempt >= txAttempts || !txRetriable(err) || ctx.Err() != nil {
-			c.unsettle(rec)
-			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
+		retry := attempt < txAttempts && txRetriable(err) && ctx.Err() == nil
+		if retry {
+			c.log.Info("kafka: a move's transaction was aborted; trying again", "attempt", attempt, "err", err)
 		}
-		c.log.Info("kafka: a move's transaction was aborted; trying again", "attempt", attempt, "err", err)
-		if txRetry.Wait(ctx, attempt) != nil {
+		if !retry || txRetry.Wait(ctx, attempt) != nil {
 			c.unsettle(rec)
 			return &transport.SettleWriteError{Queue: ws[0].Queue, Err: err}
 		}

@@ -69,7 +69,7 @@ func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.
 // partition back, longer with each write to the same topic that fails in a row.
 func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 	n, counted := c.t.settleWriteFailed(c.ctx, topic, cause)
-	hold := holdAfter(n)
+	hold := writeHold.Delay(n)
 	c.mu.Lock()
 	if rec.State == driverkit.LogSettling {
 		c.lc.Offsets.Set(rec, driverkit.LogHanded)
@@ -106,19 +106,12 @@ func (t *Transport) hurry() {
 	if !t.hurrying.CompareAndSwap(false, true) {
 		return
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		t.hurrying.Store(false)
-		return
-	}
-	t.bgWG.Add(1)
-	t.mu.Unlock()
-	go func() {
-		defer t.bgWG.Done()
+	if !t.background(func() {
 		defer t.hurrying.Store(false)
 		ctx, cancel := context.WithTimeout(t.bg, t.cfg.deliveryTimeout)
 		defer cancel()
 		_ = t.prod.Flush(ctx)
-	}()
+	}) {
+		t.hurrying.Store(false)
+	}
 }

@@ -110,16 +110,8 @@ func (t *Transport) createTopics(ctx context.Context, topics ...string) error {
 }
 
 // writeHold is how long a settle write that failed holds its record's partition back,
-// by the failures to its topic in a row.
+// by the failures to its topic in a row (Delay(n): the pause after the n-th).
 var writeHold = driverkit.Backoff{Min: 250 * time.Millisecond, Max: 10 * time.Second}
-
-// holdAfter is the pause after the n-th failed settle write in a row.
-func holdAfter(n int) time.Duration {
-	if n < 1 {
-		return 0
-	}
-	return writeHold.Delay(n)
-}
 
 // settleWriteFailed counts a failed settle write to topic, repairs what can be repaired
 // (repair) and returns how many writes to topic failed in a row, and false for a failure
@@ -143,7 +135,7 @@ type streak struct {
 func (s *streak) fail(now time.Time) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || now.Sub(s.last) >= holdAfter(s.n) {
+	if s.n == 0 || now.Sub(s.last) >= writeHold.Delay(s.n) {
 		s.n++
 		s.last = now
 		return s.n, true

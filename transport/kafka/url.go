@@ -142,8 +142,7 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	all := append([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts...)
-	all = append(all, opts...)
+	all := slices.Concat([]Option{WithLogger(transport.LoggerFrom(ctx))}, s.opts, opts)
 	cfg := newConfig(all)
 	if err := cfg.check(); err != nil {
 		return nil, err

@@ -181,6 +181,15 @@ func TestOptionsValidated(t *testing.T) {
 // accepts connections but nothing answers; franz-go's own warnings go to the logger the
 // runtime hands to openers, at Debug while Open checks the broker (its one error says
 // what they say).
+// WithLogger(nil) keeps the logger set (it made Open panic).
+func TestOpenNilLogger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Open(ctx, "kafka://127.0.0.1:1?dial_timeout=200ms", WithLogger(nil)); err == nil {
+		t.Fatal("Open on a closed port succeeded")
+	}
+}
+
 func TestOpenUnreachable(t *testing.T) {
 	var logs transporttest.LogBuffer
 	ctx := transport.ContextWithLogger(context.Background(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
