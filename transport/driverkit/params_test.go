@@ -16,7 +16,12 @@ var testParams = driverkit.Params[string]{
 	{Name: "timeout", Duration: func(d time.Duration) string { return "timeout=" + d.String() }, Lo: time.Millisecond, Hi: time.Hour},
 	{Name: "confirm", Bool: func(b bool) string { return fmt.Sprint("confirm=", b) }},
 	{Name: "batch", Int: func(n int) string { return fmt.Sprint("batch=", n) }, Min: 1, Max: 100},
-	{Name: "group", String: func(s string) string { return "group=" + s }},
+	{Name: "group", String: func(s string) string { return "group=" + s }, Check: func(s string) string {
+		if s == "bad" {
+			return "want a good group"
+		}
+		return ""
+	}},
 	{Name: "linger", Duration: func(d time.Duration) string { return "linger=" + d.String() }, Unit: time.Millisecond},
 }
 
@@ -38,7 +43,7 @@ func TestParamsRead(t *testing.T) {
 	if got, err := read(""); err != nil || len(got) != 0 {
 		t.Fatalf("no parameters: %v, %v", got, err)
 	}
-	for _, bad := range []string{"timeout=soon", "timeout=2h", "confirm=maybe", "batch=0", "batch=x", "group=", "linger=-1", "other=1"} {
+	for _, bad := range []string{"timeout=soon", "timeout=2h", "confirm=maybe", "batch=0", "batch=x", "group=", "group=bad", "linger=-1", "other=1"} {
 		_, err := read(bad)
 		var oe *driverkit.OptionError
 		name := bad[:len(bad)-len(bad[slices.Index([]byte(bad), '='):])]

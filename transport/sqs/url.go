@@ -119,18 +119,6 @@ func parseURL(u *url.URL) (settings, error) {
 		}
 		s.endpoint = strings.TrimRight(ep, "/")
 	}
-	if p, ok := q.String("prefix"); ok {
-		if why := driverkit.CheckHTTPURL(p); why != "" {
-			return s, q.Bad("prefix", why)
-		}
-		s.opts = append(s.opts, WithQueueURLPrefix(p))
-	}
-	if g, ok := q.String("group_id"); ok {
-		if !validFIFOID(g) {
-			return s, q.Bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
-		}
-		s.opts = append(s.opts, WithGroupID(g))
-	}
 	common := driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
 	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
 		return s, err
@@ -143,6 +131,8 @@ func parseURL(u *url.URL) (settings, error) {
 
 // urlOptions are the parameters that go to an option function as they are.
 var urlOptions = driverkit.Params[Option]{
+	{Name: "prefix", String: WithQueueURLPrefix, Check: driverkit.CheckHTTPURL},
+	{Name: "group_id", String: WithGroupID, Check: checkGroupID},
 	{Name: "fifo", Bool: WithFIFO},
 	{Name: "wait_time", Duration: WithWaitTime, Hi: 20 * time.Second},
 	{Name: "visibility_timeout", Duration: WithVisibilityTimeout, Lo: time.Second, Hi: 12 * time.Hour},
