@@ -158,9 +158,13 @@ func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 	return t, nil
 }
 
+// newCommon is the block of settings of a transport before its options.
+func newCommon() driverkit.Common {
+	return driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
+}
+
 func newTransport(client api, opts ...Option) *Transport {
-	t := &Transport{client: client, common: driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize),
-		waitTime: 10, create: true, publishWait: DefaultPublishWait}
+	t := &Transport{client: client, common: newCommon(), waitTime: 10, create: true, publishWait: DefaultPublishWait}
 	for _, o := range opts {
 		o(t)
 	}
