@@ -67,8 +67,7 @@ func (c *Common) SetMaxMessageSize(n int) {
 // c, within the bounds of [CommonParams]. The driver lists both among the parameters it
 // passes to [ParseQuery].
 func (c *Common) Query(q Query) error {
-	opts, err := CommonParams(*c, func(d time.Duration) func() { return func() { c.ConnectTimeout = d } },
-		func(n int) func() { return func() { c.MaxMessageSize = n } }).Read(q)
+	opts, err := CommonParams(*c, Into(&c.ConnectTimeout), Into(&c.MaxMessageSize)).Read(q)
 	for _, set := range opts {
 		set()
 	}

@@ -78,3 +78,10 @@ func (ps Params[O]) Read(q Query) ([]O, error) {
 	}
 	return opts, nil
 }
+
+// Into is the option function of a Params[func()] row that stores the value read in *p:
+// a parser that fills a struct reads its parameters with one table, then applies the
+// options [Params.Read] returned.
+func Into[T any](p *T) func(T) func() {
+	return func(v T) func() { return func() { *p = v } }
+}

@@ -52,3 +52,35 @@ func TestParamsRead(t *testing.T) {
 		}
 	}
 }
+
+// Into: a table of Params[func()] fills a struct; nothing is stored before the options
+// are applied, and a parameter not given leaves its field alone.
+func TestParamsInto(t *testing.T) {
+	var c struct {
+		wait  time.Duration
+		name  string
+		on    bool
+		count int
+	}
+	c.count = 7
+	u, _ := url.Parse("x://h/?wait=2&name=n&on=1")
+	q, err := driverkit.ParseQuery("x", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets, err := driverkit.Params[func()]{
+		{Name: "wait", Duration: driverkit.Into(&c.wait)},
+		{Name: "name", String: driverkit.Into(&c.name)},
+		{Name: "on", Bool: driverkit.Into(&c.on)},
+		{Name: "count", Int: driverkit.Into(&c.count), Min: 1, Max: 9},
+	}.Read(q)
+	if err != nil || len(sets) != 3 || c.name != "" {
+		t.Fatalf("Read = %d options, %v; name %q before they are applied", len(sets), err, c.name)
+	}
+	for _, set := range sets {
+		set()
+	}
+	if c.wait != 2*time.Second || c.name != "n" || !c.on || c.count != 7 {
+		t.Fatalf("filled %+v", c)
+	}
+}
