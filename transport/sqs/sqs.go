@@ -104,7 +104,7 @@ func WithVisibilityTimeout(d time.Duration) Option {
 			t.common.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
 			return
 		}
-		t.visibility = d
+		t.visibility = (d + time.Second - 1).Truncate(time.Second)
 	}
 }
 
