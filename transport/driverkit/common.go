@@ -2,6 +2,7 @@ package driverkit
 
 import (
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/babelqueue-go/babelqueue/transport"
@@ -62,26 +63,30 @@ func (c *Common) SetMaxMessageSize(n int) {
 	c.MaxMessageSize = n
 }
 
-// Query reads the URL parameters connect_timeout (10ms to 10m; a bare number is
-// seconds) and max_message_size (at least 1024, or MinMessageSize when that is more,
-// up to MaxMessageSizeLimit), when given, into c. The driver lists both among the
-// parameters it passes to [ParseQuery].
+// Query reads the URL parameters connect_timeout and max_message_size, when given, into
+// c, within the bounds of [CommonParams]. The driver lists both among the parameters it
+// passes to [ParseQuery].
 func (c *Common) Query(q Query) error {
-	if d, ok, err := q.Duration("connect_timeout", time.Second, 10*time.Millisecond, 10*time.Minute); err != nil {
-		return err
-	} else if ok {
-		c.ConnectTimeout = d
+	opts, err := CommonParams(*c, Into(&c.ConnectTimeout), Into(&c.MaxMessageSize)).Read(q)
+	for _, set := range opts {
+		set()
 	}
+	return err
+}
+
+// CommonParams are the rows of the URL parameters of c's settings, bound to a driver's
+// option functions, for a driver that reads its URL with [Params.Read]:
+// connect_timeout (10ms to 10m; a bare number is seconds) and max_message_size (at
+// least 1024, or MinMessageSize when that is more, up to MaxMessageSizeLimit).
+func CommonParams[O any](c Common, connect func(time.Duration) O, size func(int) O) Params[O] {
 	hi := c.MaxMessageSizeLimit
 	if hi <= 0 {
-		hi = int(^uint32(0) >> 1)
+		hi = math.MaxInt32
 	}
-	if n, ok, err := q.Int("max_message_size", max(1024, c.MinMessageSize), hi); err != nil {
-		return err
-	} else if ok {
-		c.MaxMessageSize = n
+	return Params[O]{
+		{Name: "connect_timeout", Duration: connect, Lo: 10 * time.Millisecond, Hi: 10 * time.Minute},
+		{Name: "max_message_size", Int: size, Min: max(1024, c.MinMessageSize), Max: hi},
 	}
-	return nil
 }
 
 // CheckSize checks a write of size bytes to queue against MaxMessageSize less reserve

@@ -74,7 +74,11 @@ func TestCommonQuery(t *testing.T) {
 		{query: "max_message_size=2001", bad: "max_message_size"},
 	} {
 		c := driverkit.NewCommon("b", 10*time.Second, 1000, 2000)
-		q, err := driverkit.ParseQuery("b", &url.URL{Scheme: "b", Host: "h", RawQuery: tc.query}, "connect_timeout", "max_message_size")
+		params := driverkit.CommonParams(c, time.Duration.String, strconv.Itoa)
+		q, err := driverkit.ParseQuery("b", &url.URL{Scheme: "b", Host: "h", RawQuery: tc.query}, params.Names()...)
+		if opts, perr := params.Read(q); err == nil && (perr == nil) != (tc.bad == "") {
+			t.Errorf("%q: CommonParams read %v, %v", tc.query, opts, perr)
+		}
 		if err == nil {
 			err = c.Query(q)
 		}

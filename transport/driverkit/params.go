@@ -19,8 +19,10 @@ type Param[O any] struct {
 	// Int takes an integer within [Min, Max].
 	Int      func(int) O
 	Min, Max int
-	// String takes a value that must not be empty.
+	// String takes a value that must not be empty, nor one Check (when set) says why
+	// it cannot be used: Check returns the reason, or "" for a good value.
 	String func(string) O
+	Check  func(string) string
 }
 
 // Params are a driver's URL parameters.
@@ -61,7 +63,9 @@ func (ps Params[O]) Read(q Query) ([]O, error) {
 			}
 		case p.String != nil:
 			var s string
-			if s, ok, err = q.NonEmpty(p.Name); ok {
+			if s, ok, err = q.NonEmpty(p.Name); ok && err == nil && p.Check != nil && p.Check(s) != "" {
+				err = q.Bad(p.Name, p.Check(s))
+			} else if ok {
 				o = p.String(s)
 			}
 		}
@@ -73,4 +77,11 @@ func (ps Params[O]) Read(q Query) ([]O, error) {
 		}
 	}
 	return opts, nil
+}
+
+// Into is the option function of a Params[func()] row that stores the value read in *p:
+// a parser that fills a struct reads its parameters with one table, then applies the
+// options [Params.Read] returned.
+func Into[T any](p *T) func(T) func() {
+	return func(v T) func() { return func() { *p = v } }
 }

@@ -264,11 +264,6 @@ func ParseURL(u *url.URL) (Config, error) {
 		SubscriptionType: Shared,
 		PipelineSettles:  true,
 	}
-	if v, ok, err := q.NonEmpty("subscription"); err != nil {
-		return Config{}, err
-	} else if ok {
-		c.Subscription = v
-	}
 	if v, ok := q.String("subscription_type"); ok {
 		st := SubscriptionType(strings.ToLower(v))
 		if _, ok := st.native(); !ok || st == "" {
@@ -276,49 +271,40 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		c.SubscriptionType = st
 	}
-	for _, d := range []struct {
-		name   string
-		lo, hi time.Duration
-		into   *time.Duration
-	}{
-		{"connect_timeout", 10 * time.Millisecond, 10 * time.Minute, &c.ConnectTimeout},
-		{"send_timeout", 10 * time.Millisecond, time.Hour, &c.SendTimeout},
-		{"nack_delay", time.Millisecond, 24 * time.Hour, &c.NackDelay},
-	} {
-		if *d.into, _, err = q.Duration(d.name, time.Second, d.lo, d.hi); err != nil {
-			return Config{}, err
-		}
-	}
-	if c.MaxMessageSize, _, err = q.Int("max_message_size", MetadataReserve+1, math.MaxInt32); err != nil {
+	sets, err := driverkit.Params[func()]{
+		{Name: "subscription", String: driverkit.Into(&c.Subscription)},
+		{Name: "connect_timeout", Duration: driverkit.Into(&c.ConnectTimeout), Lo: 10 * time.Millisecond, Hi: 10 * time.Minute},
+		{Name: "send_timeout", Duration: driverkit.Into(&c.SendTimeout), Lo: 10 * time.Millisecond, Hi: time.Hour},
+		{Name: "nack_delay", Duration: driverkit.Into(&c.NackDelay), Lo: time.Millisecond, Hi: 24 * time.Hour},
+		{Name: "max_message_size", Int: driverkit.Into(&c.MaxMessageSize), Min: MetadataReserve + 1, Max: math.MaxInt32},
+		{Name: "receiver_queue", Int: driverkit.Into(&c.ReceiverQueueSize), Min: 1, Max: math.MaxInt32},
+		{Name: "admin", String: driverkit.Into(&c.AdminURL), Check: checkAdminURL},
+		{Name: "pipeline_settles", Bool: driverkit.Into(&c.PipelineSettles)},
+		{Name: "token", String: driverkit.Into(&c.Token)},
+		{Name: "token_file", String: driverkit.Into(&c.TokenFile)},
+	}.Read(q)
+	if err != nil {
 		return Config{}, err
 	}
-	if c.ReceiverQueueSize, _, err = q.Int("receiver_queue", 1, math.MaxInt32); err != nil {
-		return Config{}, err
+	for _, set := range sets {
+		set()
 	}
-	if v, ok := q.String("admin"); ok {
-		if driverkit.CheckHTTPURL(v) != "" {
-			return Config{}, q.Bad("admin", "want the admin REST API's http(s)://host:port, without credentials")
-		}
-		c.AdminURL = strings.TrimRight(v, "/")
-	}
-	if on, ok, err := q.Bool("pipeline_settles"); err != nil {
-		return Config{}, err
-	} else if ok {
-		c.PipelineSettles = on
-	}
+	c.AdminURL = strings.TrimRight(c.AdminURL, "/")
 	if c.TLS, err = q.TLS(scheme == "pulsar+ssl", nil); err != nil {
-		return Config{}, err
-	}
-	if c.Token, _, err = q.NonEmpty("token"); err != nil {
-		return Config{}, err
-	}
-	if c.TokenFile, _, err = q.NonEmpty("token_file"); err != nil {
 		return Config{}, err
 	}
 	if c.Token != "" && c.TokenFile != "" {
 		return Config{}, q.Bad("token", "give token or token_file, not both")
 	}
 	return c, nil
+}
+
+// checkAdminURL returns why an admin= value is not the admin REST API's URL, or "".
+func checkAdminURL(v string) string {
+	if driverkit.CheckHTTPURL(v) != "" {
+		return "want the admin REST API's http(s)://host:port, without credentials"
+	}
+	return ""
 }
 
 // OpenURL builds a transport from a pulsar:// or pulsar+ssl:// URL; opts are applied

@@ -191,7 +191,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "an sb:// URL takes no fragment"}); err != nil {
 		return uc, err
 	}
-	q, err := driverkit.ParseQuery("servicebus", u, "lock_renewal", "max_lock_renewal", "connect_timeout", "max_message_size")
+	q, err := driverkit.ParseQuery("servicebus", u, append(urlOptions.Names(), "lock_renewal")...)
 	if err != nil {
 		return uc, err
 	}
@@ -208,16 +208,11 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		}
 		uc.opts = append(uc.opts, WithLockRenewal(every))
 	}
-	if d, ok, err := q.Duration("max_lock_renewal", time.Second, 0, 0); err != nil {
-		return uc, err
-	} else if ok {
-		uc.opts = append(uc.opts, WithMaxLockRenewal(d))
-	}
-	common := newConfig(nil).Common
-	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
+	opts, err := urlOptions.Read(q)
+	if err != nil {
 		return uc, err
 	}
-	uc.opts = append(uc.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
+	uc.opts = append(uc.opts, opts...)
 	host := u.Host
 	if host != "" {
 		h := u.Hostname()
@@ -236,6 +231,10 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	uc.namespace = host
 	return uc, nil
 }
+
+// urlOptions are the parameters of an sb:// URL that go to an option function as they are.
+var urlOptions = append(driverkit.CommonParams(newConfig(nil).Common, WithConnectTimeout, WithMaxMessageSize),
+	driverkit.Param[Option]{Name: "max_lock_renewal", Duration: WithMaxLockRenewal})
 
 func openURL(_ context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	uc, err := parseURL(u)

@@ -42,11 +42,8 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 	if err != nil {
 		return nil, err
 	}
-	c := &consumer{t: t, queue: queue, vis: t.visibility}
-	if c.vis > 0 {
-		c.askVis = int32((c.vis + time.Second - 1) / time.Second)
-		c.vis = time.Duration(c.askVis) * time.Second
-	} else {
+	c := &consumer{t: t, queue: queue, vis: t.visibility, askVis: int32(t.visibility / time.Second)}
+	if c.vis == 0 {
 		n, err := t.queueNumbers(ctx, qurl, types.QueueAttributeNameVisibilityTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("sqs: visibility timeout of %q: %w", queue, err)

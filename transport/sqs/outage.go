@@ -1,7 +1,6 @@
 package sqs
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,59 +27,39 @@ func WithPublishWait(d time.Duration) Option {
 	return func(t *Transport) { t.common.SetAtLeast("WithPublishWait", &t.publishWait, d, 0) }
 }
 
-// publish makes call, a publish's send to queue, riding out an unreachable endpoint.
+// publish makes call, a publish's send to queue, riding out an unreachable endpoint
+// ([driverkit.RideOut], 50 ms doubling to 1 s between tries). Once a publish found the
+// endpoint unreachable, every publish first asks it one cheap question ([answers]) and
+// sends only once it answers. A request written whole and not answered is sent again
+// only to a FIFO queue (with the same deduplication id).
 func (t *Transport) publish(ctx context.Context, queue string, call func(ctx context.Context, url string) error) error {
-	until := time.Now().Add(t.publishWait)
 	fifo := strings.HasSuffix(t.QueueName(queue), fifoSuffix)
-	var last error // the last connection error of this publish
-	for {
-		if t.publishWait > 0 && t.unreachable.Load() {
-			if err := t.awaitEndpoint(ctx, until, last); err != nil {
-				return fmt.Errorf("sqs: send to %q: %w", queue, err)
+	var written atomic.Bool // a request was written whole: SQS may have stored it
+	unanswered := false     // the last try's question went unanswered: nothing was sent
+	write := func(ctx context.Context) error {
+		if unanswered = t.publishWait > 0 && t.unreachable.Load(); unanswered {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := answers(pctx, t.client); err != nil {
+				return fmt.Errorf("sqs: send to %q: the endpoint does not answer: %w", queue, err)
 			}
+			unanswered = false
 		}
-		var written atomic.Bool
 		err := t.withURL(noteWrites(ctx, &written), queue, call)
 		var lost *smithyhttp.RequestSendError
-		switch {
-		case err == nil:
-			t.unreachable.Store(false)
-			return nil
-		case t.publishWait <= 0:
-			return err
-		case ctx.Err() != nil && (last != nil || errors.As(err, &lost)):
-			return fmt.Errorf("sqs: send to %q: %w (last error: %w)", queue, ctx.Err(), cmp.Or(last, err))
-		case !errors.As(err, &lost):
-			return err
-		}
-		t.unreachable.Store(true) // the publishes that come meanwhile wait for the endpoint
-		if written.Load() && !fifo {
-			return fmt.Errorf("%w (a request was sent whole and not answered: SQS may have stored it, so it is not sent again)", err)
-		}
-		last = err
+		t.unreachable.Store(errors.As(err, &lost)) // the publishes that come meanwhile wait for the endpoint
+		return err
 	}
-}
-
-// awaitEndpoint asks the endpoint until it answers, ctx ends or until passes, 50 ms
-// doubling to 1 s between; last is the caller's last connection error, if any.
-func (t *Transport) awaitEndpoint(ctx context.Context, until time.Time, last error) error {
-	for n := 1; ; n++ {
-		left := time.Until(until)
-		if left <= 0 {
-			return fmt.Errorf("the endpoint did not answer within publish_wait %s: %w", t.publishWait, last)
-		}
-		pctx, cancel := context.WithTimeout(ctx, min(left, 5*time.Second))
-		err := answers(pctx, t.client)
-		cancel()
-		if err == nil {
-			t.unreachable.Store(false)
-			return nil
-		}
-		last = cmp.Or(last, err)
-		if driverkit.Sleep(ctx, min(awaitBackoff.Delay(n), left)) != nil {
-			return fmt.Errorf("%w while waiting for the endpoint (last error: %w)", ctx.Err(), last)
-		}
+	unsent := func(err error) bool {
+		var lost *smithyhttp.RequestSendError
+		return unanswered || errors.As(err, &lost) && (fifo || !written.Load())
 	}
+	err := driverkit.RideOut(ctx, "sqs", t.publishWait, awaitBackoff, unsent, write)
+	var lost *smithyhttp.RequestSendError
+	if t.publishWait > 0 && !fifo && written.Load() && errors.As(err, &lost) {
+		return fmt.Errorf("%w (a request was sent whole and not answered: SQS may have stored it, so it is not sent again)", err)
+	}
+	return err
 }
 
 var awaitBackoff = driverkit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}

@@ -124,7 +124,7 @@ func TestPublishWaitIsBounded(t *testing.T) {
 	began := time.Now()
 	err := tr.Publish(ctxT(t, 30*time.Second), &transport.Message{Queue: q, Body: []byte(`{"n":"bounded"}`), Projection: transport.Projection{MessageID: "bounded"}})
 	var lost *smithyhttp.RequestSendError
-	if !errors.As(err, &lost) || !strings.Contains(err.Error(), "publish_wait 1s") {
+	if !errors.As(err, &lost) || !strings.Contains(err.Error(), "1s (publish_wait)") {
 		t.Errorf("Publish past publish_wait = %v, want the connection error, naming publish_wait", err)
 	}
 	if took := time.Since(began); took < time.Second {

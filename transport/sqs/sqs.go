@@ -75,8 +75,8 @@ func WithFIFO(on bool) Option { return func(t *Transport) { t.fifo = on } }
 // 128 ASCII letters, digits or punctuation; empty is the default (the key's).
 func WithGroupID(id string) Option {
 	return func(t *Transport) {
-		if id != "" && !validFIFOID(id) {
-			t.common.Invalid("WithGroupID", "want 1 to 128 ASCII letters, digits or punctuation, got %q", id)
+		if why := checkGroupID(id); id != "" && why != "" {
+			t.common.Invalid("WithGroupID", "%s, got %q", why, id)
 			return
 		}
 		t.groupID = id
@@ -104,7 +104,7 @@ func WithVisibilityTimeout(d time.Duration) Option {
 			t.common.Invalid("WithVisibilityTimeout", "want 0 (the queue's own) to 12h, got %s", d)
 			return
 		}
-		t.visibility = d
+		t.visibility = (d + time.Second - 1).Truncate(time.Second)
 	}
 }
 
@@ -158,9 +158,13 @@ func New(client *awssqs.Client, opts ...Option) (*Transport, error) {
 	return t, nil
 }
 
+// newCommon is the block of settings of a transport before its options.
+func newCommon() driverkit.Common {
+	return driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
+}
+
 func newTransport(client api, opts ...Option) *Transport {
-	t := &Transport{client: client, common: driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize),
-		waitTime: 10, create: true, publishWait: DefaultPublishWait}
+	t := &Transport{client: client, common: newCommon(), waitTime: 10, create: true, publishWait: DefaultPublishWait}
 	for _, o := range opts {
 		o(t)
 	}
@@ -208,32 +212,29 @@ func (t *Transport) lookup(ctx context.Context, queue string, create bool) (stri
 	if u, ok := t.urls.Load(name); ok {
 		return u.(string), nil
 	}
-	var u string
-	if t.prefix != "" {
-		u = t.prefix + "/" + name
-	} else {
+	u := t.prefix + "/" + name
+	if t.prefix == "" {
+		var found *string
 		out, err := t.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
-		switch {
-		case err == nil && out != nil && out.QueueUrl != nil:
-			u = *out.QueueUrl
-		case err == nil:
-			return "", fmt.Errorf("sqs: GetQueueUrl %q returned no URL", name)
-		case !create || !isMissingQueue(err):
-			return "", fmt.Errorf("sqs: queue URL of %q: %w", name, err)
-		default:
+		if err == nil && out != nil {
+			found = out.QueueUrl
+		} else if create && isMissingQueue(err) {
 			in := &awssqs.CreateQueueInput{QueueName: aws.String(name)}
 			if strings.HasSuffix(name, fifoSuffix) {
 				in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
 			}
-			cout, cerr := t.client.CreateQueue(ctx, in)
-			if cerr != nil {
-				return "", fmt.Errorf("sqs: create queue %q: %w", name, cerr)
+			var cout *awssqs.CreateQueueOutput
+			if cout, err = t.client.CreateQueue(ctx, in); err == nil && cout != nil {
+				found = cout.QueueUrl
 			}
-			if cout == nil || cout.QueueUrl == nil {
-				return "", fmt.Errorf("sqs: CreateQueue %q returned no URL", name)
-			}
-			u = *cout.QueueUrl
 		}
+		if err != nil {
+			return "", fmt.Errorf("sqs: queue URL of %q: %w", name, err)
+		}
+		if found == nil {
+			return "", fmt.Errorf("sqs: no URL for queue %q", name)
+		}
+		u = *found
 	}
 	t.urls.Store(name, u)
 	return u, nil
@@ -384,6 +385,14 @@ func dedupID(m *transport.Message, seed string) string {
 // validFIFOID reports whether s can be a MessageGroupId or MessageDeduplicationId: 1 to
 // 128 ASCII letters, digits or punctuation.
 var validFIFOID = regexp.MustCompile(`^[!-~]{1,128}$`).MatchString
+
+// checkGroupID returns why id cannot be a MessageGroupId, or "".
+func checkGroupID(id string) string {
+	if !validFIFOID(id) {
+		return "want 1 to 128 ASCII letters, digits or punctuation"
+	}
+	return ""
+}
 
 // Close stops every consumer (their unsettled deliveries are made visible again) and
 // refuses further publishes. The client stays usable.

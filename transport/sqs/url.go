@@ -23,9 +23,6 @@ func init() {
 	})
 }
 
-// urlParams are the query parameters an sqs:// URL accepts.
-var urlParams = []string{"endpoint", "prefix", "fifo", "group_id", "wait_time", "visibility_timeout", "max_message_size", "connect_timeout", "publish_wait"}
-
 // settings is what an sqs:// URL says.
 type settings struct {
 	region   string
@@ -109,7 +106,7 @@ func parseURL(u *url.URL) (settings, error) {
 	if !validRegion(s.region) {
 		return s, bad("region", fmt.Sprintf("%q is not a region name (lower-case letters, digits and dashes)", s.region))
 	}
-	q, err := driverkit.ParseQuery("sqs", u, urlParams...)
+	q, err := driverkit.ParseQuery("sqs", u, append(urlOptions.Names(), "endpoint")...)
 	if err != nil {
 		return s, err
 	}
@@ -119,35 +116,20 @@ func parseURL(u *url.URL) (settings, error) {
 		}
 		s.endpoint = strings.TrimRight(ep, "/")
 	}
-	if p, ok := q.String("prefix"); ok {
-		if why := driverkit.CheckHTTPURL(p); why != "" {
-			return s, q.Bad("prefix", why)
-		}
-		s.opts = append(s.opts, WithQueueURLPrefix(p))
-	}
-	if g, ok := q.String("group_id"); ok {
-		if !validFIFOID(g) {
-			return s, q.Bad("group_id", "want 1 to 128 ASCII letters, digits or punctuation")
-		}
-		s.opts = append(s.opts, WithGroupID(g))
-	}
-	common := driverkit.NewCommon("sqs", DefaultConnectTimeout, MaxMessageSize, MaxMessageSize)
-	if err := common.Query(q); err != nil { // connect_timeout, max_message_size
-		return s, err
-	}
-	s.opts = append(s.opts, WithConnectTimeout(common.ConnectTimeout), WithMaxMessageSize(common.MaxMessageSize))
-	opts, err := urlOptions.Read(q)
-	s.opts = append(s.opts, opts...)
+	s.opts, err = urlOptions.Read(q)
 	return s, err
 }
 
-// urlOptions are the parameters that go to an option function as they are.
-var urlOptions = driverkit.Params[Option]{
+// urlOptions are the parameters of an sqs:// URL that go to an option function, all but
+// the region and the endpoint.
+var urlOptions = append(driverkit.CommonParams(newCommon(), WithConnectTimeout, WithMaxMessageSize), driverkit.Params[Option]{
+	{Name: "prefix", String: WithQueueURLPrefix, Check: driverkit.CheckHTTPURL},
+	{Name: "group_id", String: WithGroupID, Check: checkGroupID},
 	{Name: "fifo", Bool: WithFIFO},
 	{Name: "wait_time", Duration: WithWaitTime, Hi: 20 * time.Second},
 	{Name: "visibility_timeout", Duration: WithVisibilityTimeout, Lo: time.Second, Hi: 12 * time.Hour},
 	{Name: "publish_wait", Duration: WithPublishWait, Hi: time.Hour},
-}
+}...)
 
 // validRegion reports whether r can be a region name: lower-case letters, digits and dashes.
 var validRegion = regexp.MustCompile(`^[a-z0-9-]*$`).MatchString
