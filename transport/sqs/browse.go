@@ -140,6 +140,9 @@ func (t *Transport) walk(ctx context.Context, queue, url string) ([]walked, erro
 			_ = driverkit.Sleep(ctx, time.Duration(failures)*100*time.Millisecond) // the loop ends with ctx
 			continue
 		}
+		if res == nil { // the SDK's client never answers nothing; a stand-in may
+			res = &awssqs.ReceiveMessageOutput{}
+		}
 		failures = 0
 		fresh := 0
 		for i := range res.Messages {

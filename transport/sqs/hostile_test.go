@@ -252,3 +252,20 @@ func TestBrokerDown(t *testing.T) {
 		t.Errorf("Receive after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestHostileBrowse: a receive that answers neither messages nor an error reads as an
+// empty queue, not a panic.
+func TestHostileBrowse(t *testing.T) {
+	f := &fakeSQS{visAttrs: map[string]string{"VisibilityTimeout": "30"}}
+	tr := newTransport(f, WithWaitTime(0))
+	defer tr.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	page, err := tr.Browse(ctx, "q", "", 10)
+	if err != nil {
+		t.Fatalf("Browse: %v", err)
+	}
+	if len(page.Deliveries) != 0 || !page.End {
+		t.Errorf("Browse of a queue answered with nothing = %d deliveries, End %v; want none, the end", len(page.Deliveries), page.End)
+	}
+}
