@@ -181,9 +181,9 @@ func WithRedial(redial func(ctx context.Context) (*amqp091.Connection, error)) O
 // Dial connects to the broker at rawURL (amqp:// or amqps://) and returns a transport
 // that redials it whenever the connection is lost.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil { // a *url.Error, whose URL (and password) is left out
-		return nil, fmt.Errorf("%w: cannot parse URL: %w", transport.ErrBadURL, errors.Unwrap(err))
+	u, err := driverkit.ParseURL("amqp", rawURL)
+	if err != nil {
+		return nil, err
 	}
 	return dialURL(ctx, u, opts...)
 }

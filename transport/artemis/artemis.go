@@ -320,9 +320,9 @@ func (c Config) dial(ctx context.Context, nodes *driverkit.Failover) (conn *amqp
 
 // Open dials the broker of an artemis:// or artemis+ssl:// URL.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("artemis", rawURL)
 	if err != nil {
-		return nil, badParse(err)
+		return nil, err
 	}
 	return OpenURL(ctx, u, opts...)
 }
@@ -331,9 +331,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 // nodes that takes the connection) and returns the bare go-amqp connection, for use
 // with [New] and [WithDial] or on its own.
 func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("artemis", rawURL)
 	if err != nil {
-		return nil, badParse(err)
+		return nil, err
 	}
 	cfg, err := ParseURL(u)
 	if err != nil {
@@ -344,15 +344,6 @@ func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
 		return nil, fmt.Errorf("artemis: dial %s: %w", cfg, err)
 	}
 	return conn, nil
-}
-
-func badParse(err error) error {
-	var ue *url.Error
-	reason := "cannot parse URL"
-	if errors.As(err, &ue) {
-		reason = "cannot parse URL: " + ue.Err.Error()
-	}
-	return &transport.BadURLError{Scheme: "artemis", Param: "url", Reason: reason}
 }
 
 // OpenURL is [Open] for a parsed URL.
