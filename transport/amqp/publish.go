@@ -32,7 +32,10 @@ var _ transport.ConfirmedPublisher = (*Transport)(nil)
 
 const maxIdleChans = 16 // idle confirm channels kept
 
-var errNacked = fmt.Errorf("amqp: the broker nacked the write: %w", transport.ErrNotConfirmed)
+var (
+	errNacked         = fmt.Errorf("amqp: the broker nacked the write: %w", transport.ErrNotConfirmed)
+	errNotConfirmMode = errors.New("amqp: channel is not in confirm mode")
+)
 
 // pubChan is a channel in confirm mode, used by one write at a time. Its timer bounds
 // the confirm waits of its writes, stopped between waits and reused: a confirmed write
@@ -201,13 +204,15 @@ func (t *Transport) send(ctx context.Context, pc *pubChan, m *transport.Message,
 // awaitConfirms waits for every confirm of ss under one deadline (the confirm timeout,
 // from the first confirm not in yet, on timer or, when nil, a timer of its own), then
 // checks their returns: errs[i] is ss[i]'s outcome. A write not sent (errs holds its
-// error) has no confirm to wait for; every other has one (getPub's channels are in
-// confirm mode).
+// error) has no confirm to wait for.
 func (t *Transport) awaitConfirms(ctx context.Context, timer *time.Timer, ss []sent, errs []error) {
 	var ended error // set once the deadline or ctx ended the wait
 	armed := false
 	for i, s := range ss {
 		if s.dc == nil {
+			if errs[i] == nil {
+				errs[i] = errNotConfirmMode
+			}
 			continue
 		}
 		if ended == nil {
