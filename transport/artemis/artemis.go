@@ -209,12 +209,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
 	}
 	c := Config{PipelineSettles: true, PublishWait: DefaultPublishWait}
-	var secure bool
-	switch scheme {
-	case "artemis":
-	case "artemis+ssl":
-		secure = true
-	default:
+	secure := scheme == "artemis+ssl"
+	if !secure && scheme != "artemis" {
 		return bad("scheme", "want artemis:// or artemis+ssl://")
 	}
 	if u.Opaque != "" {
@@ -352,10 +348,8 @@ func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error
 	if err != nil {
 		return nil, err
 	}
-	urlOpts := []Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait)}
-	if cfg.ConnectTimeout > 0 {
-		urlOpts = append(urlOpts, WithConnectTimeout(cfg.ConnectTimeout))
-	}
+	// ParseURL always sets ConnectTimeout; MaxMessageSize only when the URL gives one.
+	urlOpts := []Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait), WithConnectTimeout(cfg.ConnectTimeout)}
 	if cfg.MaxMessageSize > 0 {
 		urlOpts = append(urlOpts, WithMaxMessageSize(cfg.MaxMessageSize))
 	}
