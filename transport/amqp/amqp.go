@@ -217,9 +217,6 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if strings.Contains(u.Host, " ") {
-		return "", bad("host", "contains a space")
-	}
 	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); errors.Is(err, driverkit.ErrBadPort) {
 		return "", bad("port", err.Error())
 	} else if err != nil {

@@ -235,11 +235,10 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		return bad(param, err.Error())
 	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("path", "artemis:// takes no path (queues are named by the runtime)")
-	}
-	if u.Fragment != "" {
-		return bad("fragment", "artemis:// takes no fragment")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "artemis:// takes no path (queues are named by the runtime)"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "artemis:// takes no fragment"}); err != nil {
+		return Config{}, err
 	}
 	sets, err := urlParams.Read(q)
 	if err != nil {
