@@ -374,7 +374,7 @@ type retState struct {
 type returnTracker struct {
 	t     *Transport
 	ch    chan amqp091.Return
-	syncs chan chan struct{} // a waiter's sync, closed once the returns buffered before it are recorded
+	syncs chan chan struct{} // a waiter's sync, answered once the returns buffered before it are recorded
 	done  chan struct{}      // closed once the channel closed and every return it carried is recorded
 
 	mu      sync.Mutex
@@ -405,7 +405,7 @@ func (r *returnTracker) run() {
 			for len(r.ch) > 0 {
 				r.note(<-r.ch)
 			}
-			close(served)
+			served <- struct{}{}
 		}
 	}
 }
@@ -455,13 +455,18 @@ func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text stri
 
 // sync returns once every return handed to the listener before the call is recorded.
 func (r *returnTracker) sync() {
-	served := make(chan struct{})
+	served := syncReplies.Get().(chan struct{})
+	defer syncReplies.Put(served)
 	select {
 	case r.syncs <- served:
 		<-served
 	case <-r.done:
 	}
 }
+
+// syncReplies are the channels syncs are answered on (buffered, reused: a confirmed
+// write allocates none of its own).
+var syncReplies = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // resolve forgets the publishes of ss registered for their returns.
 func resolve(ss ...sent) {
