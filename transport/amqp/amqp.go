@@ -181,19 +181,15 @@ func WithRedial(redial func(ctx context.Context) (*amqp091.Connection, error)) O
 // Dial connects to the broker at rawURL (amqp:// or amqps://) and returns a transport
 // that redials it whenever the connection is lost.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil { // a *url.Error, whose URL (and password) is left out
-		return nil, fmt.Errorf("%w: cannot parse URL: %w", transport.ErrBadURL, errors.Unwrap(err))
+	u, err := driverkit.ParseURL("amqp", rawURL)
+	if err != nil {
+		return nil, err
 	}
 	return dialURL(ctx, u, opts...)
 }
 
-// ownParams are the query parameters this package reads itself; they are not passed
-// on to amqp091.
-var ownParams = []string{"publish_confirms", "confirm_timeout", "connection_name", "declare", "pipeline_settles", "publish_wait", "queue_type",
-	"connect_timeout", "max_message_size"}
-
-// clientParams are the RabbitMQ URI query parameters amqp091 reads.
+// clientParams are the RabbitMQ URI query parameters amqp091 reads, the only ones
+// passed on to it; the others are this package's own.
 var clientParams = []string{"heartbeat", "connection_timeout", "channel_max", "auth_mechanism"}
 
 // tlsAliases are the RabbitMQ URI spec's names of the shared TLS parameters
@@ -216,12 +212,10 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if u.Opaque != "" {
 		return "", bad("host", "want amqp://[user:password@]host[:port][/vhost]")
 	}
-	pq, err := driverkit.ParseQuery("amqp", u, slices.Concat(clientParams, ownParams, transport.TLSParams, slices.Collect(maps.Keys(tlsAliases)))...)
+	pq, err := driverkit.ParseQuery("amqp", u, slices.Concat(clientParams, urlParams.Names(), transport.TLSParams, slices.Collect(maps.Keys(tlsAliases)),
+		[]string{"connection_name", "queue_type", "connect_timeout", "max_message_size"})...)
 	if err != nil {
 		return "", err
-	}
-	if strings.Contains(u.Host, " ") {
-		return "", bad("host", "contains a space")
 	}
 	if s.hosts, err = driverkit.Hosts(u, map[bool]string{false: "5672", true: "5671"}[scheme == "amqps"]); errors.Is(err, driverkit.ErrBadPort) {
 		return "", bad("port", err.Error())
@@ -231,7 +225,6 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	if strings.Contains(strings.TrimPrefix(u.Path, "/"), "/") {
 		return "", bad("vhost", "a vhost containing '/' must be percent-encoded (%2F)")
 	}
-	q := u.Query()
 	if s.tlsConfig, err = pq.TLS(scheme == "amqps", tlsAliases); err != nil {
 		return "", err
 	}
@@ -259,8 +252,11 @@ func parseURL(u *url.URL, s *settings) (string, error) {
 	c := *u
 	c.Scheme, c.Host = scheme, s.hosts[0] // the dialer puts each node in turn here
 	c.Fragment, c.RawFragment = "", ""
-	for _, p := range slices.Concat(ownParams, transport.TLSParams, slices.Collect(maps.Keys(tlsAliases))) {
-		q.Del(p)
+	q := url.Values{}
+	for _, p := range clientParams {
+		if v, ok := u.Query()[p]; ok {
+			q[p] = v
+		}
 	}
 	c.RawQuery = q.Encode()
 	if _, err := amqp091.ParseURI(c.String()); err != nil {
@@ -509,12 +505,9 @@ func (t *Transport) connection(ctx context.Context) (*amqp091.Connection, uint64
 	if err == nil {
 		return conn, gen, nil
 	}
-	var ae *amqp091.Error
-	var cve *tls.CertificateVerificationError
 	switch {
-	case errors.Is(err, transport.ErrClosed), errors.Is(err, errConnectionLost), errors.As(err, &cve),
-		errors.As(err, &ae) && (ae.Code == amqp091.AccessRefused || ae.Code == amqp091.NotAllowed),
-		errors.Is(err, transport.ErrTLS), errors.Is(err, transport.ErrAuth):
+	case errors.Is(err, transport.ErrClosed), errors.Is(err, errConnectionLost), errors.As(err, new(*tls.CertificateVerificationError)),
+		errors.Is(err, transport.ErrTLS), errors.Is(authCause(err), transport.ErrAuth):
 		return conn, gen, err
 	}
 	return conn, gen, driverkit.Unsent(err)

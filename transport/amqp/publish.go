@@ -390,78 +390,57 @@ type retState struct {
 
 // returnTracker records the returns of one confirm channel.
 type returnTracker struct {
-	t    *Transport
-	ch   chan amqp091.Return
-	kick chan struct{} // a waiter asks for a sync
+	t     *Transport
+	ch    chan amqp091.Return
+	syncs chan chan struct{} // a waiter's sync, answered once the returns buffered before it are recorded
+	done  chan struct{}      // closed once the channel closed and every return it carried is recorded
 
 	mu      sync.Mutex
-	synced  sync.Cond // broadcast when served moves or closed is set
-	asked   uint64    // syncs asked for
-	served  uint64    // syncs served: every return buffered when they were asked is recorded
-	closed  bool      // the channel closed: every return it carried is recorded
 	pending map[retKey]retState
 }
 
 // trackReturns drains ch's returns into a new tracker until ch closes.
 func (t *Transport) trackReturns(ch *amqp091.Channel) *returnTracker {
-	r := &returnTracker{t: t, ch: make(chan amqp091.Return, returnBuffer), kick: make(chan struct{}, 1),
-		pending: make(map[retKey]retState)}
-	r.synced.L = &r.mu
+	r := &returnTracker{t: t, ch: make(chan amqp091.Return, returnBuffer), syncs: make(chan chan struct{}),
+		done: make(chan struct{}), pending: make(map[retKey]retState)}
 	ch.NotifyReturn(r.ch)
 	go r.run()
 	return r
 }
 
-// run records the returns as they come. Woken by one or by a waiter's kick, it records
-// every return buffered, which serves every sync asked before (the asks and the drain
-// are made under r.mu).
+// run records the returns as they come, and serves a sync by recording every return
+// buffered first (it alone receives from r.ch, so what it received before is recorded).
 func (r *returnTracker) run() {
-	for closed := false; !closed; {
-		var lost []amqp091.Return
+	defer close(r.done)
+	for {
 		select {
 		case ret, ok := <-r.ch:
-			r.mu.Lock()
-			lost = r.note(ret, ok, lost)
-		case <-r.kick:
-			r.mu.Lock()
-		}
-		for drained := false; !drained && !r.closed; {
-			select {
-			case ret, ok := <-r.ch:
-				lost = r.note(ret, ok, lost)
-			default:
-				drained = true
+			if !ok {
+				return
 			}
+			r.note(ret)
+		case served := <-r.syncs:
+			for len(r.ch) > 0 {
+				r.note(<-r.ch)
+			}
+			served <- struct{}{}
 		}
-		r.served, closed = r.asked, r.closed
-		r.synced.Broadcast()
-		r.mu.Unlock()
-		r.report(lost)
 	}
 }
 
-// note records one return, or with !ok that the channel closed (r.mu held). A return
-// no publish in flight is registered for (one not waiting for its confirm, or one that
-// failed already) goes to lost.
-func (r *returnTracker) note(ret amqp091.Return, ok bool, lost []amqp091.Return) []amqp091.Return {
+// note records one return. One that no publish in flight is registered for (one not
+// waiting for its confirm, or one that failed already) is logged, and its queue is
+// declared again; forget runs apart, as note never waits for the transport's lock.
+func (r *returnTracker) note(ret amqp091.Return) {
 	k := retKey{ret.RoutingKey, ret.MessageId}
+	r.mu.Lock()
 	st, waited := r.pending[k]
-	switch {
-	case !ok:
-		r.closed = true
-	case !waited:
-		lost = append(lost, amqp091.Return{RoutingKey: ret.RoutingKey, MessageId: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
-	case !st.returned:
+	if waited && !st.returned {
 		st.returned, st.code, st.text = true, ret.ReplyCode, ret.ReplyText
 		r.pending[k] = st
 	}
-	return lost
-}
-
-// report logs returns nobody waits for and makes the transport declare their queues
-// again. It runs without r.mu, and never waits for the transport's lock.
-func (r *returnTracker) report(lost []amqp091.Return) {
-	for _, ret := range lost {
+	r.mu.Unlock()
+	if !waited {
 		r.t.log.Warn("amqp: the broker returned a message it could not route: its queue does not exist, and the message was not enqueued",
 			"queue", ret.RoutingKey, "message_id", ret.MessageId, "reply_code", ret.ReplyCode, "reply_text", ret.ReplyText)
 		go r.t.forget(ret.RoutingKey)
@@ -494,18 +473,18 @@ func (r *returnTracker) resolve(k retKey) (returned bool, code uint16, text stri
 
 // sync returns once every return handed to the listener before the call is recorded.
 func (r *returnTracker) sync() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.asked++
-	mine := r.asked
+	served := syncReplies.Get().(chan struct{})
+	defer syncReplies.Put(served)
 	select {
-	case r.kick <- struct{}{}:
-	default: // a sync is asked already; it serves this one too, or asks again
-	}
-	for r.served < mine && !r.closed {
-		r.synced.Wait()
+	case r.syncs <- served:
+		<-served
+	case <-r.done:
 	}
 }
+
+// syncReplies are the channels syncs are answered on (buffered, reused: a confirmed
+// write allocates none of its own).
+var syncReplies = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // resolve forgets the publishes of ss registered for their returns.
 func resolve(ss ...sent) {

@@ -22,11 +22,11 @@ func newTestTracker(t *testing.T) *returnTracker {
 	r := &returnTracker{
 		t:       newTransport(defaultSettings()),
 		ch:      make(chan amqp091.Return, returnBuffer),
-		kick:    make(chan struct{}, 1),
+		syncs:   make(chan chan struct{}),
+		done:    make(chan struct{}),
 		pending: make(map[retKey]retState),
 	}
 	r.t.log = slog.New(slog.DiscardHandler)
-	r.synced.L = &r.mu
 	go r.run()
 	t.Cleanup(func() { close(r.ch) })
 	return r

@@ -209,12 +209,8 @@ func ParseURL(u *url.URL) (Config, error) {
 		return Config{}, &transport.BadURLError{Scheme: scheme, Param: param, Reason: reason}
 	}
 	c := Config{PipelineSettles: true, PublishWait: DefaultPublishWait}
-	var secure bool
-	switch scheme {
-	case "artemis":
-	case "artemis+ssl":
-		secure = true
-	default:
+	secure := scheme == "artemis+ssl"
+	if !secure && scheme != "artemis" {
 		return bad("scheme", "want artemis:// or artemis+ssl://")
 	}
 	if u.Opaque != "" {
@@ -239,11 +235,10 @@ func ParseURL(u *url.URL) (Config, error) {
 		}
 		return bad(param, err.Error())
 	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("path", "artemis:// takes no path (queues are named by the runtime)")
-	}
-	if u.Fragment != "" {
-		return bad("fragment", "artemis:// takes no fragment")
+	if err := driverkit.RefuseParts(scheme, u,
+		driverkit.URLPart{Part: "path", Param: "path", Reason: "artemis:// takes no path (queues are named by the runtime)"},
+		driverkit.URLPart{Part: "fragment", Param: "fragment", Reason: "artemis:// takes no fragment"}); err != nil {
+		return Config{}, err
 	}
 	sets, err := urlParams.Read(q)
 	if err != nil {
@@ -320,9 +315,9 @@ func (c Config) dial(ctx context.Context, nodes *driverkit.Failover) (conn *amqp
 
 // Open dials the broker of an artemis:// or artemis+ssl:// URL.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("artemis", rawURL)
 	if err != nil {
-		return nil, badParse(err)
+		return nil, err
 	}
 	return OpenURL(ctx, u, opts...)
 }
@@ -331,9 +326,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Transport, error
 // nodes that takes the connection) and returns the bare go-amqp connection, for use
 // with [New] and [WithDial] or on its own.
 func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
-	u, err := url.Parse(rawURL)
+	u, err := driverkit.ParseURL("artemis", rawURL)
 	if err != nil {
-		return nil, badParse(err)
+		return nil, err
 	}
 	cfg, err := ParseURL(u)
 	if err != nil {
@@ -346,25 +341,14 @@ func DialURL(ctx context.Context, rawURL string) (*amqp.Conn, error) {
 	return conn, nil
 }
 
-func badParse(err error) error {
-	var ue *url.Error
-	reason := "cannot parse URL"
-	if errors.As(err, &ue) {
-		reason = "cannot parse URL: " + ue.Err.Error()
-	}
-	return &transport.BadURLError{Scheme: "artemis", Param: "url", Reason: reason}
-}
-
 // OpenURL is [Open] for a parsed URL.
 func OpenURL(ctx context.Context, u *url.URL, opts ...Option) (*Transport, error) {
 	cfg, err := ParseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	urlOpts := []Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait)}
-	if cfg.ConnectTimeout > 0 {
-		urlOpts = append(urlOpts, WithConnectTimeout(cfg.ConnectTimeout))
-	}
+	// ParseURL always sets ConnectTimeout; MaxMessageSize only when the URL gives one.
+	urlOpts := []Option{WithPipelinedSettles(cfg.PipelineSettles), WithPublishWait(cfg.PublishWait), WithConnectTimeout(cfg.ConnectTimeout)}
 	if cfg.MaxMessageSize > 0 {
 		urlOpts = append(urlOpts, WithMaxMessageSize(cfg.MaxMessageSize))
 	}
