@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// echoServer answers every line with the same line.
-func echoServer(t *testing.T) string {
+// serve listens on a loopback port until the test ends, runs handle on each connection
+// it accepts (closing it after), and returns the address.
+func serve(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,11 +28,16 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// echoServer answers every line with the same line.
+func echoServer(t *testing.T) string {
+	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 }
 
 func roundTrip(c net.Conn, line string) (string, error) {
@@ -261,37 +267,23 @@ func TestStrand(t *testing.T) {
 func TestStrandDropsWhatTheFreezeHeld(t *testing.T) {
 	for _, via := range []string{"listener", "dialer"} {
 		t.Run(via, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			lines := make(chan string, 16)
-			go func() {
+			target := serve(t, func(c net.Conn) {
+				r := bufio.NewReader(c)
 				for {
-					c, err := ln.Accept()
+					l, err := r.ReadString('\n')
 					if err != nil {
 						return
 					}
-					go func() {
-						defer c.Close()
-						r := bufio.NewReader(c)
-						for {
-							l, err := r.ReadString('\n')
-							if err != nil {
-								return
-							}
-							lines <- l
-						}
-					}()
+					lines <- l
 				}
-			}()
-			p, err := New(ln.Addr().String())
+			})
+			p, err := New(target)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			dial := func() net.Conn { return dialVia(t, p, via, ln.Addr().String()) }
+			dial := func() net.Conn { return dialVia(t, p, via, target) }
 			old := dial()
 			p.Freeze()
 			go func() { _, _ = io.WriteString(old, "held\n") }() // a dialled connection's Write waits for the thaw
