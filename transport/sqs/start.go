@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -121,14 +122,21 @@ func (s sdkLogger) WithContext(ctx context.Context) logging.Logger {
 }
 
 // inMemoryBodies returns a client with c's options whose HTTP requests carry their body
-// in memory ([bufferedBodies]); c itself is left as it is.
+// in memory and whose timeouts drop idle connections ([bufferedBodies]); c itself is
+// left as it is.
 func inMemoryBodies(c *awssqs.Client) *awssqs.Client {
-	return awssqs.New(c.Options(), func(o *awssqs.Options) { o.HTTPClient = bufferedBodies{o.HTTPClient} })
+	return awssqs.New(c.Options(), func(o *awssqs.Options) { o.HTTPClient = bufferedBodies{closableClient(o.HTTPClient)} })
 }
 
 // bufferedBodies reads each request body into memory before the request is sent, so
 // that net/http neither streams it nor reads it again after the SDK closed it (which
 // made the SDK send a request twice: docs/transports/sqs.md, "Request bodies in memory").
+//
+// A request that ran out of time drops the client's idle connections (when the client
+// can: an [*http.Client] can, the SDK's default client is made one by [closableClient]):
+// a connection that died without a reset is found only by such a timeout, and every
+// other connection pooled beside it is as likely dead. Without this, each later call
+// would take one of them and wait out a timeout of its own.
 type bufferedBodies struct{ awssqs.HTTPClient }
 
 // Do sends req with its body in memory.
@@ -142,5 +150,27 @@ func (c bufferedBodies) Do(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(b))
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
-	return c.HTTPClient.Do(req)
+	resp, err := c.HTTPClient.Do(req)
+	if err != nil && errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+		if idle, ok := c.HTTPClient.(interface{ CloseIdleConnections() }); ok {
+			idle.CloseIdleConnections()
+		}
+	}
+	return resp, err
+}
+
+// closableClient returns the SDK's default HTTP client c as an [*http.Client] on a copy
+// of its transport (TLS settings and CA bundle included), which can drop its idle
+// connections ([bufferedBodies]); like the SDK's, it follows no redirect. Any other
+// client is returned as it is.
+func closableClient(c aws.HTTPClient) aws.HTTPClient {
+	b, ok := c.(*awshttp.BuildableClient)
+	if !ok {
+		return c
+	}
+	return &http.Client{
+		Transport:     b.GetTransport(),
+		Timeout:       b.GetTimeout(),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }

@@ -10,8 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/babelqueue-go/babelqueue"
 	"github.com/babelqueue-go/babelqueue/internal/brokerproc"
@@ -169,5 +173,93 @@ func TestRequestBodiesInMemory(t *testing.T) {
 	again, err := sent.GetBody()
 	if b, _ := io.ReadAll(again); err != nil || string(b) != `{"QueueUrl":"q"}` {
 		t.Errorf("GetBody = %q, %v", b, err)
+	}
+}
+
+// TestTimeoutDropsIdleConnections: once a request ran out of time on a connection that
+// went silent, the next request does not take another pooled connection that went silent
+// with it: it dials a fresh one and is answered (the SQS fault suite's blackhole
+// scenarios, where every pooled connection froze at once).
+func TestTimeoutDropsIdleConnections(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		old    = map[string]bool{} // connections made before the freeze
+		frozen bool
+	)
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		silent := frozen && old[r.RemoteAddr]
+		if !frozen {
+			old[r.RemoteAddr] = true
+		}
+		mu.Unlock()
+		if silent {
+			<-done
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // long enough for the warm-up requests to overlap
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	defer close(done)
+
+	c := bufferedBodies{closableClient(awshttp.NewBuildableClient())}
+	call := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	var wg sync.WaitGroup // three connections in the pool
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = call(5 * time.Second) }()
+	}
+	wg.Wait()
+	mu.Lock()
+	pooled := len(old)
+	frozen = true
+	mu.Unlock()
+	if pooled < 2 {
+		t.Fatalf("the warm-up opened %d connection(s), want at least 2", pooled)
+	}
+
+	if err := call(200 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request on a silent connection = %v, want a deadline exceeded", err)
+	}
+	if err := call(2 * time.Second); err != nil {
+		t.Fatalf("the request after the timeout = %v, want an answer on a fresh connection", err)
+	}
+}
+
+// TestClosableClientFollowsNoRedirect: the client made of the SDK's default keeps its
+// rule of following no redirect; any other client is kept as it is.
+func TestClosableClientFollowsNoRedirect(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	c := closableClient(awshttp.NewBuildableClient())
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Errorf("status = %d, want the redirect itself (%d)", resp.StatusCode, http.StatusFound)
+	}
+	own := doFunc(func(*http.Request) (*http.Response, error) { return nil, nil })
+	if _, ok := closableClient(own).(doFunc); !ok {
+		t.Error("a client of the user's was replaced")
 	}
 }
