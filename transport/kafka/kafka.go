@@ -382,6 +382,9 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if err != nil {
 		return err
 	}
+	if t.room == nil && ctx.Done() != nil { // a producer of yours bounding its buffer in bytes
+		return t.publishUnroomed(ctx, m.Queue, rec)
+	}
 	if t.room != nil {
 		if err := t.room.wait(ctx); err != nil {
 			return fmt.Errorf("kafka: publish to %q: the producer's buffer is full: %w", m.Queue, err)
@@ -391,6 +394,23 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 		ctx = context.WithoutCancel(ctx)
 	}
 	t.prod.Produce(ctx, rec, t.onPublished)
+	return nil
+}
+
+// publishUnroomed is Publish on a producer whose buffer the transport keeps no room of
+// ([newProducerRoom]): ctx ends the wait for room in the buffer, and then Publish fails
+// with its error (the record, failed before it was buffered, is not counted again as
+// undelivered).
+func (t *Transport) publishUnroomed(ctx context.Context, queue string, rec *kgo.Record) error {
+	promise := func(r *kgo.Record, err error) {
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return // Publish returned the error
+		}
+		t.onPublished(r, err)
+	}
+	if t.produceUncancelled(ctx, rec, promise) {
+		return fmt.Errorf("kafka: publish to %q: the producer's buffer is full: %w", queue, ctx.Err())
+	}
 	return nil
 }
 
@@ -566,16 +586,27 @@ func (t *Transport) produce(ctx context.Context, recs []*kgo.Record, to reporter
 
 // produceUncancelled hands r to the producer with a context that ends with ctx only
 // while Produce blocks on a full buffer: franz-go fails every record buffered behind a
-// cancelled one, other callers' publishes included (docs/transports/kafka.md).
-func (t *Transport) produceUncancelled(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+// cancelled one, other callers' publishes included (docs/transports/kafka.md). The
+// record's own context never ends, so that ctx ending just as r was buffered cannot fail
+// it later. It reports whether ctx ended before Produce returned: r was then, but for
+// that race, failed before it was buffered (promise gets ctx's error).
+func (t *Transport) produceUncancelled(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) (ended bool) {
 	if err := ctx.Err(); err != nil {
 		promise(r, err)
-		return
+		return true
 	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if r.Context == nil {
+		r.Context = context.WithoutCancel(ctx)
+	}
+	pctx, cancel := context.WithCancel(r.Context)
 	stop := context.AfterFunc(ctx, cancel)
-	t.prod.Produce(pctx, r, promise)
-	stop()
+	t.prod.Produce(pctx, r, func(r *kgo.Record, err error) {
+		if err != nil && pctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = ctx.Err() // the caller's reason: its deadline, say
+		}
+		promise(r, err)
+	})
+	return !stop()
 }
 
 // delivered notes a topic the transport wrote to; the first time, local consumers that
