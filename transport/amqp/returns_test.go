@@ -226,10 +226,11 @@ func TestSettleWriteToDeletedQueue(t *testing.T) {
 
 // TestDeadLetterQueueDeletedUnderRunningApp: an App whose handler always fails
 // dead-letters every message; the dead-letter queue is deleted twice while it runs
-// (each time once it is empty, so the deletion itself destroys nothing). Every message
-// must end on the dead-letter queue (declared again by the transport) or still be on
-// the work queue: none lost. Before the mandatory flag, dead letters written after a
-// deletion were confirmed by RabbitMQ and dropped.
+// (each time once it is empty and no dead-letter write is in flight, so the deletion
+// itself destroys nothing). Every message must end on the dead-letter queue (declared
+// again by the transport) or still be on the work queue: none lost. Before the
+// mandatory flag, dead letters written after a deletion were confirmed by RabbitMQ and
+// dropped.
 func TestDeadLetterQueueDeletedUnderRunningApp(t *testing.T) {
 	for _, pipelined := range []bool{true, false} {
 		t.Run(map[bool]string{true: "pipelined", false: "awaited"}[pipelined], func(t *testing.T) {
@@ -239,13 +240,13 @@ func TestDeadLetterQueueDeletedUnderRunningApp(t *testing.T) {
 }
 
 func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
-	const n = 300
+	const n, workers = 300, 4
 	ctx := ctxT(t)
 	q := newQueue(t)
 	dlq := q + ".dlq"
 	tr := openT(t, WithPipelinedSettles(pipelined))
 	app, err := babelqueue.New(tr, babelqueue.WithQueue(q), babelqueue.WithDeadLetter(true),
-		babelqueue.WithMaxAttempts(1), babelqueue.WithConcurrency(4), babelqueue.WithPrefetch(16),
+		babelqueue.WithMaxAttempts(1), babelqueue.WithConcurrency(workers), babelqueue.WithPrefetch(16),
 		babelqueue.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))))
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +257,7 @@ func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
 		handled atomic.Int64
 		mu      sync.Mutex
 		gate    chan struct{} // closed to resume; nil when not paused
+		parked  int           // the workers waiting for gate
 		paused  = make(chan struct{}, 2)
 	)
 	app.Handle("urn:babel:t:dlqdel", func(ctx context.Context, m *babelqueue.Message) error {
@@ -267,6 +269,9 @@ func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
 		}
 		mu.Lock()
 		g := gate
+		if g != nil {
+			parked++
+		}
 		mu.Unlock()
 		if g != nil {
 			select {
@@ -318,8 +323,24 @@ func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
 		case <-ctx.Done():
 			t.Fatal("the handler never paused")
 		}
-		// Empty the dead-letter queue into got, then delete it only if it is empty (a
-		// pipelined write may still land meanwhile), so no dead letter dies with it.
+		// Wait until no dead-letter write is in flight: every worker parked in the
+		// handler (none is settling) and every write made before confirmed. RabbitMQ
+		// confirms, and does not return, a write routed to the queue while the queue is
+		// being deleted, empty or not: a deletion racing a write would destroy it.
+		for {
+			mu.Lock()
+			p := parked
+			mu.Unlock()
+			if p == workers && writesInFlight(tr) == 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%d of %d workers parked, %d writes in flight: no quiet moment to delete the dead-letter queue", p, workers, writesInFlight(tr))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Empty the dead-letter queue into got, then delete it only if it is still empty,
+		// so no dead letter dies with it.
 		for {
 			ch := rawChannel(t, conn)
 			if !take(ch) {
@@ -336,7 +357,7 @@ func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
 		deletions++
 		mu.Lock()
 		close(gate)
-		gate = nil
+		gate, parked = nil, 0
 		mu.Unlock()
 	}
 	// Wait until every message is dead-lettered, for 30 s at most (a hang guard: the
@@ -382,4 +403,24 @@ func deadLetterQueueDeleted(t *testing.T, pipelined bool) {
 	if len(lost) > 0 {
 		t.Fatalf("%d messages lost (neither on the dead-letter queue nor on the work queue), e.g. %s", len(lost), lost[0])
 	}
+}
+
+// writesInFlight counts tr's writes not confirmed yet (registered for their returns
+// until their confirms are in) on its idle confirm channels: every write in flight when
+// none of its channels is in use (no Publish or Settle running).
+func writesInFlight(tr *Transport) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, pc := range tr.idle {
+		if pc.rt == nil {
+			continue
+		}
+		pc.rt.mu.Lock()
+		for _, st := range pc.rt.pending {
+			n += st.n
+		}
+		pc.rt.mu.Unlock()
+	}
+	return n
 }
