@@ -132,6 +132,9 @@ func drain(t *testing.T, cfg Config, tr transport.Transport, queue string, want 
 		settle(t, c, d, transport.Settlement{Outcome: transport.Ack})
 	}
 	if len(out) != want {
+		if cfg.Explain != nil {
+			t.Logf("queue %q as the broker sees it: %s", queue, cfg.Explain(t, tr, queue))
+		}
 		t.Fatalf("queue %q: got %d messages, want %d", queue, len(out), want)
 	}
 	ExpectNothing(t, c, cfg.QuietPeriod)

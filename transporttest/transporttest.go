@@ -58,6 +58,11 @@ type Config struct {
 	QuietPeriod time.Duration
 	// Prefetch is the prefetch the kit consumes with. Default 8.
 	Prefetch int
+	// Explain, when set, says what the broker knows of queue when a case found it short
+	// of the messages it waited for (a Kafka group's members and their partitions, the
+	// topic's end offsets), so that a write that never landed can be told from a
+	// consumer that never got its share. The kit logs the text; it changes no verdict.
+	Explain func(t *testing.T, tr transport.Transport, queue string) string
 
 	// The consumer-contract cases below run only for a driver that opts in, so each
 	// driver adopts them when it passes them.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -233,6 +234,7 @@ func TestKit(t *testing.T) {
 			Open:        func(t *testing.T) transport.Transport { return openKafka(t) },
 			NewQueue:    func(t *testing.T) string { return newTopic(t, "bqtest") },
 			QuietPeriod: 2 * time.Second,
+			Explain:     explainTopic,
 		},
 		Parallel: true,
 		// What the group has not committed is Ready, the end offsets add up to Appended.
@@ -539,5 +541,59 @@ func TestHostileRecords(t *testing.T) {
 			}
 		}
 		settleOK(t, c, d, transport.Settlement{Outcome: transport.Ack})
+	}
+}
+
+// explainTopic says what the broker holds of topic, for a kit case that found it short:
+// the transport's group (state, members, the partitions each was assigned) and the
+// topic's end offsets.
+func explainTopic(t *testing.T, tr transport.Transport, topic string) string {
+	adm := kadm.NewClient(rawClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if kt, ok := tr.(*kafka.Transport); ok {
+		groups, err := adm.DescribeGroups(ctx, kt.Group())
+		if err != nil {
+			fmt.Fprintf(&b, "group %s: %v; ", kt.Group(), err)
+		}
+		for _, g := range groups.Sorted() {
+			fmt.Fprintf(&b, "group %s %s, %d members:", g.Group, g.State, len(g.Members))
+			for _, m := range g.Members {
+				fmt.Fprintf(&b, " %s", m.MemberID)
+				if as, ok := m.Assigned.AsConsumer(); ok {
+					for _, a := range as.Topics {
+						fmt.Fprintf(&b, " %s%v", a.Topic, a.Partitions)
+					}
+				}
+			}
+			b.WriteString("; ")
+		}
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		fmt.Fprintf(&b, "end offsets: %v", err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		fmt.Fprintf(&b, "%s[%d] ends at %d (%v) ", o.Topic, o.Partition, o.Offset, o.Err)
+	})
+	return b.String()
+}
+
+// TestExplainTopic: the kit's view of a short topic names the group with its member and
+// the partition it holds, and the topic's end offset.
+func TestExplainTopic(t *testing.T) {
+	t.Parallel()
+	group := transporttest.UniqueName("bqtest-explain")
+	tr := openKafka(t, "group", group)
+	q := newTopic(t, "bqtest-explain")
+	c := consumeOn(t, tr, q, 1)
+	publishOK(t, tr, &transport.Message{Queue: q, Body: []byte(`{"job":"urn:babel:t:explain"}`)})
+	settleOK(t, c, transporttest.Receive(t, c, 60*time.Second), transport.Settlement{Outcome: transport.Ack})
+	got := explainTopic(t, tr, q)
+	for _, want := range []string{"group " + group + " Stable, 1 members:", " " + q + "[0]", q + "[0] ends at 1 "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explainTopic = %q, want it to hold %q", got, want)
+		}
 	}
 }
