@@ -97,27 +97,39 @@ func startRedisSet(t *testing.T, name string) *redisSet {
 	if name == "redis-cluster" {
 		n = 6
 	}
-	var ports []int
-	for len(ports) < n {
-		p := brokerproc.FreePort(t, ports...)
-		if name == "redis-cluster" && (p+10000 > 65535 || !portFree(p+10000)) {
-			continue // a cluster node listens on its port + 10000 too
-		}
-		ports = append(ports, p)
-	}
 	s := &redisSet{t: t, name: name, tag: "", query: ""}
-	words := make([]string, n)
-	for i, p := range ports {
-		words[i] = strconv.Itoa(p)
-	}
 	env := "BQ_REDIS_SENTINEL_PORTS"
 	if name == "redis-cluster" {
 		env = "BQ_REDIS_CLUSTER_PORTS"
 		s.tag, s.query = "{bqfaults}", "&laravel=1&prefix={bqfaults}:"
 	}
-	s.env = append(os.Environ(), "BQ_STATE_DIR="+privateDir(t, name), env+"="+strings.Join(words, " "))
 	t.Cleanup(func() { _, _ = s.sh("down", name) })
-	if out, err := s.sh("up", name); err != nil {
+	// A port found free may be taken before the node listens on it (another test's
+	// process picking the same one meanwhile): then the set starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		var ports []int
+		for len(ports) < n {
+			p := brokerproc.FreePort(t, ports...)
+			if name == "redis-cluster" && (p+10000 > 65535 || !portFree(p+10000)) {
+				continue // a cluster node listens on its port + 10000 too
+			}
+			ports = append(ports, p)
+		}
+		words := make([]string, n)
+		for i, p := range ports {
+			words[i] = strconv.Itoa(p)
+		}
+		// A state directory of the attempt's own: a node's config, written once, names its ports.
+		s.env = append(os.Environ(), "BQ_STATE_DIR="+privateDir(t, name), env+"="+strings.Join(words, " "))
+		out, err := s.sh("up", name)
+		if err == nil {
+			break
+		}
+		if attempt < 3 && strings.Contains(out, "is taken by another process") {
+			t.Logf("brokers.sh up %s, attempt %d: a port was taken meanwhile; again on other ports\n%s", name, attempt, out)
+			_, _ = s.sh("down", name)
+			continue
+		}
 		t.Fatalf("brokers.sh up %s: %v\n%s", name, err, out)
 	}
 	out, err := s.sh("env", name)
