@@ -103,6 +103,7 @@ func startRedisSet(t *testing.T, name string) *redisSet {
 		env = "BQ_REDIS_CLUSTER_PORTS"
 		s.tag, s.query = "{bqfaults}", "&laravel=1&prefix={bqfaults}:"
 	}
+	base := privateDir(t, name) // removed after the set is down: its cleanup runs last
 	t.Cleanup(func() { _, _ = s.sh("down", name) })
 	// A port found free may be taken before the node listens on it (another test's
 	// process picking the same one meanwhile): then the set starts again on other ports.
@@ -120,7 +121,8 @@ func startRedisSet(t *testing.T, name string) *redisSet {
 			words[i] = strconv.Itoa(p)
 		}
 		// A state directory of the attempt's own: a node's config, written once, names its ports.
-		s.env = append(os.Environ(), "BQ_STATE_DIR="+privateDir(t, name), env+"="+strings.Join(words, " "))
+		dir := filepath.Join(base, "attempt"+strconv.Itoa(attempt))
+		s.env = append(os.Environ(), "BQ_STATE_DIR="+dir, env+"="+strings.Join(words, " "))
 		out, err := s.sh("up", name)
 		if err == nil {
 			break
