@@ -86,7 +86,8 @@ func (c *consumer) reinject(due []*record) bool {
 }
 
 // reinjected is the copy of a parked record written back to its queue: same value, key,
-// timestamp and headers, without the parking headers.
+// timestamp (unless its queue would delete one that old: timestamp.go) and headers,
+// without the parking headers.
 func (c *consumer) reinjected(r *kgo.Record) *kgo.Record {
 	target := c.queue
 	hs := make([]kgo.RecordHeader, 0, len(r.Headers))
@@ -101,5 +102,6 @@ func (c *consumer) reinjected(r *kgo.Record) *kgo.Record {
 			hs = append(hs, h)
 		}
 	}
-	return &kgo.Record{Topic: target, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}
+	ts := c.t.timestamp(target, r.Timestamp.UnixMilli(), time.Time{}) // timestamp.go
+	return &kgo.Record{Topic: target, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: ts}
 }

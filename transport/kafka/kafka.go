@@ -279,7 +279,8 @@ type Transport struct {
 	onPublished func(*kgo.Record, error) // t.published, bound once
 	room        *producerRoom            // admission into prod's buffer (room.go); nil: none kept
 
-	limit atomic.Int64 // the largest record batch the producer and the broker accept
+	limit  atomic.Int64 // the largest record batch the producer and the broker accept
+	stamps stampLimits  // per topic, the created_at too old for a record's timestamp (timestamp.go)
 
 	failMu      sync.Mutex
 	failCount   int              // publishes not delivered since the last Flush or Close
@@ -767,9 +768,7 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 		buf = append(buf, m.Key...)
 		rec.Key = cut(i) // an empty key stays empty, not null
 	}
-	if p.CreatedAt > 0 {
-		rec.Timestamp = time.UnixMilli(p.CreatedAt)
-	}
+	rec.Timestamp = t.timestamp(topic, p.CreatedAt, now) // timestamp.go
 	if err := transport.CheckSize("kafka", m.Queue, batchSize(rec), int(t.limit.Load())); err != nil {
 		return nil, err
 	}
