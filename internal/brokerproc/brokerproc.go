@@ -10,11 +10,13 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,9 +24,27 @@ import (
 )
 
 // FreePort returns a loopback TCP port nobody listens on right now and that is none of
-// taken (ports the caller picked already but does not listen on yet).
+// taken (ports the caller picked already but does not listen on yet). It picks at random
+// between portLow and portHigh: below the kernel's ephemeral range, from which every
+// outgoing connection on the machine takes its local port, so none can take the port
+// between this pick and the broker's listen (seen in CI with ports from the ephemeral
+// range: "port … is taken by another process"), and clear of the fixed ports of
+// scripts/brokers.sh. On a machine whose ephemeral range reaches that low, it asks the
+// kernel for a port as before.
 func FreePort(t testing.TB, taken ...int) int {
 	t.Helper()
+	if ephemeralFrom() > portHigh {
+		for range 1000 {
+			p := portLow + rand.IntN(portHigh-portLow)
+			if slices.Contains(taken, p) {
+				continue
+			}
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+				_ = l.Close()
+				return p
+			}
+		}
+	}
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -36,6 +56,26 @@ func FreePort(t testing.TB, taken ...int) int {
 			return p
 		}
 	}
+}
+
+// portLow and portHigh bound the ports FreePort picks (portHigh excluded). A Redis
+// Cluster node also listens on its port plus 10000 (its bus): 21000–24999 is clear of the
+// fixed ports too.
+const portLow, portHigh = 11000, 15000
+
+// ephemeralFrom returns the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range), 0 when it cannot be read.
+func ephemeralFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
 }
 
 // Require reports a missing prerequisite (a binary, a cached distribution): it fails

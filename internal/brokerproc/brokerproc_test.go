@@ -2,8 +2,10 @@ package brokerproc
 
 import (
 	"errors"
+	"net"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,29 @@ func TestFreePortSkipsTaken(t *testing.T) {
 		if q := FreePort(t, p); q == p {
 			t.Fatalf("FreePort returned the taken port %d", p)
 		}
+	}
+}
+
+// TestFreePortBelowEphemeralRange: the port is one no outgoing connection can take (below
+// the kernel's ephemeral range), and never one a process listens on.
+func TestFreePortBelowEphemeralRange(t *testing.T) {
+	from := ephemeralFrom() // where it starts at portHigh or below, FreePort asks the kernel
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range 200 {
+		p := FreePort(t)
+		if from > portHigh && (p < portLow || p >= portHigh) {
+			t.Fatalf("FreePort = %d, want a port in [%d, %d), below the ephemeral range from %d", p, portLow, portHigh, from)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("port %d: %v (returned while someone listens on it?)", p, err)
+		}
+		held = append(held, l) // held: a later pick must not return it
 	}
 }
 
