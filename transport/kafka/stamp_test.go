@@ -17,10 +17,12 @@ import (
 
 // TestOldCreatedAtOutlivesRetention: a record's timestamp is its created_at, and a topic
 // that keeps records an hour by their timestamp deletes a segment whose newest record is
-// older at its next retention check. A message created two hours ago (a retry, a dead
-// letter, a redrive) is stamped with its write time there, with a warning; one created
-// ten minutes ago keeps its created_at, and so does an old one on a topic without a
-// retention by time (this broker's default, read while the topic does not exist yet).
+// older at its next retention check; one with message.timestamp.after.max.ms of an hour
+// refuses a record stamped further ahead. On such a topic, a message created two hours
+// ago (a retry, a dead letter, a redrive) or two hours ahead (a clock off) is stamped with
+// its write time, with a warning; one created ten minutes ago or ahead keeps its
+// created_at, and so does an old one on a topic without a retention by time (this
+// broker's default, read while the topic does not exist yet).
 func TestOldCreatedAtOutlivesRetention(t *testing.T) {
 	t.Parallel()
 	brokerURL(t)
@@ -29,7 +31,8 @@ func TestOldCreatedAtOutlivesRetention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hour := "3600000"
-	if resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": &hour}, hourly); err != nil || resp.Err != nil {
+	configs := map[string]*string{"retention.ms": &hour, "message.timestamp.after.max.ms": &hour}
+	if resp, err := adm.CreateTopic(ctx, 1, 1, configs, hourly); err != nil || resp.Err != nil {
 		t.Fatalf("create %s: %v %v", hourly, err, resp.Err)
 	}
 	kept := newTopic(t, "bqtest-stamp") // created by its first write, with the broker's defaults
@@ -44,24 +47,31 @@ func TestOldCreatedAtOutlivesRetention(t *testing.T) {
 	start := time.Now()
 	old := start.Add(-2 * time.Hour).UnixMilli()
 	recent := start.Add(-10 * time.Minute).UnixMilli()
+	ahead := start.Add(2 * time.Hour).UnixMilli()
+	soon := start.Add(10 * time.Minute).UnixMilli()
 	at := func(q, s string, createdAt int64) *transport.Message {
 		return &transport.Message{Queue: q, Body: []byte(`{"s":"` + s + `"}`),
 			Projection: transport.Projection{URN: "urn:babel:test:" + s, CreatedAt: createdAt}}
 	}
-	if err := tr.PublishConfirmed(ctx, []*transport.Message{at(hourly, "old", old), at(hourly, "recent", recent), at(kept, "old", old)}); err != nil {
+	if err := tr.PublishConfirmed(ctx, []*transport.Message{at(hourly, "old", old), at(hourly, "recent", recent),
+		at(hourly, "ahead", ahead), at(hourly, "soon", soon), at(kept, "old", old)}); err != nil {
 		t.Fatal(err)
 	}
 	end := time.Now()
 
 	byBody := map[string]*kgo.Record{}
-	for _, r := range readTopic(t, hourly, 2) {
+	for _, r := range readTopic(t, hourly, 4) {
 		byBody[string(r.Value)] = r
 	}
-	if r := byBody[`{"s":"old"}`]; r == nil || r.Timestamp.Before(start.Truncate(time.Millisecond)) || r.Timestamp.After(end) {
-		t.Errorf("old record on the hourly topic: timestamp %v, want its write time in [%v, %v]", ts(r), start, end)
+	for _, s := range []string{"old", "ahead"} {
+		if r := byBody[`{"s":"`+s+`"}`]; r == nil || r.Timestamp.Before(start.Truncate(time.Millisecond)) || r.Timestamp.After(end) {
+			t.Errorf("%s record on the hourly topic: timestamp %v, want its write time in [%v, %v]", s, ts(r), start, end)
+		}
 	}
-	if r := byBody[`{"s":"recent"}`]; r == nil || r.Timestamp.UnixMilli() != recent {
-		t.Errorf("recent record on the hourly topic: timestamp %v, want its created_at %v", ts(r), time.UnixMilli(recent))
+	for s, createdAt := range map[string]int64{"recent": recent, "soon": soon} {
+		if r := byBody[`{"s":"`+s+`"}`]; r == nil || r.Timestamp.UnixMilli() != createdAt {
+			t.Errorf("%s record on the hourly topic: timestamp %v, want its created_at %v", s, ts(r), time.UnixMilli(createdAt))
+		}
 	}
 	if r := readTopic(t, kept, 1)[0]; r.Timestamp.UnixMilli() != old {
 		t.Errorf("old record on a topic without retention by time: timestamp %v, want its created_at %v", r.Timestamp, time.UnixMilli(old))

@@ -15,17 +15,20 @@ import (
 // whose message.timestamp.type is CreateTime deletes a segment once its newest record is
 // older than retention.ms, at the broker's next retention check (every
 // log.retention.check.interval.ms, 5 minutes by default), and refuses a record older
-// than message.timestamp.before.max.ms. A retry, a dead letter, a delayed write or a
-// redrive of a message created long ago would be deleted before anyone reads it, or
-// refused for ever. Such a record is stamped with its write time instead (the envelope
-// keeps created_at), and a warning says so.
+// than message.timestamp.before.max.ms or further ahead than
+// message.timestamp.after.max.ms (an hour by default since Kafka 4.0). A retry, a dead
+// letter, a delayed write or a redrive of a message created long ago would be deleted
+// before anyone reads it, and a message from a clock far ahead refused on every try. Such
+// a record is stamped with its write time instead (the envelope keeps created_at), and a
+// warning says so.
 
-// stampAfter is the age of created_at below which a record keeps it without a look at
-// its topic: what is written fresh costs nothing.
+// stampAfter is how far created_at may be from now, either way, for a record to keep it
+// without a look at its topic: what is written fresh costs nothing.
 const stampAfter = time.Minute
 
-// stampTTL is how long a topic's timestamp limit is kept; stampRetry how long a failed
-// read of it is, before the next record that needs it reads it again.
+// stampTTL is how long a topic's limits are kept; stampRetry how long a failed read of
+// them is, before the next record that needs them reads them again. stampRetry is also
+// the least time between two warnings of one topic.
 const (
 	stampTTL   = 5 * time.Minute
 	stampRetry = time.Minute
@@ -34,37 +37,27 @@ const (
 // stampRead bounds one read of a topic's configuration.
 const stampRead = 5 * time.Second
 
-// stampLimits caches, per topic, the age beyond which a record's timestamp is not kept.
+// stampLimits caches, per topic, how far from now a record's timestamp may be.
 type stampLimits struct {
 	mu     sync.Mutex
-	topics map[string]stampLimit
+	topics map[string]stampEntry
 }
 
-// stampLimit is a topic's limit: zero keeps every timestamp.
-type stampLimit struct {
-	limit   time.Duration
+// stampLimit is how far from now a topic keeps a record's timestamp: behind (in the
+// past) and ahead (in the future); zero is no limit. Each is half the topic's own limit,
+// so a record read late, or parked in a delay topic, is not deleted meanwhile, and a
+// broker's clock a little off does not refuse it.
+type stampLimit struct{ behind, ahead time.Duration }
+
+type stampEntry struct {
+	stampLimit
 	expires time.Time
 	warned  time.Time // the last warning of a record stamped with its write time
 }
 
-// warnDue reports whether a record of topic stamped with its write time is to be logged:
-// the first of each minute.
-func (s *stampLimits) warnDue(topic string, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.topics[topic]
-	if now.Sub(l.warned) < stampRetry {
-		return false
-	}
-	l.warned = now
-	s.topics[topic] = l
-	return true
-}
-
 // timestamp returns the timestamp of a record of topic created at createdAt (Unix
 // milliseconds; zero: unknown, the produce time): createdAt, or now when the topic would
-// delete or refuse a record that old. A record is kept at least half the topic's
-// retention, so one read late, or parked in a delay topic, is not deleted meanwhile.
+// delete or refuse a record stamped so.
 func (t *Transport) timestamp(topic string, createdAt int64, now time.Time) time.Time {
 	if createdAt <= 0 {
 		return time.Time{}
@@ -74,60 +67,72 @@ func (t *Transport) timestamp(topic string, createdAt int64, now time.Time) time
 		now = time.Now()
 	}
 	age := now.Sub(at)
-	if age < stampAfter {
+	if age < stampAfter && age > -stampAfter {
 		return at
 	}
-	limit := t.stampLimit(topic, now)
-	if limit <= 0 || age < limit {
+	l := t.stampLimit(topic, now)
+	if age > 0 && (l.behind <= 0 || age < l.behind) || age < 0 && (l.ahead <= 0 || -age < l.ahead) {
 		return at
 	}
 	if t.stamps.warnDue(topic, now) {
-		t.log.Warn("kafka: a record is stamped with its write time, not its created_at: the topic deletes or refuses records that old by their timestamp (logged once a minute per topic)",
-			"topic", topic, "created_at", at.UTC().Format(time.RFC3339), "limit", limit)
+		t.log.Warn("kafka: a record is stamped with its write time, not its created_at: the topic deletes or refuses records stamped so (logged once a minute per topic)",
+			"topic", topic, "created_at", at.UTC().Format(time.RFC3339), "behind", l.behind, "ahead", l.ahead)
 	}
 	return now
 }
 
-// stampLimit returns the age beyond which a record of topic is stamped with its write
-// time: half its retention.ms, or its message.timestamp.before.max.ms if lower; zero
-// when the topic keeps every timestamp (LogAppendTime, no time limit) or its
-// configuration cannot be read.
-func (t *Transport) stampLimit(topic string, now time.Time) time.Duration {
+// warnDue reports whether a record of topic stamped with its write time is to be logged:
+// the first of each minute.
+func (s *stampLimits) warnDue(topic string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.topics[topic]
+	if now.Sub(e.warned) < stampRetry {
+		return false
+	}
+	e.warned = now
+	s.topics[topic] = e
+	return true
+}
+
+// stampLimit returns topic's limits, read once in stampTTL; none when its configuration
+// cannot be read.
+func (t *Transport) stampLimit(topic string, now time.Time) stampLimit {
 	if t.prod == nil { // a transport of the unit tests: no broker to ask
-		return 0
+		return stampLimit{}
 	}
 	s := &t.stamps
 	s.mu.Lock()
-	if l, ok := s.topics[topic]; ok && now.Before(l.expires) {
+	if e, ok := s.topics[topic]; ok && now.Before(e.expires) {
 		s.mu.Unlock()
-		return l.limit
+		return e.stampLimit
 	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.bg, stampRead)
 	defer cancel()
-	limit, err := t.readStampLimit(ctx, topic)
+	l, err := t.readStampLimit(ctx, topic)
 	ttl := stampTTL
 	if err != nil {
 		ttl = stampRetry
-		t.log.Warn("kafka: cannot read the topic's retention; a record keeps its created_at as its timestamp, which a retention by time may delete early",
+		t.log.Warn("kafka: cannot read the topic's timestamp settings; a record keeps its created_at as its timestamp, which the topic's retention may delete early",
 			"topic", topic, "err", err)
 	}
 	s.mu.Lock()
 	if s.topics == nil {
-		s.topics = map[string]stampLimit{}
+		s.topics = map[string]stampEntry{}
 	}
-	s.topics[topic] = stampLimit{limit: limit, expires: now.Add(ttl), warned: s.topics[topic].warned}
+	s.topics[topic] = stampEntry{stampLimit: l, expires: now.Add(ttl), warned: s.topics[topic].warned}
 	s.mu.Unlock()
-	return limit
+	return l
 }
 
 // readStampLimit reads the topic's timestamp settings, or the brokers' defaults while the
 // topic does not exist yet (its first write creates it with them).
-func (t *Transport) readStampLimit(ctx context.Context, topic string) (time.Duration, error) {
+func (t *Transport) readStampLimit(ctx context.Context, topic string) (stampLimit, error) {
 	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
-		return 0, err
+		return stampLimit{}, err
 	}
 	rc, err := rcs.On(topic, nil)
 	if err == nil {
@@ -137,65 +142,83 @@ func (t *Transport) readStampLimit(ctx context.Context, topic string) (time.Dura
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return t.readBrokerStampLimit(ctx, adm)
 	case err != nil:
-		return 0, err
+		return stampLimit{}, err
 	}
-	return stampLimitOf(rc.Configs, "message.timestamp.type", "message.timestamp.before.max.ms", "retention.ms"), nil
+	return stampLimitOf(rc.Configs, ""), nil
 }
 
 // readBrokerStampLimit is the limit of a topic created with the brokers' defaults: the
-// lowest a broker reports.
-func (t *Transport) readBrokerStampLimit(ctx context.Context, adm *kadm.Client) (time.Duration, error) {
+// tightest a broker reports.
+func (t *Transport) readBrokerStampLimit(ctx context.Context, adm *kadm.Client) (stampLimit, error) {
 	brokers, err := adm.ListBrokers(ctx)
 	if err != nil {
-		return 0, err
+		return stampLimit{}, err
 	}
 	rcs, err := adm.DescribeBrokerConfigs(ctx, brokers.NodeIDs()...)
 	if err != nil {
-		return 0, err
+		return stampLimit{}, err
 	}
-	var lowest time.Duration
+	var tight stampLimit
 	for _, rc := range rcs {
 		if rc.Err != nil {
-			return 0, rc.Err
+			return stampLimit{}, rc.Err
 		}
-		l := stampLimitOf(rc.Configs, "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
-			"log.retention.ms", "log.retention.minutes", "log.retention.hours")
-		if l > 0 && (lowest == 0 || l < lowest) {
-			lowest = l
-		}
+		l := stampLimitOf(rc.Configs, "log.")
+		tight.behind, tight.ahead = tighter(tight.behind, l.behind), tighter(tight.ahead, l.ahead)
 	}
-	return lowest, nil
+	return tight, nil
 }
 
-// stampLimitOf computes the limit from configs: typeKey, beforeKey, and the retention
-// keys in the order Kafka reads them (the first set wins; in milliseconds, minutes,
-// hours). A negative retention or an absent key keeps every timestamp.
-func stampLimitOf(configs []kadm.Config, typeKey, beforeKey string, retention ...string) time.Duration {
-	vals := map[string]string{}
+// stampLimitOf computes the limits from a topic's configs (prefix "") or a broker's
+// defaults (prefix "log."): half of the lowest of retention.ms (a broker reads
+// log.retention.ms, else .minutes, else .hours) and message.timestamp.before.max.ms
+// behind, half of message.timestamp.after.max.ms ahead; a topic of LogAppendTime keeps
+// every timestamp. A negative or absent value is no limit.
+func stampLimitOf(configs []kadm.Config, prefix string) stampLimit {
+	vals := map[string]int64{}
 	for _, c := range configs {
-		if c.Value != nil {
-			vals[c.Key] = *c.Value
+		if c.Value == nil {
+			continue
 		}
-	}
-	if vals[typeKey] == "LogAppendTime" {
-		return 0
-	}
-	units := []time.Duration{time.Millisecond, time.Minute, time.Hour}
-	var limit time.Duration
-	for i, k := range retention {
-		if v, ok := vals[k]; ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				limit = time.Duration(n) * units[i] / 2
+		if c.Key == prefix+"message.timestamp.type" {
+			if *c.Value == "LogAppendTime" {
+				return stampLimit{}
 			}
-			break
+			continue
+		}
+		if n, err := strconv.ParseInt(*c.Value, 10, 64); err == nil {
+			vals[c.Key] = n
 		}
 	}
-	if v, ok := vals[beforeKey]; ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 && n < int64(1<<63-1)/int64(time.Millisecond) {
-			if b := time.Duration(n) * time.Millisecond; limit == 0 || b < limit {
-				limit = b
-			}
+	ms := func(key string, unit time.Duration) time.Duration {
+		n, ok := vals[key]
+		switch {
+		case !ok:
+			return -1 // not set
+		case n < 0 || n >= int64(1<<63-1)/int64(unit):
+			return 0 // no limit
+		}
+		return time.Duration(n) * unit / 2
+	}
+	retention := ms(prefix+"retention.ms", time.Millisecond)
+	if prefix != "" {
+		if retention < 0 {
+			retention = ms(prefix+"retention.minutes", time.Minute)
+		}
+		if retention < 0 {
+			retention = ms(prefix+"retention.hours", time.Hour)
 		}
 	}
-	return limit
+	return stampLimit{
+		behind: tighter(max(retention, 0), max(ms(prefix+"message.timestamp.before.max.ms", time.Millisecond), 0)),
+		ahead:  max(ms(prefix+"message.timestamp.after.max.ms", time.Millisecond), 0),
+	}
+}
+
+// tighter returns the lower of two limits, zero being none.
+func tighter(a, b time.Duration) time.Duration {
+	if a <= 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
