@@ -353,6 +353,7 @@ func newTransport(producer *kgo.Client, own bool, factory ConsumerFactory, opts 
 	t.room = newProducerRoom(producer)
 	t.limit.Store(int64(producerLimit(producer)))
 	t.bg, t.stopBg = context.WithCancel(context.Background())
+	t.stamps.epoch = time.Now() // timestamp.go
 	return t, nil
 }
 

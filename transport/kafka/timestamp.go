@@ -39,8 +39,18 @@ const stampRead = 5 * time.Second
 
 // stampLimits caches, per topic, how far from now a record's timestamp may be.
 type stampLimits struct {
-	mu     sync.Mutex
-	topics map[string]stampEntry
+	epoch  time.Time // a reading of the clock with its monotonic part, for nowMs
+	topics sync.Map  // topic → *stampEntry, replaced whole when read again
+
+	warnMu sync.Mutex
+	warned map[string]int64 // topic → the last warning of a record stamped with its write time (Unix ms)
+}
+
+// nowMs is the time in Unix milliseconds, from the monotonic clock (one clock read, where
+// time.Now makes two): it misses a step of the wall clock since epoch, which the limits'
+// margins of minutes absorb.
+func (s *stampLimits) nowMs() int64 {
+	return s.epoch.UnixMilli() + time.Since(s.epoch).Milliseconds()
 }
 
 // stampLimit is how far from now a topic keeps a record's timestamp: behind (in the
@@ -51,63 +61,62 @@ type stampLimit struct{ behind, ahead time.Duration }
 
 type stampEntry struct {
 	stampLimit
-	expires time.Time
-	warned  time.Time // the last warning of a record stamped with its write time
+	expires int64 // Unix ms
 }
 
 // timestamp returns the timestamp of a record of topic created at createdAt (Unix
-// milliseconds; zero: unknown, the produce time): createdAt, or now when the topic would
-// delete or refuse a record stamped so.
+// milliseconds; zero: unknown, the produce time): createdAt, or the write time when the
+// topic would delete or refuse a record stamped so. now is the write time when the caller
+// has read the clock already, else zero.
 func (t *Transport) timestamp(topic string, createdAt int64, now time.Time) time.Time {
 	if createdAt <= 0 {
 		return time.Time{}
 	}
-	at := time.UnixMilli(createdAt)
+	var nowMs int64
 	if now.IsZero() {
-		now = time.Now()
+		nowMs = t.stamps.nowMs()
+	} else {
+		nowMs = now.UnixMilli()
 	}
-	age := now.Sub(at)
+	age := time.Duration(nowMs-createdAt) * time.Millisecond
 	if age < stampAfter && age > -stampAfter {
-		return at
+		return time.UnixMilli(createdAt)
 	}
-	l := t.stampLimit(topic, now)
+	l := t.stampLimit(topic, nowMs)
 	if age > 0 && (l.behind <= 0 || age < l.behind) || age < 0 && (l.ahead <= 0 || -age < l.ahead) {
-		return at
+		return time.UnixMilli(createdAt)
 	}
-	if t.stamps.warnDue(topic, now) {
+	if t.stamps.warnDue(topic, nowMs) {
 		t.log.Warn("kafka: a record is stamped with its write time, not its created_at: the topic deletes or refuses records stamped so (logged once a minute per topic)",
-			"topic", topic, "created_at", at.UTC().Format(time.RFC3339), "behind", l.behind, "ahead", l.ahead)
+			"topic", topic, "created_at", time.UnixMilli(createdAt).UTC().Format(time.RFC3339), "behind", l.behind, "ahead", l.ahead)
 	}
-	return now
+	return time.UnixMilli(nowMs)
 }
 
 // warnDue reports whether a record of topic stamped with its write time is to be logged:
 // the first of each minute.
-func (s *stampLimits) warnDue(topic string, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.topics[topic]
-	if now.Sub(e.warned) < stampRetry {
+func (s *stampLimits) warnDue(topic string, nowMs int64) bool {
+	s.warnMu.Lock()
+	defer s.warnMu.Unlock()
+	if last, ok := s.warned[topic]; ok && nowMs-last < stampRetry.Milliseconds() {
 		return false
 	}
-	e.warned = now
-	s.topics[topic] = e
+	if s.warned == nil {
+		s.warned = map[string]int64{}
+	}
+	s.warned[topic] = nowMs
 	return true
 }
 
 // stampLimit returns topic's limits, read once in stampTTL; none when its configuration
 // cannot be read.
-func (t *Transport) stampLimit(topic string, now time.Time) stampLimit {
+func (t *Transport) stampLimit(topic string, nowMs int64) stampLimit {
 	if t.prod == nil { // a transport of the unit tests: no broker to ask
 		return stampLimit{}
 	}
-	s := &t.stamps
-	s.mu.Lock()
-	if e, ok := s.topics[topic]; ok && now.Before(e.expires) {
-		s.mu.Unlock()
-		return e.stampLimit
+	if e, ok := t.stamps.topics.Load(topic); ok && nowMs < e.(*stampEntry).expires {
+		return e.(*stampEntry).stampLimit
 	}
-	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.bg, stampRead)
 	defer cancel()
 	l, err := t.readStampLimit(ctx, topic)
@@ -117,12 +126,7 @@ func (t *Transport) stampLimit(topic string, now time.Time) stampLimit {
 		t.log.Warn("kafka: cannot read the topic's timestamp settings; a record keeps its created_at as its timestamp, which the topic's retention may delete early",
 			"topic", topic, "err", err)
 	}
-	s.mu.Lock()
-	if s.topics == nil {
-		s.topics = map[string]stampEntry{}
-	}
-	s.topics[topic] = stampEntry{stampLimit: l, expires: now.Add(ttl), warned: s.topics[topic].warned}
-	s.mu.Unlock()
+	t.stamps.topics.Store(topic, &stampEntry{stampLimit: l, expires: nowMs + ttl.Milliseconds()})
 	return l
 }
 
