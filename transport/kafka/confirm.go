@@ -23,7 +23,7 @@ func (t *Transport) PublishConfirmed(ctx context.Context, msgs []*transport.Mess
 	idx := make([]int, 0, len(msgs))
 	now := time.Now()
 	for i, m := range msgs {
-		r, err := t.record(m, now)
+		r, err := t.record(ctx, m, now)
 		if err != nil {
 			errs[i] = err
 			continue

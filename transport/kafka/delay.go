@@ -102,6 +102,6 @@ func (c *consumer) reinjected(r *kgo.Record) *kgo.Record {
 			hs = append(hs, h)
 		}
 	}
-	ts := c.t.timestamp(target, r.Timestamp.UnixMilli(), time.Time{}) // timestamp.go
+	ts := c.t.timestamp(c.ctx, target, r.Timestamp.UnixMilli(), time.Time{}) // timestamp.go
 	return &kgo.Record{Topic: target, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: ts}
 }

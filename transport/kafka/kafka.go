@@ -380,7 +380,7 @@ func (t *Transport) Publish(ctx context.Context, m *transport.Message) error {
 	if t.cfg.confirmPublish {
 		return t.publishConfirmedOne(ctx, m)
 	}
-	rec, err := t.record(m, time.Time{})
+	rec, err := t.record(ctx, m, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -661,7 +661,7 @@ type recordAlloc struct {
 // record projects m onto a Kafka record that owns its bytes (one buffer for the value,
 // key and header values; the value and key of a message handed over, m.Owned, are kept
 // as they are). A delay counts from now (zero: time.Now()).
-func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, error) {
+func (t *Transport) record(ctx context.Context, m *transport.Message, now time.Time) (*kgo.Record, error) {
 	if m == nil {
 		return nil, errors.New("kafka: nil message")
 	}
@@ -769,7 +769,7 @@ func (t *Transport) record(m *transport.Message, now time.Time) (*kgo.Record, er
 		buf = append(buf, m.Key...)
 		rec.Key = cut(i) // an empty key stays empty, not null
 	}
-	rec.Timestamp = t.timestamp(topic, p.CreatedAt, now) // timestamp.go
+	rec.Timestamp = t.timestamp(ctx, topic, p.CreatedAt, now) // timestamp.go
 	if err := transport.CheckSize("kafka", m.Queue, batchSize(rec), int(t.limit.Load())); err != nil {
 		return nil, err
 	}

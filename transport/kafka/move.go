@@ -129,7 +129,7 @@ func (x *txSettle) close() {
 // AckWrites settles rec with the writes ws in a transaction that also commits rec's
 // offset for the group (driverkit.Config.AtomicAcks).
 func (c *consumer) AckWrites(ctx context.Context, rec *record, ws []*transport.Message) error {
-	recs, err := c.t.settleRecords(ws)
+	recs, err := c.t.settleRecords(ctx, ws)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func (c *consumer) WriteAsync(ctx context.Context, rec *record, ws []*transport.
 // startWrite projects ws, marks rec as settling and produces the records; crowded
 // reports that the pipelined writes in flight fill the pipeline.
 func (c *consumer) startWrite(ctx context.Context, rec *record, ws []*transport.Message, done func(error)) (*driverkit.Confirmations, bool, error) {
-	recs, err := c.t.settleRecords(ws)
+	recs, err := c.t.settleRecords(ctx, ws)
 	if err != nil {
 		return nil, false, err
 	}
@@ -86,11 +86,11 @@ func (c *consumer) writeFailed(rec *record, topic string, cause error) {
 
 // settleRecords projects the writes of a settlement; one that cannot be projected is a
 // *transport.SettleWriteError.
-func (t *Transport) settleRecords(ws []*transport.Message) ([]*kgo.Record, error) {
+func (t *Transport) settleRecords(ctx context.Context, ws []*transport.Message) ([]*kgo.Record, error) {
 	recs := make([]*kgo.Record, len(ws))
 	now := time.Now()
 	for i, m := range ws {
-		r, err := t.record(m, now)
+		r, err := t.record(ctx, m, now)
 		if err != nil {
 			return nil, &transport.SettleWriteError{Queue: m.Queue, Err: err}
 		}

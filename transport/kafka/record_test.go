@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -52,7 +53,7 @@ func TestRecordProjectionAndOwnership(t *testing.T) {
 			Lang: "go", SchemaVersion: 2, CreatedAt: 1749132727000},
 	}
 	now := time.UnixMilli(1_000_000)
-	r, err := tr.record(m, now)
+	r, err := tr.record(context.Background(), m, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestRecordNullability(t *testing.T) {
 		{"body and key", []byte("{}"), []byte("k"), []byte("k")},
 	} {
 		for _, owned := range []bool{false, true} {
-			r, err := tr.record(&transport.Message{Queue: "q", Body: c.body, Key: c.key, Owned: owned}, time.Time{})
+			r, err := tr.record(context.Background(), &transport.Message{Queue: "q", Body: c.body, Key: c.key, Owned: owned}, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestRecordKeepsAnOwnedBody(t *testing.T) {
 	key := []byte("order-1042")
 	m := &transport.Message{Queue: "orders", Body: body, Key: key, Owned: true,
 		Projection: transport.Projection{URN: "urn:babel:orders:created", TraceID: "trace-1", MessageID: "msg-1", Lang: "go", SchemaVersion: 1}}
-	r, err := tr.record(m, time.Time{})
+	r, err := tr.record(context.Background(), m, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestRecordManyHeaders(t *testing.T) {
 	for i := range 20 {
 		hs["h"+strconv.Itoa(100+i)] = strconv.Itoa(i)
 	}
-	r, err := tr.record(&transport.Message{Queue: "q", Headers: hs, Projection: transport.Projection{URN: "u", Lang: "go"}}, time.Time{})
+	r, err := tr.record(context.Background(), &transport.Message{Queue: "q", Headers: hs, Projection: transport.Projection{URN: "u", Lang: "go"}}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func BenchmarkRecord(b *testing.B) {
 		MessageID: "f1e2d3c4-b5a6-4789-90ab-cdef01234567", Lang: "go", SchemaVersion: 1, CreatedAt: 1749132727000}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tr.record(m, time.Time{}); err != nil {
+		if _, err := tr.record(context.Background(), m, time.Time{}); err != nil {
 			b.Fatal(err)
 		}
 	}

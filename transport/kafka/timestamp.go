@@ -67,8 +67,9 @@ type stampEntry struct {
 // timestamp returns the timestamp of a record of topic created at createdAt (Unix
 // milliseconds; zero: unknown, the produce time): createdAt, or the write time when the
 // topic would delete or refuse a record stamped so. now is the write time when the caller
-// has read the clock already, else zero.
-func (t *Transport) timestamp(topic string, createdAt int64, now time.Time) time.Time {
+// has read the clock already, else zero. Reading the topic's limits, when it must, ends
+// with ctx.
+func (t *Transport) timestamp(ctx context.Context, topic string, createdAt int64, now time.Time) time.Time {
 	if createdAt <= 0 {
 		return time.Time{}
 	}
@@ -82,7 +83,7 @@ func (t *Transport) timestamp(topic string, createdAt int64, now time.Time) time
 	if age < stampAfter && age > -stampAfter {
 		return time.UnixMilli(createdAt)
 	}
-	l := t.stampLimit(topic, nowMs)
+	l := t.stampLimit(ctx, topic, nowMs)
 	if age > 0 && (l.behind <= 0 || age < l.behind) || age < 0 && (l.ahead <= 0 || -age < l.ahead) {
 		return time.UnixMilli(createdAt)
 	}
@@ -108,19 +109,23 @@ func (s *stampLimits) warnDue(topic string, nowMs int64) bool {
 	return true
 }
 
-// stampLimit returns topic's limits, read once in stampTTL; none when its configuration
-// cannot be read.
-func (t *Transport) stampLimit(topic string, nowMs int64) stampLimit {
+// stampLimit returns topic's limits, read once in stampTTL (a read ends with ctx, or after
+// stampRead); none when its configuration cannot be read. A read that ctx ended is not
+// kept: the next record reads again.
+func (t *Transport) stampLimit(ctx context.Context, topic string, nowMs int64) stampLimit {
 	if t.prod == nil { // a transport of the unit tests: no broker to ask
 		return stampLimit{}
 	}
 	if e, ok := t.stamps.topics.Load(topic); ok && nowMs < e.(*stampEntry).expires {
 		return e.(*stampEntry).stampLimit
 	}
-	ctx, cancel := context.WithTimeout(t.bg, stampRead)
+	rctx, cancel := context.WithTimeout(ctx, stampRead)
 	defer cancel()
-	l, err := t.readStampLimit(ctx, topic)
+	l, err := t.readStampLimit(rctx, topic)
 	ttl := stampTTL
+	if err != nil && ctx.Err() != nil {
+		return l // the caller's deadline, not the topic's: nothing learned
+	}
 	if err != nil {
 		ttl = stampRetry
 		t.log.Warn("kafka: cannot read the topic's timestamp settings; a record keeps its created_at as its timestamp, which the topic's retention may delete early",
