@@ -113,11 +113,11 @@ func (s *stampLimits) warnDue(topic string, nowMs int64) bool {
 // stampRead); none when its configuration cannot be read. A read that ctx ended is not
 // kept: the next record reads again.
 func (t *Transport) stampLimit(ctx context.Context, topic string, nowMs int64) stampLimit {
-	if t.prod == nil { // a transport of the unit tests: no broker to ask
-		return stampLimit{}
-	}
 	if e, ok := t.stamps.topics.Load(topic); ok && nowMs < e.(*stampEntry).expires {
 		return e.(*stampEntry).stampLimit
+	}
+	if t.prod == nil { // a transport of the unit tests: no broker to ask
+		return stampLimit{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, stampRead)
 	defer cancel()

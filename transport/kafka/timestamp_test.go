@@ -1,6 +1,10 @@
 package kafka
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +54,56 @@ func TestTighter(t *testing.T) {
 		if got := tighter(tc.a, tc.b); got != tc.want {
 			t.Errorf("tighter(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestTimestampDecision: with a topic's limits known (an hour behind, half an hour
+// ahead), a record keeps its created_at within them and is stamped with its write time
+// beyond; a topic without limits keeps every created_at; one warning a minute per topic.
+func TestTimestampDecision(t *testing.T) {
+	var logs bytes.Buffer
+	tr, err := newTransport(nil, false, nil, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	far := now.Add(time.Hour).UnixMilli()
+	tr.stamps.topics.Store("limited", &stampEntry{stampLimit: stampLimit{behind: time.Hour, ahead: 30 * time.Minute}, expires: far})
+	tr.stamps.topics.Store("open", &stampEntry{expires: far})
+	cases := []struct {
+		topic   string
+		created time.Duration // from now
+		stamped bool
+	}{
+		{"limited", -59 * time.Minute, false},
+		{"limited", -61 * time.Minute, true},
+		{"limited", 29 * time.Minute, false},
+		{"limited", 31 * time.Minute, true},
+		{"limited", -30 * time.Second, false},
+		{"open", -1000 * time.Hour, false},
+		{"open", 1000 * time.Hour, false},
+	}
+	for _, tc := range cases {
+		created := now.Add(tc.created).UnixMilli()
+		got := tr.timestamp(context.Background(), tc.topic, created, now)
+		want := time.UnixMilli(created)
+		if tc.stamped {
+			want = now
+		}
+		if !got.Equal(want) {
+			t.Errorf("%s, created %v from now: timestamp %v, want %v", tc.topic, tc.created, got, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "stamped with its write time"); n != 1 {
+		t.Errorf("%d warnings for two records stamped within a minute, want 1:\n%s", n, logs.String())
+	}
+	if got := tr.timestamp(context.Background(), "limited", now.Add(-2*time.Hour).UnixMilli(), now.Add(stampRetry)); !got.Equal(now.Add(stampRetry)) {
+		t.Errorf("a minute later: timestamp %v, want the write time", got)
+	}
+	if n := strings.Count(logs.String(), "stamped with its write time"); n != 2 {
+		t.Errorf("%d warnings after a minute, want 2", n)
+	}
+	if got := tr.timestamp(context.Background(), "limited", 0, now); !got.IsZero() {
+		t.Errorf("no created_at: timestamp %v, want zero (the produce time)", got)
 	}
 }
