@@ -35,6 +35,21 @@ func TestOldCreatedAtOutlivesRetention(t *testing.T) {
 	if resp, err := adm.CreateTopic(ctx, 1, 1, configs, hourly); err != nil || resp.Err != nil {
 		t.Fatalf("create %s: %v %v", hourly, err, resp.Err)
 	}
+	// The broker answers for a topic just created once it has loaded it; until then the
+	// transport takes the brokers' defaults, as for a topic its first write creates.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rcs, err := adm.DescribeTopicConfigs(ctx, hourly)
+		if err == nil {
+			if rc, err := rcs.On(hourly, nil); err == nil && rc.Err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker does not describe %s 30 s after creating it: %v", hourly, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	kept := newTopic(t, "bqtest-stamp") // created by its first write, with the broker's defaults
 
 	logs := &transporttest.LogBuffer{}

@@ -121,8 +121,11 @@ func (t *Transport) stampLimit(ctx context.Context, topic string, nowMs int64) s
 	}
 	rctx, cancel := context.WithTimeout(ctx, stampRead)
 	defer cancel()
-	l, err := t.readStampLimit(rctx, topic)
+	l, defaults, err := t.readStampLimit(rctx, topic)
 	ttl := stampTTL
+	if defaults {
+		ttl = stampRetry // the topic is about to be created, or was a moment ago: look again soon
+	}
 	if err != nil && ctx.Err() != nil {
 		return l // the caller's deadline, not the topic's: nothing learned
 	}
@@ -136,12 +139,13 @@ func (t *Transport) stampLimit(ctx context.Context, topic string, nowMs int64) s
 }
 
 // readStampLimit reads the topic's timestamp settings, or the brokers' defaults while the
-// topic does not exist yet (its first write creates it with them).
-func (t *Transport) readStampLimit(ctx context.Context, topic string) (stampLimit, error) {
+// broker does not know the topic yet (its first write creates it with them); defaults
+// says which.
+func (t *Transport) readStampLimit(ctx context.Context, topic string) (l stampLimit, defaults bool, err error) {
 	adm := kadm.NewClient(t.prod) // never closed: closing it would close the producer
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
-		return stampLimit{}, err
+		return stampLimit{}, false, err
 	}
 	rc, err := rcs.On(topic, nil)
 	if err == nil {
@@ -149,11 +153,12 @@ func (t *Transport) readStampLimit(ctx context.Context, topic string) (stampLimi
 	}
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
-		return t.readBrokerStampLimit(ctx, adm)
+		l, err = t.readBrokerStampLimit(ctx, adm)
+		return l, true, err
 	case err != nil:
-		return stampLimit{}, err
+		return stampLimit{}, false, err
 	}
-	return stampLimitOf(rc.Configs, ""), nil
+	return stampLimitOf(rc.Configs, ""), false, nil
 }
 
 // readBrokerStampLimit is the limit of a topic created with the brokers' defaults: the
