@@ -79,12 +79,13 @@ func (t *Transport) timestamp(ctx context.Context, topic string, createdAt int64
 	} else {
 		nowMs = now.UnixMilli()
 	}
-	age := time.Duration(nowMs-createdAt) * time.Millisecond
-	if age < stampAfter && age > -stampAfter {
+	age := nowMs - createdAt // in ms: a created_at centuries away overflows no Duration
+	if near := stampAfter.Milliseconds(); age < near && age > -near {
 		return time.UnixMilli(createdAt)
 	}
 	l := t.stampLimit(ctx, topic, nowMs)
-	if age > 0 && (l.behind <= 0 || age < l.behind) || age < 0 && (l.ahead <= 0 || -age < l.ahead) {
+	behind, ahead := l.behind.Milliseconds(), l.ahead.Milliseconds()
+	if age > 0 && (behind <= 0 || age < behind) || age < 0 && (ahead <= 0 || -age < ahead) {
 		return time.UnixMilli(createdAt)
 	}
 	if t.stamps.warnDue(topic, nowMs) {

@@ -106,4 +106,8 @@ func TestTimestampDecision(t *testing.T) {
 	if got := tr.timestamp(context.Background(), "limited", 0, now); !got.IsZero() {
 		t.Errorf("no created_at: timestamp %v, want zero (the produce time)", got)
 	}
+	// A created_at in the year 3000: its age in nanoseconds would overflow a Duration.
+	if got := tr.timestamp(context.Background(), "limited", 32503680000000, now); !got.Equal(now) {
+		t.Errorf("created_at in the year 3000: timestamp %v, want the write time", got)
+	}
 }
