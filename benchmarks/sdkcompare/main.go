@@ -151,6 +151,12 @@ func runChild(j job) (result, error) {
 			return result{}, fmt.Errorf("no raw client for %q", j.Broker)
 		}
 		return r(ctx, j)
+	case "floor":
+		f, ok := floors[j.Broker]
+		if !ok {
+			return result{}, fmt.Errorf("no floor client for %q", j.Broker)
+		}
+		return f(ctx, j)
 	}
 	return result{}, fmt.Errorf("unknown implementation %q", j.Impl)
 }
@@ -428,7 +434,7 @@ func orchestrate(args []string) error {
 	fs.DurationVar(&o.idle, "idle", 2*time.Second, "a consumer stops after this long without a message")
 	fs.BoolVar(&o.verbose, "v", false, "print every run")
 	fs.IntVar(&o.prefetch, "prefetch", 10, "prefetch per worker of the Go SDK and the raw client")
-	impls := fs.String("impls", "raw,go,python", "implementations to measure: raw, go, python")
+	impls := fs.String("impls", "raw,go,python", "implementations to measure: raw, go, python; floor (Redis, steady run only: the family's layout and a new envelope per message, by hand; see floor.go)")
 	ops := fs.String("ops", "1,8,batch,fail,steady", "runs to make: 1 and 8 (publishers, then as many workers), batch (published in batches, 8 workers), fail (Go, and the raw RabbitMQ and Kafka clients: half the handlers failing; its ratio needs batch), steady (Go and raw: one publisher paced at -steady-rate while one worker consumes; latency and memory)")
 	fs.Float64Var(&o.latRate, "steady-rate", 200, "the steady run's pace, messages/s")
 	fs.IntVar(&o.latN, "steady-n", 2000, "the steady run's messages (what is published in the consumer's first 2 s warms up)")
@@ -523,7 +529,10 @@ func measureBroker(o options, broker, url string) error {
 				pubOp   string
 				workers int
 			}{{"1", "publish", 1}, {"8", "publish", 8}}
-			if impl != "python" {
+			if impl == "floor" { // the steady run only
+				plan = nil
+			}
+			if impl != "python" && impl != "floor" {
 				plan = append(plan, struct {
 					op      string
 					pubOp   string
@@ -682,16 +691,22 @@ func (o options) runTogether(impl string, con, pub job) ([]result, error) {
 	return out, errors.Join(errs...)
 }
 
-// printSteady prints the steady runs of the Go SDK beside the raw client's: medians
-// over the rounds.
+// printSteady prints the steady runs of the Go SDK beside the raw client's (and the
+// floor's, when it ran): medians over the rounds.
 func printSteady(o options, steady map[string][]steadySample) {
 	if len(steady) == 0 {
 		return
 	}
+	floor := len(steady["floor"]) > 0
 	fmt.Printf("\nSteady state: one publisher paced at %.0f msgs/s, one worker (prefetch %d) consuming at once, %d messages, what was published in the consumer's first %s left out as warm-up; medians of %d rounds\n\n",
 		o.latRate, o.prefetch, o.latN, steadyWarm, o.rounds)
-	fmt.Println("| measure | raw client | Go SDK | Go vs raw |")
-	fmt.Println("|---|---:|---:|---:|")
+	if floor {
+		fmt.Println("| measure | raw client | floor | Go SDK | floor vs raw | Go vs raw | Go vs floor |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Println("| measure | raw client | Go SDK | Go vs raw |")
+		fmt.Println("|---|---:|---:|---:|")
+	}
 	med := func(impl string, f func(steadySample) float64) (float64, bool) {
 		ss := steady[impl]
 		if len(ss) == 0 {
@@ -705,6 +720,7 @@ func printSteady(o options, steady map[string][]steadySample) {
 	}
 	row := func(name string, f func(steadySample) float64, format func(float64) string) {
 		r, rok := med("raw", f)
+		l, lok := med("floor", f)
 		g, gok := med("go", f)
 		cell := func(v float64, ok bool) string {
 			if !ok {
@@ -712,11 +728,18 @@ func printSteady(o options, steady map[string][]steadySample) {
 			}
 			return format(v)
 		}
-		ratio := "–"
-		if rok && gok && r > 0 {
-			ratio = fmt.Sprintf("%.2f×", g/r)
+		ratio := func(a float64, aok bool, b float64, bok bool) string {
+			if !aok || !bok || b <= 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f×", a/b)
 		}
-		fmt.Printf("| %s | %s | %s | %s |\n", name, cell(r, rok), cell(g, gok), ratio)
+		if floor {
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", name, cell(r, rok), cell(l, lok), cell(g, gok),
+				ratio(l, lok, r, rok), ratio(g, gok, r, rok), ratio(g, gok, l, lok))
+			return
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", name, cell(r, rok), cell(g, gok), ratio(g, gok, r, rok))
 	}
 	dur := func(ns float64) string {
 		if ns < 10e6 {
@@ -743,6 +766,10 @@ func printSteady(o options, steady map[string][]steadySample) {
 			return "**NO**: " + strings.Join(bad, "; ")
 		}
 		return "yes"
+	}
+	if floor {
+		fmt.Printf("| every message handled once | %s | %s | %s | | | |\n", checks("raw"), checks("floor"), checks("go"))
+		return
 	}
 	fmt.Printf("| every message handled once | %s | %s | |\n", checks("raw"), checks("go"))
 }
