@@ -287,11 +287,20 @@ func (c *consumer) wake(ctx context.Context, into []res, wait time.Duration, now
 	if err := look.Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return 0, err
 	}
-	out, err := evalAgain(ctx, t.client, reserveWoken, rc, keys, args).Slice()
+	reply, err := evalAgain(ctx, t.client, reserveWoken, rc, keys, args).Result()
 	if err != nil {
 		return 0, err
 	}
-	n, left, ok := len(out), int64(0), true
+	if raw, ok := reply.(string); ok { // one element, and the list is empty now
+		into[0] = res{token: args[1].(string), raw: raw}
+		c.drained.Store(true)
+		return 1, nil
+	}
+	out, ok := reply.([]any)
+	if !ok {
+		return 0, fmt.Errorf("reserve script answered a %T", reply)
+	}
+	n, left := len(out), int64(0)
 	if n > len(into) { // every token used: the list's length follows
 		n--
 		left, ok = out[n].(int64)

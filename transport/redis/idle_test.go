@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -176,5 +177,97 @@ func TestIdleSweepAfterScriptFlush(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lapsed reservation did not come back to the waiting consumer within 10s")
+	}
+}
+
+// TestWokenByABurst (issue 39): messages pushed together to a queue whose consumer
+// waits on it all reach the consumer without a second wait: as many as its prefetch in
+// the answer to the look, the rest by a reserve that does not wait, in order, each once.
+func TestWokenByABurst(t *testing.T) {
+	for _, c := range []struct{ prefetch, burst int }{{1, 1}, {1, 2}, {4, 3}, {4, 4}, {4, 6}} {
+		t.Run(fmt.Sprintf("prefetch=%d/burst=%d", c.prefetch, c.burst), func(t *testing.T) {
+			ctx := ctxT(t)
+			admin := client(t)
+			q := transporttest.UniqueName("bqtest")
+			cleanKeys(t, admin, "*"+q+"*")
+			opts, err := goredis.ParseURL(brokerURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.ReadTimeout = time.Minute // the look may wait its whole poll interval
+			rc := goredis.NewClient(opts)
+			defer rc.Close()
+			h := &calls{}
+			rc.AddHook(h)
+			tr := newTransport(t, rc, bqredis.WithPollInterval(20*time.Second))
+			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: c.prefetch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cons.Close(ctx)
+			first := make(chan *transport.Delivery, 1)
+			go func() {
+				d, err := cons.Receive(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				first <- d
+			}()
+			var out int
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				sent := h.since(0)
+				if n := len(sent); n > 0 && strings.Contains(sent[n-1], "blmove+") {
+					out = n
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no blocking look after 10s; calls: %v", sent)
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // the look is waiting in Redis now
+			burst := make([]any, c.burst)
+			for i := range burst {
+				burst[i] = envelope(fmt.Sprintf("burst-%d", i))
+			}
+			if err := admin.RPush(ctx, q, burst...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			d := <-first
+			for {
+				if d == nil {
+					t.Fatal("no delivery")
+				}
+				got = append(got, string(d.Body))
+				if len(got) == c.burst {
+					break
+				}
+				if len(got) >= c.prefetch { // every slot is held: free this one
+					if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if d, err = cons.Receive(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, b := range got {
+				if !strings.Contains(b, fmt.Sprintf(`"burst-%d"`, i)) {
+					t.Fatalf("delivery %d is %s; want burst-%d", i, b, i)
+				}
+			}
+			more := h.since(out)
+			for _, call := range more {
+				if strings.Contains(call, "blmove") {
+					t.Fatalf("the burst waited again: calls after the look %v", more)
+				}
+			}
+			if c.burst <= c.prefetch && len(more) != 0 {
+				t.Fatalf("the burst took %d more round trip(s) %v; want it in the answer to the look", len(more), more)
+			}
+			if n, err := admin.LLen(ctx, q).Result(); err != nil || n != 0 {
+				t.Fatalf("%d left in the ready list (%v)", n, err)
+			}
+		})
 	}
 }
