@@ -61,6 +61,56 @@ func (h *calls) since(n int) []string {
 	return append([]string(nil), h.sent[n:]...)
 }
 
+// looking is a consumer of a new queue whose first Receive waits in Redis: its blocking
+// look is out, and what it receives comes on first.
+type looking struct {
+	cons  transport.Consumer
+	calls *calls // the consumer client's round trips
+	out   int    // how many there were up to the look
+	first chan *transport.Delivery
+	q     string
+}
+
+// newLooking opens a consumer of a new queue with prefetch on a client of its own and
+// returns once its first Receive has sent the look and the look waits in Redis.
+func newLooking(t *testing.T, ctx context.Context, prefetch int, opts ...bqredis.Option) *looking {
+	t.Helper()
+	l := &looking{calls: &calls{}, first: make(chan *transport.Delivery, 1), q: transporttest.UniqueName("bqtest")}
+	cleanKeys(t, client(t), "*"+l.q+"*")
+	copts, err := goredis.ParseURL(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copts.ReadTimeout = time.Minute // the look may wait its whole poll interval
+	c := goredis.NewClient(copts)
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(l.calls)
+	tr := newTransport(t, c, append([]bqredis.Option{bqredis.WithPollInterval(20 * time.Second)}, opts...)...)
+	if l.cons, err = tr.Consume(ctx, l.q, transport.ConsumeOptions{Prefetch: prefetch}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.cons.Close(context.WithoutCancel(ctx)) })
+	go func() {
+		d, err := l.cons.Receive(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		l.first <- d
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		sent := l.calls.since(0)
+		if n := len(sent); n > 0 && strings.Contains(sent[n-1], "blmove+") { // a due sweep may go ahead
+			l.out = n
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no blocking look after 10s; calls: %v", sent)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the look is waiting in Redis now
+	return l
+}
+
 // TestIdleQueueOneRoundTrip (issue 39): a consumer waiting on an empty queue has one
 // round trip out, the blocking look with the reserve script behind it (and a sweep
 // ahead of it when one is due), and a message pushed then reaches it with that round
@@ -69,63 +119,23 @@ func TestIdleQueueOneRoundTrip(t *testing.T) {
 	for _, layout := range layouts {
 		t.Run(layout.name, func(t *testing.T) {
 			ctx := ctxT(t)
-			admin := client(t)
-			q := transporttest.UniqueName("bqtest")
-			cleanKeys(t, admin, "*"+q+"*")
-			opts, err := goredis.ParseURL(brokerURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts.ReadTimeout = time.Minute // the look may wait its whole poll interval
-			c := goredis.NewClient(opts)
-			defer c.Close()
-			h := &calls{}
-			c.AddHook(h)
-			tr := newTransport(t, c, append([]bqredis.Option{bqredis.WithPollInterval(20 * time.Second)}, layout.opts...)...)
-			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cons.Close(ctx)
-			got := make(chan *transport.Delivery, 1)
-			go func() {
-				d, err := cons.Receive(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- d
-			}()
-			// Wait until the consumer's look is out, then push with another client.
-			var out int
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				sent := h.since(0)
-				if n := len(sent); n > 0 && strings.Contains(sent[n-1], "blmove+") { // a due sweep may go ahead
-					out = n
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no blocking look after 10s; calls: %v", sent)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			time.Sleep(50 * time.Millisecond) // the look is waiting in Redis now
-			key := q
+			l := newLooking(t, ctx, 1, layout.opts...)
+			key := l.q
 			if layout.laravel {
-				key = "bqtest:" + q
+				key = "bqtest:" + l.q
 			}
-			if err := admin.RPush(ctx, key, envelope("idle")).Err(); err != nil {
+			if err := client(t).RPush(ctx, key, envelope("idle")).Err(); err != nil {
 				t.Fatal(err)
 			}
 			select {
-			case d := <-got:
+			case d := <-l.first:
 				if d == nil || !strings.Contains(string(d.Body), `"idle"`) {
 					t.Fatalf("received %v", d)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the message pushed to the idle queue did not arrive within 10s")
 			}
-			if more := h.since(out); len(more) != 0 {
+			if more := l.calls.since(l.out); len(more) != 0 {
 				t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
 			}
 		})
@@ -187,53 +197,17 @@ func TestWokenByABurst(t *testing.T) {
 	for _, c := range []struct{ prefetch, burst int }{{1, 1}, {1, 2}, {4, 3}, {4, 4}, {4, 6}} {
 		t.Run(fmt.Sprintf("prefetch=%d/burst=%d", c.prefetch, c.burst), func(t *testing.T) {
 			ctx := ctxT(t)
+			l := newLooking(t, ctx, c.prefetch)
 			admin := client(t)
-			q := transporttest.UniqueName("bqtest")
-			cleanKeys(t, admin, "*"+q+"*")
-			opts, err := goredis.ParseURL(brokerURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts.ReadTimeout = time.Minute // the look may wait its whole poll interval
-			rc := goredis.NewClient(opts)
-			defer rc.Close()
-			h := &calls{}
-			rc.AddHook(h)
-			tr := newTransport(t, rc, bqredis.WithPollInterval(20*time.Second))
-			cons, err := tr.Consume(ctx, q, transport.ConsumeOptions{Prefetch: c.prefetch})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cons.Close(ctx)
-			first := make(chan *transport.Delivery, 1)
-			go func() {
-				d, err := cons.Receive(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				first <- d
-			}()
-			var out int
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				sent := h.since(0)
-				if n := len(sent); n > 0 && strings.Contains(sent[n-1], "blmove+") {
-					out = n
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no blocking look after 10s; calls: %v", sent)
-				}
-			}
-			time.Sleep(50 * time.Millisecond) // the look is waiting in Redis now
 			burst := make([]any, c.burst)
 			for i := range burst {
 				burst[i] = envelope(fmt.Sprintf("burst-%d", i))
 			}
-			if err := admin.RPush(ctx, q, burst...).Err(); err != nil {
+			if err := admin.RPush(ctx, l.q, burst...).Err(); err != nil {
 				t.Fatal(err)
 			}
 			var got []string
-			d := <-first
+			d := <-l.first
 			for {
 				if d == nil {
 					t.Fatal("no delivery")
@@ -243,11 +217,12 @@ func TestWokenByABurst(t *testing.T) {
 					break
 				}
 				if len(got) >= c.prefetch { // every slot is held: free this one
-					if err := cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
+					if err := l.cons.Settle(ctx, d, transport.Settlement{Outcome: transport.Ack}); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if d, err = cons.Receive(ctx); err != nil {
+				var err error
+				if d, err = l.cons.Receive(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -256,7 +231,7 @@ func TestWokenByABurst(t *testing.T) {
 					t.Fatalf("delivery %d is %s; want burst-%d", i, b, i)
 				}
 			}
-			more := h.since(out)
+			more := l.calls.since(l.out)
 			for _, call := range more {
 				if strings.Contains(call, "blmove") {
 					t.Fatalf("the burst waited again: calls after the look %v", more)
@@ -265,7 +240,7 @@ func TestWokenByABurst(t *testing.T) {
 			if c.burst <= c.prefetch && len(more) != 0 {
 				t.Fatalf("the burst took %d more round trip(s) %v; want it in the answer to the look", len(more), more)
 			}
-			if n, err := admin.LLen(ctx, q).Result(); err != nil || n != 0 {
+			if n, err := admin.LLen(ctx, l.q).Result(); err != nil || n != 0 {
 				t.Fatalf("%d left in the ready list (%v)", n, err)
 			}
 		})
