@@ -92,6 +92,10 @@ type consumer struct {
 	// ready list empty: the next one waits first, in the same round trip (default
 	// layout). A queue that keeps a worker waiting costs a round trip less per message.
 	drained atomic.Bool
+	// wokenLoaded is set once reserveWoken was loaded ahead of a look, so that the
+	// message ending the first wait on a Redis without it in its script cache (a new
+	// server, a restart) does not cost an EVAL after a NOSCRIPT answer.
+	wokenLoaded atomic.Bool
 
 	mu       sync.Mutex
 	swept    time.Time                    // when a reserve call last swept
@@ -276,9 +280,16 @@ func (c *consumer) wake(ctx context.Context, into []res, wait time.Duration, now
 		sargs = []any{scoreAt(now), args[0], sweepLimit, "1", 0}
 		sw = pipe.EvalSha(ctx, reserveDefault.Hash(), c.rkeys, sargs...)
 	}
+	var load *goredis.StringCmd
+	if !c.wokenLoaded.Load() && !t.cluster { // a Cluster pipeline sends a keyless command anywhere
+		load = pipe.ScriptLoad(ctx, reserveWokenSource)
+	}
 	look := pipe.Do(ctx, "blmove", c.readyKey, c.readyKey, "LEFT", "LEFT", strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
 	rc := pipe.EvalSha(ctx, reserveWoken.Hash(), keys, args...)
 	_, _ = pipe.Exec(ctx)
+	if load != nil && load.Err() == nil {
+		c.wokenLoaded.Store(true)
+	}
 	if sw != nil && evalAgain(ctx, t.client, reserveDefault, sw, c.rkeys, sargs).Err() != nil {
 		c.mu.Lock()
 		c.swept = time.Time{} // due again next time

@@ -71,19 +71,20 @@ type looking struct {
 	q     string
 }
 
-// newLooking opens a consumer of a new queue with prefetch on a client of its own and
-// returns once its first Receive has sent the look and the look waits in Redis.
-func newLooking(t *testing.T, ctx context.Context, prefetch int, opts ...bqredis.Option) *looking {
+// newLooking opens a consumer of a new queue on the Redis at url with prefetch, on a
+// client of its own, and returns once its first Receive has sent the look and the look
+// waits in Redis.
+func newLooking(t *testing.T, ctx context.Context, url string, prefetch int, opts ...bqredis.Option) *looking {
 	t.Helper()
 	l := &looking{calls: &calls{}, first: make(chan *transport.Delivery, 1), q: transporttest.UniqueName("bqtest")}
-	cleanKeys(t, client(t), "*"+l.q+"*")
-	copts, err := goredis.ParseURL(brokerURL(t))
+	copts, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	copts.ReadTimeout = time.Minute // the look may wait its whole poll interval
 	c := goredis.NewClient(copts)
 	t.Cleanup(func() { _ = c.Close() })
+	cleanKeys(t, c, "*"+l.q+"*") // registered after Close, so it runs before
 	c.AddHook(l.calls)
 	tr := newTransport(t, c, append([]bqredis.Option{bqredis.WithPollInterval(20 * time.Second)}, opts...)...)
 	if l.cons, err = tr.Consume(ctx, l.q, transport.ConsumeOptions{Prefetch: prefetch}); err != nil {
@@ -119,7 +120,7 @@ func TestIdleQueueOneRoundTrip(t *testing.T) {
 	for _, layout := range layouts {
 		t.Run(layout.name, func(t *testing.T) {
 			ctx := ctxT(t)
-			l := newLooking(t, ctx, 1, layout.opts...)
+			l := newLooking(t, ctx, brokerURL(t), 1, layout.opts...)
 			key := l.q
 			if layout.laravel {
 				key = "bqtest:" + l.q
@@ -139,6 +140,33 @@ func TestIdleQueueOneRoundTrip(t *testing.T) {
 				t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
 			}
 		})
+	}
+}
+
+// TestFirstWakeOnAFreshRedis: on a Redis that has none of the transport's scripts in its
+// cache (a new server, a restart), the message that ends a consumer's first wait still
+// comes in the answer to the look: the script behind it was loaded ahead of it, in the
+// same round trip.
+func TestFirstWakeOnAFreshRedis(t *testing.T) {
+	brokerURL(t) // the same gate as every integration test
+	addr, _ := redisServer(t)
+	ctx := ctxT(t)
+	l := newLooking(t, ctx, "redis://"+addr+"/0", 1)
+	admin := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer admin.Close()
+	if err := admin.RPush(ctx, l.q, envelope("fresh")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-l.first:
+		if d == nil || !strings.Contains(string(d.Body), `"fresh"`) {
+			t.Fatalf("received %v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message did not arrive within 10s")
+	}
+	if more := l.calls.since(l.out); len(more) != 0 {
+		t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
 	}
 }
 
@@ -197,7 +225,7 @@ func TestWokenByABurst(t *testing.T) {
 	for _, c := range []struct{ prefetch, burst int }{{1, 1}, {1, 2}, {4, 3}, {4, 4}, {4, 6}} {
 		t.Run(fmt.Sprintf("prefetch=%d/burst=%d", c.prefetch, c.burst), func(t *testing.T) {
 			ctx := ctxT(t)
-			l := newLooking(t, ctx, c.prefetch)
+			l := newLooking(t, ctx, brokerURL(t), c.prefetch)
 			admin := client(t)
 			burst := make([]any, c.burst)
 			for i := range burst {

@@ -78,7 +78,11 @@ return out
 // docs/transports/redis.md). Otherwise it returns the raw elements reserved, in order,
 // one per token used, then, when every token was used, how many elements the ready list
 // still holds (an integer); nothing reserved is an empty table.
-var reserveWoken = goredis.NewScript(`
+var reserveWoken = goredis.NewScript(reserveWokenSource)
+
+// reserveWokenSource is [reserveWoken]'s Lua, which a consumer loads ahead of its first
+// look (see [consumer.wake]).
+const reserveWokenSource = `
 local raw = redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
 if not raw then return {} end
 redis.call('zadd', KEYS[3], ARGV[1], ARGV[2] .. ':' .. raw)
@@ -93,7 +97,7 @@ for i = 3, #ARGV do
 end
 out[#ARGV] = (#ARGV == 2) and left or redis.call('llen', KEYS[1])
 return out
-`)
+`
 
 // reserveLaravel is Laravel's migrate-then-pop, for up to n jobs: due delayed jobs and
 // (when recovery is on) lapsed reservations go back to the ready list with one notify
