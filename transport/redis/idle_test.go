@@ -112,6 +112,23 @@ func newLooking(t *testing.T, ctx context.Context, url string, prefetch int, opt
 	return l
 }
 
+// arrivesWithTheLook checks that the first Receive returns the message whose data.n is
+// n within 10 s, in the answer to the look: no round trip after it.
+func (l *looking) arrivesWithTheLook(t *testing.T, n string) {
+	t.Helper()
+	select {
+	case d := <-l.first:
+		if d == nil || !strings.Contains(string(d.Body), `"`+n+`"`) {
+			t.Fatalf("received %v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the message %q did not arrive within 10s", n)
+	}
+	if more := l.calls.since(l.out); len(more) != 0 {
+		t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
+	}
+}
+
 // TestIdleQueueOneRoundTrip (issue 39): a consumer waiting on an empty queue has one
 // round trip out, the blocking look with the reserve script behind it (and a sweep
 // ahead of it when one is due), and a message pushed then reaches it with that round
@@ -128,17 +145,7 @@ func TestIdleQueueOneRoundTrip(t *testing.T) {
 			if err := client(t).RPush(ctx, key, envelope("idle")).Err(); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case d := <-l.first:
-				if d == nil || !strings.Contains(string(d.Body), `"idle"`) {
-					t.Fatalf("received %v", d)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the message pushed to the idle queue did not arrive within 10s")
-			}
-			if more := l.calls.since(l.out); len(more) != 0 {
-				t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
-			}
+			l.arrivesWithTheLook(t, "idle")
 		})
 	}
 }
@@ -157,17 +164,7 @@ func TestFirstWakeOnAFreshRedis(t *testing.T) {
 	if err := admin.RPush(ctx, l.q, envelope("fresh")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case d := <-l.first:
-		if d == nil || !strings.Contains(string(d.Body), `"fresh"`) {
-			t.Fatalf("received %v", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message did not arrive within 10s")
-	}
-	if more := l.calls.since(l.out); len(more) != 0 {
-		t.Fatalf("the message arrived after %d more round trip(s) %v; want it in the answer to the look's", len(more), more)
-	}
+	l.arrivesWithTheLook(t, "fresh")
 }
 
 // TestIdleSweepAfterScriptFlush: a consumer waiting on an idle queue sweeps lapsed
